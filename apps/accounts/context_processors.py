@@ -1,0 +1,26 @@
+from apps.accounts.roles import (
+    EDIT_RECIPES,
+    MANAGE_HOSTS,
+    OPERATE_RUNS,
+    POST_NOTICES,
+)
+from apps.accounts.services import user_role
+
+
+def role(request):
+    """The user's role and the capabilities templates use to show or hide controls.
+
+    Hiding is only cosmetic: every view checks the permission again on the server.
+    """
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {"user_role": None}
+    return {
+        "user_role": user_role(user),
+        "can": {
+            "operate_runs": user.has_perm(OPERATE_RUNS),
+            "edit_recipes": user.has_perm(EDIT_RECIPES),
+            "post_notices": user.has_perm(POST_NOTICES),
+            "manage_hosts": user.has_perm(MANAGE_HOSTS),
+        },
+    }

@@ -1,0 +1,33 @@
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from apps.accounts.roles import Role
+from apps.accounts.services import user_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Seed a fresh panel for a first try: an admin account (its password printed once). "
+        "Safe to run again: existing data is left as it is."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--admin-username", default="admin")
+
+    def handle(self, *args, admin_username, **options):
+        users = get_user_model().objects
+        if users.filter(username=admin_username).exists():
+            self.stdout.write(
+                f"Admin account {admin_username!r} already exists "
+                f"(forgot the password? python manage.py changepassword {admin_username})."
+            )
+        else:
+            _, password = user_create(username=admin_username, role=Role.ADMIN)
+            bar = "=" * 64
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"\n{bar}\n  Created the admin account (shown once, write it down):\n"
+                    f"    username: {admin_username}\n    password: {password}\n{bar}\n"
+                )
+            )
+        # The local simulated host (sparksim) is added here once the hosts capability lands.

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from apps.core import views
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("status/", views.status_partial, name="status"),
+    path("notices/", views.notice_create, name="notice-create"),
+    path("healthz", views.healthz, name="healthz"),
+    *[path(f"{slug}/", views.section, {"slug": slug}, name=slug) for slug in views.SECTIONS],
+]

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required, permission_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from apps.accounts.roles import POST_NOTICES
+from apps.core.forms import NoticeForm
+from apps.core.models import Notice
+from apps.core.selectors import system_status
+from apps.core.services import notice_post
+
+# Sections the navigation shows before their capability has landed. Each page says so
+# plainly rather than pretending; the entries disappear as the apps arrive.
+SECTIONS = {
+    "recipes": ("Recipes", "Model recipes, the memory planner and the config wizard."),
+    "runs": ("Runs", "Start, watch, warm up and stop vLLM on a Spark."),
+    "benchmarks": ("Benchmarks", "A team queue of benchmark jobs and their results."),
+    "chat": ("Chat", "A streamed chat playground against a running model."),
+    "hosts": ("Hosts", "The Sparks the panel manages, their workers and memory."),
+}
+
+
+def dashboard(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "core/dashboard.html",
+        {"notices": Notice.objects.recent(), "notice_form": NoticeForm()},
+    )
+
+
+@require_GET
+def status_partial(request: HttpRequest) -> HttpResponse:
+    return render(
+        request, "core/partials/status.html", {"status": system_status(check_workers=True)}
+    )
+
+
+@require_POST
+@permission_required(POST_NOTICES, raise_exception=True)
+def notice_create(request: HttpRequest) -> HttpResponse:
+    form = NoticeForm(request.POST)
+    if not form.is_valid():
+        if request.htmx:
+            # Keep what the user typed and say what is wrong, in place.
+            return render(request, "core/partials/notice_form.html", {"notice_form": form})
+        for error in form.errors.get("message", []) + form.errors.get("level", []):
+            messages.error(request, error)
+        return redirect("dashboard")
+    notice_post(author=request.user, **form.cleaned_data)
+    if request.htmx:
+        response = render(request, "core/partials/notice_form.html", {"notice_form": NoticeForm()})
+        return trigger_client_event(response, "notice-posted")
+    messages.success(request, "Notice posted.")
+    return redirect("dashboard")
+
+
+def section(request: HttpRequest, slug: str) -> HttpResponse:
+    title, blurb = SECTIONS[slug]
+    return render(request, "core/section.html", {"title": title, "blurb": blurb, "slug": slug})
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness and readiness for compose and load balancers; says nothing secret."""
+    status = system_status()
+    body = {"ok": status.ok, "database": status.database.ok, "redis": status.redis.ok}
+    return JsonResponse(body, status=200 if status.ok else 503)
+
+
+def permission_denied(request: HttpRequest, exception=None) -> HttpResponse:
+    return render(request, "403.html", status=403)

@@ -1,0 +1,239 @@
+"""Run the whole panel in the foreground: Redis (when none is running), the ASGI web
+server, a Celery worker and Celery beat. Ctrl-C (or SIGTERM/SIGHUP) stops every process
+this script started, Redis last; if any of them dies, the rest are stopped
+too and the exit status says so.
+
+Used by `make run`; not meant for production (see docker-compose.yml for that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sparkpanel.env import env_str, load_dotenv  # noqa: E402
+
+PY = sys.executable
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+        self.name = name
+        self.argv = argv
+        # Own session: the terminal's Ctrl-C reaches only us, and we stop children in order.
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if not self.alive():
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"[devrun] {self.name} did not stop in {timeout:.0f}s; killing it", flush=True)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def redis_reachable(url: str) -> bool:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def wait_until(check, timeout: float, what: str, children: list[Child]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        dead = [c.name for c in children if not c.alive()]
+        if dead:
+            raise SystemExit(f"[devrun] {', '.join(dead)} exited while waiting for {what}")
+        time.sleep(0.25)
+    raise SystemExit(f"[devrun] gave up waiting for {what} after {timeout:.0f}s")
+
+
+def lan_hosts() -> list[str]:
+    """Names and addresses this machine is reached by on the LAN, for ALLOWED_HOSTS."""
+    import psutil
+
+    hosts = {"localhost", "127.0.0.1", "[::1]", socket.gethostname(), socket.getfqdn()}
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family == socket.AF_INET:
+                hosts.add(addr.address)
+            elif addr.family == socket.AF_INET6 and not addr.address.startswith("fe80"):
+                hosts.add(f"[{addr.address}]")
+    return sorted(h for h in hosts if h)
+
+
+def main() -> int:
+    load_dotenv(ROOT / ".env")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=env_str("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(env_str("PORT", "8000")))
+    args = parser.parse_args()
+
+    env = dict(os.environ)
+    redis_url = env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if args.host in {"0.0.0.0", "::"} and "ALLOWED_HOSTS" not in env:
+        env["ALLOWED_HOSTS"] = ",".join(lan_hosts())
+        print(f"[devrun] serving the LAN; ALLOWED_HOSTS={env['ALLOWED_HOSTS']}", flush=True)
+
+    children: list[Child] = []
+    stopping = False
+
+    def shutdown(signum=None, frame=None):
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        print("\n[devrun] stopping: " + ", ".join(c.name for c in reversed(children)), flush=True)
+        for child in reversed(children):
+            child.stop()
+        print("[devrun] all processes stopped", flush=True)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: (shutdown(), sys.exit(0)))
+
+    try:
+        if not redis_reachable(redis_url):
+            parsed = urlparse(redis_url)
+            if parsed.hostname not in LOCAL_HOSTS:
+                raise SystemExit(f"[devrun] Redis at {redis_url} is unreachable; start it first")
+            server = _which("redis-server")
+            data = ROOT / "var" / "redis"
+            data.mkdir(parents=True, exist_ok=True)
+            print(
+                f"[devrun] starting a private Redis on port {parsed.port or 6379} (data in {data})"
+            )
+            children.append(
+                Child(
+                    "redis",
+                    [
+                        server,
+                        "--port",
+                        str(parsed.port or 6379),
+                        "--bind",
+                        "127.0.0.1",
+                        "--dir",
+                        str(data),
+                        "--appendonly",
+                        "yes",
+                        "--save",
+                        "",
+                        "--maxmemory-policy",
+                        "noeviction",
+                    ],
+                    env,
+                )
+            )
+            wait_until(lambda: redis_reachable(redis_url), 15, "Redis", children)
+
+        children.append(
+            Child(
+                "web",
+                [
+                    PY,
+                    "-m",
+                    "uvicorn",
+                    "sparkpanel.asgi:application",
+                    "--host",
+                    args.host,
+                    "--port",
+                    str(args.port),
+                    "--no-access-log",
+                ],
+                env,
+            )
+        )
+        children.append(
+            Child(
+                "worker",
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "sparkpanel",
+                    "worker",
+                    "-Q",
+                    "default",
+                    "-n",
+                    "default@%h",
+                    "-c",
+                    "1",
+                    "--prefetch-multiplier",
+                    "1",
+                    "-l",
+                    "INFO",
+                ],
+                env,
+            )
+        )
+        children.append(
+            Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)
+        )
+        local = "127.0.0.1" if args.host in {"0.0.0.0", "::"} else args.host
+        url = f"http://{local}:{args.port}/"
+        wait_until(lambda: _http_ok(url + "healthz"), 60, "the web server", children)
+        print(f"\n[devrun] SparkPanel is running at {url}  (Ctrl-C stops everything)\n", flush=True)
+
+        while True:
+            for child in children:
+                if not child.alive():
+                    code = child.proc.returncode
+                    print(f"[devrun] {child.name} exited with status {code}", flush=True)
+                    shutdown()
+                    return 1
+            time.sleep(0.5)
+    except BaseException:
+        shutdown()
+        raise
+
+
+def _which(name: str) -> str:
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        raise SystemExit(
+            f"[devrun] {name} is not installed: run `sudo apt-get install -y redis-server` "
+            "or point REDIS_URL at a running Redis"
+        )
+    return path
+
+
+def _http_ok(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make run`: set everything up and serve the panel in the foreground.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Redis is needed unless REDIS_URL points at one elsewhere; install it when we can.
+if ! command -v redis-server >/dev/null; then
+  tools/bootstrap.sh redis-server || echo "!! continuing: REDIS_URL must point at a running Redis" >&2
+else
+  tools/bootstrap.sh
+fi
+.venv/bin/python manage.py migrate --noinput
+.venv/bin/python manage.py seed_demo
+exec .venv/bin/python tools/devrun.py
