@@ -101,7 +101,9 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py 8 defaults socket_timeout to 5 s, the same as the layer's blocking
+            # BZPOPMIN: every idle socket would die after 5 s (channels_redis#422).
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
             "prefix": env_str("CHANNELS_PREFIX", "sparkpanel"),
             # Live pages push often; a slow browser must not grow Redis without bound.
             "capacity": 200,
@@ -187,6 +189,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns about a missing root
 # Whitenoise serves static files from the app directories too, so the panel works
 # without a collectstatic step; nothing is loaded from a CDN (the LAN may be offline).
 WHITENOISE_USE_FINDERS = True

@@ -1,0 +1,138 @@
+"""Shared fixtures: personas, real services, and the CI rule that a missing service fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client
+
+from apps.accounts.roles import Role
+from apps.accounts.services import user_create
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+PASSWORD = "correct-horse-battery-staple-42"
+
+
+def require_service(available: bool, what: str) -> None:
+    """Skip when a service is missing on a developer's machine; fail under CI=true."""
+    if available:
+        return
+    message = f"{what} is not available"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
+    pytest.skip(message + "; `make test` installs and starts it")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: process exited with {proc.returncode}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """Environment for a subprocess of the panel (manage.py, uvicorn, celery)."""
+    env = dict(os.environ)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env["REDIS_URL"] = settings.REDIS_URL
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(overrides)
+    return env
+
+
+def manage(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
+    proc = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)
+    try:
+        ok = bool(client.ping())
+    except redis.RedisError:
+        ok = False
+    finally:
+        client.close()
+    require_service(ok, f"Redis at {settings.REDIS_URL}")
+    return settings.REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = shutil.which("chromium") or (
+        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+    )
+    require_service(path is not None, "Debian's chromium (/usr/bin/chromium)")
+    return path
+
+
+def _persona(role: Role | None, username: str):
+    if role is None:
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+        return user
+    user, _ = user_create(username=username, role=role, password=PASSWORD)
+    return user
+
+
+@pytest.fixture
+def admin_user(db):
+    return _persona(Role.ADMIN, "ada-admin")
+
+
+@pytest.fixture
+def operator(db):
+    return _persona(Role.OPERATOR, "otto-operator")
+
+
+@pytest.fixture
+def member(db):
+    return _persona(Role.MEMBER, "mia-member")
+
+
+@pytest.fixture
+def outsider(db):
+    """Logged in, but no role: must see nothing."""
+    return _persona(None, "olly-outsider")
+
+
+@pytest.fixture
+def client_as() -> Iterator[Callable[..., Client]]:
+    def make(user, **kwargs) -> Client:
+        client = Client(**kwargs)
+        client.force_login(user)
+        return client
+
+    yield make

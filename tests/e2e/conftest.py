@@ -1,0 +1,138 @@
+"""Browser test harness: a live ASGI server (Django + Channels under uvicorn, real Redis,
+its own SQLite file) and Debian's Chromium driven by Playwright.
+
+A failing browser test leaves a screenshot of every open page in var/test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, wait_for
+
+ARTIFACTS = ROOT / "var" / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+USERS = {"mia": "member", "otto": "operator", "ada": "admin"}
+
+
+@dataclass
+class LiveServer:
+    url: str
+    env: dict[str, str]
+    log: Path
+    users: dict[str, str] = field(default_factory=lambda: dict(USERS))
+
+    def manage(self, *args: str, stdin: str | None = None) -> str:
+        return manage(*args, env=self.env, stdin=stdin)
+
+
+@pytest.fixture(scope="session")
+def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    env = child_env(
+        DATABASE_URL=f"sqlite:///{tmp / 'e2e.sqlite3'}",
+        DEBUG="false",
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        CHANNELS_PREFIX=f"e2e-{uuid.uuid4().hex[:8]}",
+    )
+    manage("migrate", "--noinput", env=env)
+    for username, role in USERS.items():
+        manage(
+            "createuser",
+            username,
+            "--role",
+            role,
+            "--password-stdin",
+            env=env,
+            stdin=PASSWORD + "\n",
+        )
+    port = free_port()
+    log = tmp / "server.log"
+    argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
+            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(healthy, 60, f"the live server (log: {log})", proc)
+        yield LiveServer(url=url, env=env, log=log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+def new_page(browser, request, live_server_asgi):
+    """Open pages in fresh browser contexts (one per user); screenshot them on failure."""
+    contexts = []
+
+    def make():
+        context = browser.new_context(
+            base_url=live_server_asgi.url, viewport={"width": 1280, "height": 800}
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for i, context in enumerate(contexts):
+            for j, page in enumerate(context.pages):
+                page.screenshot(
+                    path=str(ARTIFACTS / f"{request.node.name}-{i}-{j}.png"), full_page=True
+                )
+    for context in contexts:
+        context.close()
+
+
+def login(page, username: str, password: str = PASSWORD) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/")
