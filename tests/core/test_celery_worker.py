@@ -18,7 +18,7 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 def start_worker(redis_url, tmp_path):
-    procs: list[tuple[subprocess.Popen, str]] = []
+    procs: list[subprocess.Popen] = []
 
     def start(queue: str, name: str) -> str:
         node = f"{name}@{socket.gethostname()}"
@@ -31,7 +31,7 @@ def start_worker(redis_url, tmp_path):
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
         )
-        procs.append((proc, str(log)))
+        procs.append(proc)
         wait_for(
             lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
             60,
@@ -41,9 +41,9 @@ def start_worker(redis_url, tmp_path):
         return node
 
     yield start
-    for proc, _ in procs:
+    for proc in procs:
         proc.terminate()
-    for proc, log in procs:
+    for proc in procs:
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
