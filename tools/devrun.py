@@ -124,7 +124,7 @@ def main() -> int:
             if parsed.hostname not in LOCAL_HOSTS:
                 raise SystemExit(f"[devrun] Redis at {redis_url} is unreachable; start it first")
             server = _which("redis-server")
-            data = ROOT / "var" / "redis"
+            data = Path(env_str("SPARKPANEL_VAR_DIR", str(ROOT / "var"))) / "redis"
             data.mkdir(parents=True, exist_ok=True)
             print(
                 f"[devrun] starting a private Redis on port {parsed.port or 6379} (data in {data})"

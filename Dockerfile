@@ -1,0 +1,25 @@
+# The SparkPanel image: web, Celery worker and beat all run from it (see docker-compose.yml).
+# Built for the Spark's own architecture (arm64) or any other: nothing here is GPU-specific,
+# the vLLM container is started by the worker through the Docker socket.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SPARKPANEL_VAR_DIR=/var/lib/sparkpanel
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY sparkpanel ./sparkpanel
+COPY apps ./apps
+RUN pip install '.[postgres]'
+COPY . .
+RUN useradd --system --home-dir /var/lib/sparkpanel --create-home sparkpanel \
+    && SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
+    && chown -R sparkpanel:sparkpanel /var/lib/sparkpanel
+
+USER sparkpanel
+EXPOSE 8000
+ENTRYPOINT ["/app/tools/container-start.sh"]
+CMD ["web"]

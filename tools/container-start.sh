@@ -1,0 +1,26 @@
+#!/bin/sh
+# Entry point of the SparkPanel image: `web`, `worker`, `worker-default` or `beat`;
+# anything else is run as given.
+set -eu
+case "${1:-web}" in
+  web)
+    python manage.py migrate --noinput
+    exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 \
+      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}"
+    ;;
+  worker)
+    # One worker per Spark: only this host's queue, one task at a time.
+    : "${SPARK_NAME:?set SPARK_NAME to this Spark's host name in the panel}"
+    exec celery -A sparkpanel worker -Q "host.${SPARK_NAME}" -n "${SPARK_NAME}@%h" \
+      -c 1 --prefetch-multiplier 1 -l INFO
+    ;;
+  worker-default)
+    exec celery -A sparkpanel worker -Q default -n "default@%h" -c 2 --prefetch-multiplier 1 -l INFO
+    ;;
+  beat)
+    exec celery -A sparkpanel beat -l INFO -s "${SPARKPANEL_VAR_DIR}/celerybeat-schedule"
+    ;;
+  *)
+    exec "$@"
+    ;;
+esac
