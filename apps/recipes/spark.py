@@ -1,0 +1,40 @@
+"""DGX Spark facts, defined once (../shared/SPEC.md §1). Pure Python: no Django.
+
+Units: GB = 10**9 bytes (memory sizes in the seeds and vendor sheets), GiB = 2**30 bytes
+(what CUDA and vLLM report).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+GB = 10**9
+GIB = 2**30
+MIB = 2**20
+
+# The one rule: above this --gpu-memory-utilization a Spark's shared memory pool can run
+# out and the whole machine freezes (no OOM kill; recovery needs a power reset).
+MAX_GPU_MEMORY_UTILIZATION = Decimal("0.90")
+# vLLM's own default, which breaks the rule: the panel always passes the flag explicitly.
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = Decimal("0.92")
+
+UTILIZATION_RULE = (
+    "--gpu-memory-utilization must be above 0 and at most 0.90 on a DGX Spark: CPU and GPU "
+    "share one 128 GB memory pool, and above 0.90 vLLM can take the memory the operating "
+    "system needs, which freezes the whole machine until a power reset."
+)
+
+PHYSICAL_MEMORY_GB = 128.0
+# What CUDA reports as total memory on GB10 (vLLM multiplies utilization by this).
+CUDA_VISIBLE_GIB = 121.7
+BANDWIDTH_GBS = 273.0  # 256-bit LPDDR5X at 8533 MT/s
+
+# Seed 004's budget; the planner uses the upper bounds unless a host overrides them.
+OS_RESERVE_GB = 6.0  # DGX OS + services: 4-6 GB
+CUDA_CONTEXT_GB = 3.0  # CUDA runtime + context: 2-3 GB
+CUDA_GRAPHS_GB = 5.0  # vLLM CUDA graphs: 3-5 GB (none with --enforce-eager)
+# Below this much free memory the machine is at risk of freezing (seed 004: 2-3 GB).
+FREEZE_MARGIN_GB = 3.0
+
+DEFAULT_IMAGE = "vllm/vllm-openai:cu130-nightly"
+DEFAULT_PORT = 8000
