@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "axes",
     "apps.accounts",
     "apps.core",
+    "apps.recipes",
 ]
 
 MIDDLEWARE = [

@@ -4,6 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("apps.core.urls")),
     path("accounts/", include("apps.accounts.urls")),
+    path("recipes/", include("apps.recipes.urls")),
     path("admin/", admin.site.urls),
 ]
 

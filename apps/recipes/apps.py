@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class RecipesConfig(AppConfig):
+    name = "apps.recipes"
+    label = "recipes"
+    verbose_name = "Recipes"

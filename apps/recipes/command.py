@@ -1,0 +1,127 @@
+"""The exact `vllm serve` argument vector of a recipe, and the last line of defence.
+
+Pure Python, no Django: the recipe page shows these, and both engines (Docker and the
+local process engine) receive the same vector. `assert_safe_argv` refuses any vector whose
+--gpu-memory-utilization is missing (vLLM would fall back to its 0.92 default) or above
+0.90, whatever path built it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from decimal import Decimal
+from typing import Protocol
+
+from apps.recipes import spark
+from apps.recipes.flags import FlagError, check_utilization
+
+
+class RecipeLike(Protocol):
+    model_id: str
+    served_model_name: str
+    image: str
+    gpu_memory_utilization: Decimal
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_dtype: str
+    quantization: str
+    swap_space: Decimal
+    enable_prefix_caching: bool
+    enforce_eager: bool
+    max_num_batched_tokens: int | None
+    tensor_parallel_size: int
+    reasoning_parser: str
+    tool_call_parser: str
+    extra_args: list[str]
+
+
+class UnsafeCommand(ValueError):
+    """The argument vector breaks a Spark safety rule; nothing may be started with it."""
+
+
+def _number(value: Decimal | float) -> str:
+    return format(Decimal(str(value)).normalize(), "f")
+
+
+def serve_argv(
+    recipe: RecipeLike, *, host: str | None = None, port: int | None = None
+) -> list[str]:
+    """`vllm serve <model> <flags>` for a recipe; host and port are the engine's to add."""
+    argv = ["vllm", "serve", recipe.model_id]
+    if recipe.served_model_name:
+        argv += ["--served-model-name", recipe.served_model_name]
+    if host is not None:
+        argv += ["--host", host]
+    if port is not None:
+        argv += ["--port", str(port)]
+    # Always explicit: vLLM's own default (0.92) would break the Spark rule.
+    argv += ["--gpu-memory-utilization", f"{Decimal(str(recipe.gpu_memory_utilization)):.2f}"]
+    argv += ["--max-model-len", str(recipe.max_model_len)]
+    argv += ["--max-num-seqs", str(recipe.max_num_seqs)]
+    argv += ["--kv-cache-dtype", recipe.kv_cache_dtype]
+    if recipe.quantization:
+        argv += ["--quantization", recipe.quantization]
+    argv += ["--swap-space", _number(recipe.swap_space)]
+    argv.append(
+        "--enable-prefix-caching" if recipe.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    if recipe.enforce_eager:
+        argv.append("--enforce-eager")
+    if recipe.max_num_batched_tokens:
+        argv += ["--max-num-batched-tokens", str(recipe.max_num_batched_tokens)]
+    if recipe.tensor_parallel_size and recipe.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(recipe.tensor_parallel_size)]
+    if recipe.reasoning_parser:
+        argv += ["--reasoning-parser", recipe.reasoning_parser]
+    if recipe.tool_call_parser:
+        argv += ["--tool-call-parser", recipe.tool_call_parser]
+    argv += list(recipe.extra_args or [])
+    assert_safe_argv(argv)
+    return argv
+
+
+def docker_run_argv(
+    recipe: RecipeLike,
+    *,
+    port: int = spark.DEFAULT_PORT,
+    hf_cache: str = "$HOME/.cache/huggingface",
+) -> list[str]:
+    """The equivalent `docker run` for copy-paste (NVIDIA's playbook shape: all GPUs, the
+    Hugging Face cache mounted so weights download once)."""
+    return [
+        "docker", "run", "--rm", "--gpus", "all",
+        "-p", f"{port}:{port}",
+        "-v", f"{hf_cache}:/root/.cache/huggingface",
+        recipe.image,
+        # Inside the container vLLM listens on all its interfaces; -p publishes the port.
+        *serve_argv(recipe, host="0.0.0.0", port=port),  # noqa: S104
+    ]  # fmt: skip
+
+
+def shell_line(argv: list[str]) -> str:
+    """One copy-pasteable line; $HOME stays expandable, everything else is quoted."""
+    return " ".join(a if a.startswith("$HOME/") and ":" in a else shlex.quote(a) for a in argv)
+
+
+def assert_safe_argv(argv: list[str]) -> None:
+    """Refuse a `vllm serve` vector that could freeze a Spark or smuggle in options."""
+    if len(argv) < 3 or argv[1] != "serve":
+        raise UnsafeCommand("expected 'vllm serve <model> ...'")
+    if any(not isinstance(a, str) for a in argv):
+        raise UnsafeCommand("every argument must be a string")
+    flags = argv[3:]
+    name = "--gpu-memory-utilization"
+    values = [flags[i + 1] for i, a in enumerate(flags[:-1]) if a == name]
+    values += [a.split("=", 1)[1] for a in flags if a.startswith(name + "=")]
+    if not values:
+        raise UnsafeCommand(
+            f"{name} is missing: vLLM would use its default 0.92. {spark.UTILIZATION_RULE}"
+        )
+    if len(values) > 1:
+        raise UnsafeCommand(f"{name} is given {len(values)} times")
+    try:
+        check_utilization(values[0])
+    except FlagError as exc:
+        raise UnsafeCommand(str(exc)) from None
+    if argv[2].startswith("-"):
+        raise UnsafeCommand("the model must come right after 'serve'")

@@ -1,0 +1,282 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.text import slugify
+
+from apps.recipes import planner, spark
+from apps.recipes.flags import (
+    KV_CACHE_DTYPES,
+    PARSER_NAME,
+    QUANTIZATIONS,
+    SERVED_NAME,
+    FlagError,
+    check_utilization,
+    validate_extra_args,
+    validate_image,
+    validate_model_id,
+)
+
+
+def validate_utilization(value) -> None:
+    try:
+        check_utilization(value)
+    except FlagError as exc:
+        raise ValidationError(str(exc), code="utilization") from None
+
+
+def validate_model_id_field(value: str) -> None:
+    message = validate_model_id(value)
+    if message:
+        raise ValidationError(message)
+
+
+def validate_image_field(value: str) -> None:
+    message = validate_image(value)
+    if message:
+        raise ValidationError(message)
+
+
+def validate_extra_args_field(value) -> None:
+    try:
+        validate_extra_args(value)
+    except FlagError as exc:
+        raise ValidationError(str(exc).splitlines()) from None
+
+
+def validate_parser(value: str) -> None:
+    if value and not PARSER_NAME.match(value):
+        raise ValidationError("Use the parser's name: lowercase letters, digits, '_', '.', '-'.")
+
+
+def validate_served_name(value: str) -> None:
+    if value and not SERVED_NAME.match(value):
+        raise ValidationError(
+            "Use letters, digits and . _ / : - (starting with a letter or digit)."
+        )
+
+
+class WeightFormat(models.TextChoices):
+    BF16 = "bf16", "BF16 (2 B/param)"
+    FP16 = "fp16", "FP16 (2 B/param)"
+    FP8 = "fp8", "FP8 (1 B/param)"
+    INT8 = "int8", "INT8 (1 B/param)"
+    NVFP4 = "nvfp4", "NVFP4 (4.5 bits/param)"
+    MXFP4 = "mxfp4", "MXFP4 (4.25 bits/param)"
+    INT4 = "int4", "INT4 AWQ/GPTQ (4.25 bits/param)"
+    FP32 = "fp32", "FP32 (4 B/param)"
+
+
+class RecipeQuerySet(models.QuerySet):
+    def presets(self):
+        return self.filter(is_preset=True)
+
+
+class Recipe(models.Model):
+    """How to serve one model on a Spark: the model, the image, typed vLLM flags and the
+    model's architecture (for the memory planner)."""
+
+    KV_CACHE_DTYPE_CHOICES = [(v, v) for v in KV_CACHE_DTYPES]
+    QUANTIZATION_CHOICES = [("", "none / from the checkpoint"), *((q, q) for q in QUANTIZATIONS)]
+    CHECKPOINT_KV_CHOICES = [
+        ("", "model dtype"),
+        ("bf16", "bf16"),
+        ("fp16", "fp16"),
+        ("fp8", "fp8"),
+    ]
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True, blank=True)
+    description = models.TextField(blank=True)
+    model_id = models.CharField(
+        "model",
+        max_length=200,
+        validators=[validate_model_id_field],
+        help_text="Hugging Face id (organisation/model) or an absolute path inside the container.",
+    )
+    served_model_name = models.CharField(
+        max_length=128, blank=True, validators=[validate_served_name],
+        help_text="Name clients use in requests; blank = the model id.",
+    )  # fmt: skip
+    image = models.CharField(
+        "container image", max_length=255, default=spark.DEFAULT_IMAGE,
+        validators=[validate_image_field],
+    )  # fmt: skip
+
+    # --- vLLM flags --------------------------------------------------------------------
+    gpu_memory_utilization = models.DecimalField(
+        max_digits=3,
+        decimal_places=2,
+        validators=[validate_utilization],
+        help_text="Share of the memory CUDA sees that vLLM may take. At most 0.90 on a Spark.",
+    )
+    max_model_len = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
+        help_text="Longest prompt + answer in tokens.",
+    )
+    max_num_seqs = models.PositiveIntegerField(
+        default=4,
+        validators=[MinValueValidator(1), MaxValueValidator(1024)],
+        help_text="Sequences served at once (the seeds recommend 4–10).",
+    )
+    kv_cache_dtype = models.CharField(max_length=16, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
+    quantization = models.CharField(max_length=32, choices=QUANTIZATION_CHOICES, blank=True)
+    swap_space = models.DecimalField(
+        "swap space (GiB)", max_digits=5, decimal_places=1, default=Decimal("0"),
+        validators=[MinValueValidator(0), MaxValueValidator(256)],
+        help_text="0 on a Spark: swap lives in the same memory pool.",
+    )  # fmt: skip
+    enable_prefix_caching = models.BooleanField(default=True)
+    enforce_eager = models.BooleanField(
+        default=False, help_text="No CUDA graphs: saves 3–5 GB, slower decode."
+    )
+    max_num_batched_tokens = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(1_048_576)]
+    )
+    tensor_parallel_size = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(8)]
+    )
+    reasoning_parser = models.CharField(max_length=64, blank=True, validators=[validate_parser])
+    tool_call_parser = models.CharField(max_length=64, blank=True, validators=[validate_parser])
+    extra_args = models.JSONField(
+        default=list, blank=True, validators=[validate_extra_args_field],
+        help_text="Further vLLM flags from the allowed list.",
+    )  # fmt: skip
+
+    # --- architecture (for the planner) ----------------------------------------------------
+    total_params_b = models.FloatField(
+        "total parameters (B)", null=True, blank=True, validators=[MinValueValidator(0.001)]
+    )
+    active_params_b = models.FloatField(
+        "active parameters (B)", null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="MoE models only: parameters used per token.",
+    )  # fmt: skip
+    weight_format = models.CharField(max_length=8, choices=WeightFormat.choices, default="bf16")
+    weight_gb = models.FloatField(
+        "weight size (GB)", null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="The checkpoint's real size; better than parameters × bytes for "
+        "mixed-precision builds.",
+    )  # fmt: skip
+    num_layers = models.PositiveIntegerField(null=True, blank=True)
+    attention_layers = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Layers that keep a KV cache (hybrid Mamba/linear-attention models have "
+        "fewer than their layer count). Blank = all layers.",
+    )  # fmt: skip
+    kv_heads = models.PositiveIntegerField("KV heads", null=True, blank=True)
+    head_dim = models.PositiveIntegerField(null=True, blank=True)
+    kv_lora_rank = models.PositiveIntegerField("MLA kv_lora_rank", null=True, blank=True)
+    qk_rope_head_dim = models.PositiveIntegerField("MLA qk_rope_head_dim", null=True, blank=True)
+    sliding_window_layers = models.PositiveIntegerField(null=True, blank=True)
+    sliding_window = models.PositiveIntegerField("sliding window (tokens)", null=True, blank=True)
+    recurrent_state_mib = models.FloatField(
+        "recurrent state per sequence (MiB)", null=True, blank=True,
+        validators=[MinValueValidator(0)],
+    )  # fmt: skip
+    checkpoint_kv_dtype = models.CharField(
+        "KV dtype of 'auto'", max_length=8, choices=CHECKPOINT_KV_CHOICES, blank=True
+    )
+
+    is_preset = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="recipes",
+    )  # fmt: skip
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RecipeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            # The last line in the database: no path, not even a raw UPDATE, stores more.
+            models.CheckConstraint(
+                condition=Q(gpu_memory_utilization__gt=0)
+                & Q(gpu_memory_utilization__lte=spark.MAX_GPU_MEMORY_UTILIZATION),
+                name="recipe_gpu_memory_utilization_at_most_0_90",
+                violation_error_message=spark.UTILIZATION_RULE,
+            ),
+            models.CheckConstraint(
+                condition=Q(max_model_len__gte=1) & Q(max_num_seqs__gte=1),
+                name="recipe_lengths_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.slug:
+            self.slug = slugify(self.name)[:100] or "recipe"
+        super().save(*args, **kwargs)
+
+    def get_absolute_url(self) -> str:
+        return reverse("recipe-detail", args=[self.slug])
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if (
+            self.active_params_b is not None
+            and self.total_params_b is not None
+            and self.active_params_b > self.total_params_b
+        ):
+            errors["active_params_b"] = "Active parameters cannot exceed the total."
+        layers = self.num_layers
+        if (
+            self.attention_layers is not None
+            and layers is not None
+            and self.attention_layers > layers
+        ):
+            errors["attention_layers"] = f"Cannot exceed the {layers} layers of the model."
+        attn = self.attention_layers if self.attention_layers is not None else layers
+        if self.sliding_window_layers and attn is not None and self.sliding_window_layers > attn:
+            errors["sliding_window_layers"] = "Cannot exceed the number of attention layers."
+        if self.sliding_window_layers and not self.sliding_window:
+            errors["sliding_window"] = "Give the window size for the sliding-window layers."
+        if bool(self.kv_lora_rank) != (
+            self.qk_rope_head_dim is not None and self.kv_lora_rank is not None
+        ):
+            errors["qk_rope_head_dim"] = "MLA needs both kv_lora_rank and qk_rope_head_dim."
+        if errors:
+            raise ValidationError(errors)
+
+    # --- planner adapters --------------------------------------------------------------
+    def architecture(self) -> planner.Architecture:
+        return planner.Architecture(
+            total_params_b=self.total_params_b,
+            active_params_b=self.active_params_b,
+            weight_format=self.weight_format,
+            weight_gb=self.weight_gb,
+            num_layers=self.num_layers,
+            attention_layers=self.attention_layers,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            sliding_window_layers=self.sliding_window_layers,
+            sliding_window=self.sliding_window,
+            recurrent_state_mib=self.recurrent_state_mib,
+            checkpoint_kv_dtype=self.checkpoint_kv_dtype,
+        )
+
+    def flags(self) -> planner.Flags:
+        return planner.Flags(
+            gpu_memory_utilization=float(self.gpu_memory_utilization),
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            kv_cache_dtype=self.kv_cache_dtype,
+            swap_space_gib=float(self.swap_space or 0),
+            enforce_eager=self.enforce_eager,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            tensor_parallel_size=self.tensor_parallel_size,
+        )
+
+    def plan(self, host: planner.HostSpec | None = None) -> planner.Plan:
+        return planner.plan(self.architecture(), self.flags(), host)

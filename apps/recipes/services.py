@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from apps.recipes.planner import Plan, Severity, Verdict
+from apps.recipes.spark import GB
+
+VERDICT_CSS = {
+    Verdict.FITS: "ok",
+    Verdict.TIGHT: "warn",
+    Verdict.DOES_NOT_FIT: "bad",
+    Verdict.UNKNOWN: "unknown",
+}
+VERDICT_TEXT = {
+    Verdict.FITS: "Fits",
+    Verdict.TIGHT: "Tight",
+    Verdict.DOES_NOT_FIT: "Does not fit",
+    Verdict.UNKNOWN: "Cannot tell yet",
+}
+
+
+def _gb(value: float | None) -> str | None:
+    return None if value is None else f"{value / GB:,.1f}"
+
+
+def plan_context(result: Plan) -> dict:
+    """What the plan templates show: formatted numbers and the stacked memory bar."""
+    physical = result.physical_bytes
+    segments = [
+        {
+            "key": s.key,
+            "label": s.label,
+            "gb": _gb(s.bytes),
+            "percent": round(s.bytes / physical * 100, 2) if physical else 0,
+        }
+        for s in result.budget()
+    ]
+    ratio = result.kv_usage_ratio
+    return {
+        "plan": result,
+        "verdict_css": VERDICT_CSS[result.verdict],
+        "verdict_text": VERDICT_TEXT[result.verdict],
+        "segments": segments,
+        "numbers": {
+            "weights": _gb(result.weights_bytes),
+            "pool": _gb(result.pool_bytes),
+            "kv_available": _gb(result.kv_available_bytes),
+            "kv_needed": _gb(result.kv_needed_bytes),
+            "headroom": _gb(result.headroom_bytes),
+            "kv_per_token_kib": None
+            if result.kv_bytes_per_token is None
+            else f"{result.kv_bytes_per_token / 1024:,.1f}",
+            "kv_per_seq_gb": _gb(result.kv_bytes_per_sequence),
+            "state_mib": f"{result.state_bytes_per_sequence / 2**20:,.0f}"
+            if result.state_bytes_per_sequence
+            else None,
+            "kv_usage_percent": None if ratio is None else f"{ratio * 100:.0f}",
+            "ceiling": _tps(result.decode_ceiling_tps),
+            "ceiling_full": _tps(result.decode_ceiling_full_context_tps),
+            "ceiling_batch": _tps(result.decode_ceiling_batch_tps),
+        },
+        "dangers": [w for w in result.warnings if w.severity is Severity.DANGER],
+        "cautions": [w for w in result.warnings if w.severity is not Severity.DANGER],
+    }
+
+
+def _tps(value: float | None) -> str | None:
+    return None if value is None else f"{value:,.1f}"
+
+
+def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[str], str | None]:
+    """Architecture fields from a pasted/uploaded config.json: (fields, notes, error)."""
+    from apps.recipes.hf_config import ConfigImportError, parse_hf_config
+
+    try:
+        result = parse_hf_config(config_text, quant_text or None)
+    except ConfigImportError as exc:
+        return {}, [], str(exc)
+    fields = dict(result.fields)
+    notes = list(result.notes)
+    if result.max_position_embeddings:
+        notes.append(
+            f"The model supports up to {result.max_position_embeddings:,} tokens of context "
+            "(max_position_embeddings); max_model_len may not exceed it."
+        )
+    return fields, notes, None

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from apps.recipes import views, wizard
+
+urlpatterns = [
+    path("", views.recipe_list, name="recipes"),
+    path("new/", views.recipe_create, name="recipe-create"),
+    path("wizard/", wizard.wizard, name="recipe-wizard"),
+    path("plan/", views.plan_preview, name="recipe-plan"),
+    path("import/", views.recipe_import, name="recipe-import"),
+    path("export/", views.recipe_export, name="recipe-export"),
+    path("<slug:slug>/", views.recipe_detail, name="recipe-detail"),
+    path("<slug:slug>/edit/", views.recipe_edit, name="recipe-edit"),
+    path("<slug:slug>/delete/", views.recipe_delete, name="recipe-delete"),
+]

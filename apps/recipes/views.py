@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from apps.accounts.roles import EDIT_RECIPES
+from apps.recipes.command import docker_run_argv, serve_argv, shell_line
+from apps.recipes.forms import PlanInputForm, RecipeForm, YamlImportForm
+from apps.recipes.models import Recipe
+from apps.recipes.services import plan_context
+from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
+
+
+def _recipe(slug: str) -> Recipe:
+    return get_object_or_404(Recipe, slug=slug)
+
+
+@require_GET
+def recipe_list(request: HttpRequest) -> HttpResponse:
+    recipes = list(Recipe.objects.all())
+    rows = [(r, r.plan()) for r in recipes]
+    return render(request, "recipes/list.html", {"rows": rows})
+
+
+@require_GET
+def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    recipe = _recipe(slug)
+    return render(
+        request,
+        "recipes/detail.html",
+        {
+            "recipe": recipe,
+            "serve_argv": serve_argv(recipe),
+            "serve_line": shell_line(serve_argv(recipe)),
+            "docker_line": shell_line(docker_run_argv(recipe)),
+            **plan_context(recipe.plan()),
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def recipe_create(request: HttpRequest) -> HttpResponse:
+    form = RecipeForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        recipe = form.save(commit=False)
+        recipe.created_by = request.user
+        recipe.save()
+        messages.success(request, f"Recipe “{recipe.name}” saved.")
+        return redirect(recipe)
+    return render(request, "recipes/edit.html", {"form": form, "creating": True})
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def recipe_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    recipe = _recipe(slug)
+    form = RecipeForm(request.POST or None, instance=recipe)
+    if request.method == "POST" and form.is_valid():
+        recipe = form.save()
+        messages.success(request, f"Recipe “{recipe.name}” saved.")
+        return redirect(recipe)
+    return render(request, "recipes/edit.html", {"form": form, "recipe": recipe})
+
+
+@require_POST
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def recipe_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    recipe = _recipe(slug)
+    name = recipe.name
+    recipe.delete()
+    messages.success(request, f"Recipe “{name}” deleted.")
+    return redirect("recipes")
+
+
+@require_POST
+def plan_preview(request: HttpRequest) -> HttpResponse:
+    """The live re-plan behind every recipe and wizard input (htmx, debounced)."""
+    form = PlanInputForm(request.POST)
+    if not form.is_valid():
+        return render(request, "recipes/partials/plan.html", {"plan_errors": form.errors})
+    from apps.recipes.planner import plan
+
+    arch, flags = form.to_planner()
+    return render(request, "recipes/partials/plan.html", plan_context(plan(arch, flags)))
+
+
+@require_GET
+def recipe_export(request: HttpRequest) -> HttpResponse:
+    slugs = request.GET.getlist("slug")
+    recipes = Recipe.objects.filter(slug__in=slugs) if slugs else Recipe.objects.all()
+    if slugs and len(recipes) != len(set(slugs)):
+        missing = sorted(set(slugs) - {r.slug for r in recipes})
+        return HttpResponse(
+            f"No recipe named {', '.join(missing)}.", status=404, content_type="text/plain"
+        )
+    filename = f"{slugify(recipes[0].name)}.yaml" if len(slugs) == 1 else "sparkpanel-recipes.yaml"
+    response = HttpResponse(
+        recipes_to_yaml(recipes), content_type="application/yaml; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def recipe_import(request: HttpRequest) -> HttpResponse:
+    form = YamlImportForm(request.POST or None, request.FILES or None)
+    result = None
+    if request.method == "POST" and form.is_valid():
+        result = recipes_from_yaml(
+            form.cleaned_data["yaml_text"], replace=form.cleaned_data["replace"], user=request.user
+        )
+        if result.ok:
+            names = ", ".join(r.name for r in [*result.created, *result.updated])
+            messages.success(
+                request,
+                f"Imported {len(result.created)} new and updated {len(result.updated)} "
+                f"recipe(s): {names}.",
+            )
+            for note in result.notes:
+                messages.info(request, note)
+            return redirect("recipes")
+    status = 400 if result is not None and not result.ok else 200
+    return render(request, "recipes/import.html", {"form": form, "result": result}, status=status)

@@ -1,0 +1,174 @@
+"""YAML import and export of recipes (SparkPanel's own format and sparkrun recipes).
+
+Every imported recipe goes through RecipeForm, the same validation as the browser (so
+the ≤ 0.90 rule and every flag check apply), and an import is all or nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import yaml
+from django.db import transaction
+
+from apps.recipes.flags import format_extra_args
+from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, IDENTITY_FIELDS, RecipeForm
+from apps.recipes.models import Recipe
+
+FORMAT_VERSION = 1
+FIELDS = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", *ARCH_FIELDS]
+
+
+@dataclass
+class EntryErrors:
+    label: str
+    errors: dict[str, list[str]]
+
+
+@dataclass
+class ImportResult:
+    created: list[Recipe] = field(default_factory=list)
+    updated: list[Recipe] = field(default_factory=list)
+    problems: list[EntryErrors] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _problem(label: str, message: str, key: str = "__all__") -> EntryErrors:
+    return EntryErrors(label, {key: [message]})
+
+
+def recipe_to_dict(recipe: Recipe) -> dict:
+    data: dict = {}
+    for name in FIELDS:
+        value = getattr(recipe, name)
+        if isinstance(value, Decimal):
+            value = float(value)
+        if value in (None, "") and name not in IDENTITY_FIELDS[:4]:
+            continue
+        data[name] = value
+    return data
+
+
+def recipes_to_yaml(recipes) -> str:
+    doc = {"sparkpanel": FORMAT_VERSION, "recipes": [recipe_to_dict(r) for r in recipes]}
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
+    """The recipe mappings in a document, whatever its shape."""
+    from apps.recipes.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
+
+    notes: list[str] = []
+    if isinstance(doc, dict) and "recipes" in doc:
+        extra = set(doc) - {"recipes", "sparkpanel"}
+        if extra:
+            keys = ", ".join(sorted(map(str, extra)))
+            message = f"unknown top-level key(s): {keys} (expected 'sparkpanel' and 'recipes')"
+            return [], notes, [_problem("document", message)]
+        version = doc.get("sparkpanel", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            message = f"format version {version!r} is not supported (this panel reads 1)"
+            return [], notes, [_problem("document", message, "sparkpanel")]
+        doc = doc["recipes"]
+    elif isinstance(doc, dict) and looks_like_sparkrun(doc):
+        label = f"sparkrun recipe {doc.get('model')!r}"
+        try:
+            parsed = parse_sparkrun(doc)
+        except SparkrunImportError as exc:
+            return [], notes, [_problem(label, str(exc))]
+        problems = [EntryErrors(label, parsed.errors)] if parsed.errors else []
+        notes += [f"sparkrun: {line}" for line in parsed.ignored]
+        fields = dict(parsed.fields)
+        if parsed.description and "description" not in fields:
+            fields["description"] = parsed.description
+        return [fields], notes, problems
+    elif isinstance(doc, dict):
+        doc = [doc]
+    if not isinstance(doc, list) or not all(isinstance(e, dict) for e in doc):
+        message = (
+            "expected a mapping with 'recipes:', a list of recipes, one recipe, "
+            "or a sparkrun recipe"
+        )
+        return [], notes, [_problem("document", message)]
+    return doc, notes, []
+
+
+def _form_data(entry: dict) -> dict:
+    data = dict(entry)
+    if isinstance(data.get("extra_args"), list):
+        data["extra_args"] = format_extra_args([str(t) for t in data["extra_args"]])
+    for key, value in list(data.items()):
+        if value is None:
+            data[key] = ""
+    # A key absent from the file means the model's default (a missing boolean is not
+    # "unchecked", a missing max_num_seqs is not "required").
+    for name in FIELDS:
+        model_field = Recipe._meta.get_field(name)
+        if name not in data and model_field.has_default():
+            default = model_field.get_default()
+            data[name] = format_extra_args(default) if name == "extra_args" else default
+    return data
+
+
+def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportResult:
+    """Validate every recipe in `text`; save all of them or none."""
+    result = ImportResult()
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        result.problems.append(
+            EntryErrors("document", {"__all__": [f"not valid YAML{where}: {problem}"]})
+        )
+        return result
+    entries, result.notes, result.problems = _entries(doc)
+    if result.problems:
+        return result
+    if not entries:
+        result.problems.append(_problem("document", "no recipes in the document"))
+        return result
+
+    forms: list[RecipeForm] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        label = f"recipe {index + 1}" + (f" ({entry.get('name')})" if entry.get("name") else "")
+        unknown = sorted(set(map(str, entry)) - set(FIELDS))
+        if unknown:
+            result.problems.append(_problem(label, f"unknown key(s): {', '.join(unknown)}"))
+            continue
+        slug = str(entry.get("slug") or "")
+        instance = Recipe.objects.filter(slug=slug).first() if slug else None
+        if instance is None and entry.get("name"):
+            instance = Recipe.objects.filter(name=entry["name"]).first()
+        if instance is not None and not replace:
+            message = f"a recipe {instance.slug!r} already exists; tick 'replace' to overwrite it"
+            result.problems.append(_problem(label, message, "slug"))
+            continue
+        form = RecipeForm(data=_form_data(entry), instance=instance)
+        if not form.is_valid():
+            result.problems.append(EntryErrors(label, {k: list(v) for k, v in form.errors.items()}))
+            continue
+        key = form.cleaned_data.get("slug") or form.cleaned_data["name"]
+        if key in seen:
+            result.problems.append(_problem(label, "appears twice in this file", "slug"))
+            continue
+        seen.add(key)
+        forms.append(form)
+    if result.problems:
+        return result
+    with transaction.atomic():
+        for form in forms:
+            is_new = form.instance.pk is None
+            recipe = form.save(commit=False)
+            if is_new and user is not None and user.is_authenticated:
+                recipe.created_by = user
+            recipe.save()
+            (result.created if is_new else result.updated).append(recipe)
+    return result
