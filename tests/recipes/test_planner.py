@@ -116,7 +116,7 @@ def test_pool_headroom_and_kv_available_for_the_70b_preset():
 
 def test_verdict_is_tight_between_70_and_100_percent_and_does_not_fit_above():
     arch = Architecture(total_params_b=30, num_layers=64, kv_heads=8, head_dim=128)
-    flags = dict(gpu_memory_utilization=0.90, kv_cache_dtype="fp16")
+    flags = {"gpu_memory_utilization": 0.90, "kv_cache_dtype": "fp16"}
     available = plan(arch, Flags(max_model_len=1000, **flags)).kv_available_bytes
     per_seq_1k = 2 * 64 * 8 * 128 * 2 * 1000
     fit_seqs = int(available // per_seq_1k)
@@ -151,14 +151,14 @@ def test_vllms_default_0_92_would_leave_less_than_the_freeze_margin():
     host = HostSpec()
     headroom = host.physical_memory_gb * GB - host.os_reserve_gb * GB - 0.92 * 121.7 * GIB
     assert headroom < host.freeze_margin_gb * GB
-    with pytest.raises(ValueError, match="at most 0.90"):
+    with pytest.raises(ValueError, match=r"at most 0\.90"):
         plan(LLAMA_70B, Flags(0.92, 4096))
 
 
 def test_a_host_with_a_big_co_tenant_turns_a_safe_value_into_a_freeze_risk():
     result = plan(LLAMA_70B, Flags(0.90, 4096), HostSpec(os_reserve_gb=12))
     assert result.verdict is Verdict.DOES_NOT_FIT
-    assert [w.code for w in result.warnings][0] == "freeze-risk"
+    assert result.warnings[0].code == "freeze-risk"
 
 
 def test_warnings_name_the_unsafe_flags():

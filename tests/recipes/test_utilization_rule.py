@@ -87,10 +87,12 @@ def test_django_admin_saves_a_valid_recipe(client_as, admin_user):
 
 
 def test_yaml_import_refuses_and_imports_nothing_at_all():
-    doc = {"sparkpanel": 1, "recipes": [
-        {"name": "Good one", "model_id": "a/b", "gpu_memory_utilization": 0.85, "max_model_len": 4096},
-        {"name": "Bad one", "model_id": "a/c", "gpu_memory_utilization": 0.95, "max_model_len": 4096},
-    ]}  # fmt: skip
+    good = {"name": "Good one", "model_id": "a/b", "gpu_memory_utilization": 0.85}
+    bad = {"name": "Bad one", "model_id": "a/c", "gpu_memory_utilization": 0.95}
+    doc = {
+        "sparkpanel": 1,
+        "recipes": [{**good, "max_model_len": 4096}, {**bad, "max_model_len": 4096}],
+    }
     result = recipes_from_yaml(yaml.safe_dump(doc))
     assert not result.ok
     assert [p.label for p in result.problems] == ["recipe 2 (Bad one)"]
@@ -140,7 +142,7 @@ def test_the_live_planner_refuses_with_the_same_explanation(client_as, member):
                 "0.99",
             ],
             "2 times",
-        ),  # fmt: skip
+        ),
         (["vllm", "serve", "a/b", "--gpu-memory-utilization", "nan"], "not allowed"),
     ],
 )
