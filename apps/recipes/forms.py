@@ -71,6 +71,11 @@ class RecipeForm(forms.ModelForm):
         labels = {
             "max_model_len": "Max model len (context per user, tokens)",
             "max_num_seqs": "Max num seqs (users served at once)",
+            "kv_cache_dtype": "KV cache dtype",
+            "num_layers": "Layers",
+            "max_num_batched_tokens": "Max batched tokens",
+            "tensor_parallel_size": "Tensor parallel size",
+            "enable_prefix_caching": "Prefix caching",
         }
 
     def __init__(self, *args, **kwargs):

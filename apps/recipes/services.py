@@ -53,6 +53,7 @@ def plan_context(result: Plan) -> dict:
             if result.state_bytes_per_sequence
             else None,
             "kv_usage_percent": None if ratio is None else f"{ratio * 100:.0f}",
+            "tokens_fit": None if result.tokens_that_fit is None else f"{result.tokens_that_fit:,}",
             "ceiling": _tps(result.decode_ceiling_tps),
             "ceiling_full": _tps(result.decode_ceiling_full_context_tps),
             "ceiling_batch": _tps(result.decode_ceiling_batch_tps),
