@@ -59,11 +59,15 @@ def test_operator_saves_a_recipe_from_the_wizard(new_page):
     login(page, "otto")
     _open_wizard(page)
     page.get_by_role("button", name="Llama-3.3-70B-Instruct (NVFP4, dense)").click()
+    expect(page.get_by_label("Model", exact=True)).to_have_value(
+        "nvidia/Llama-3.3-70B-Instruct-FP4"
+    )
     page.get_by_role("button", name="Next →").click()
     page.get_by_role("button", name="70B dense, 5 users").click()
     expect(page.get_by_label("Max model len (context per user, tokens)")).to_have_value("4096")
     expect(page.locator("#plan-preview .verdict")).to_have_text("Fits")
     page.get_by_role("button", name="Next →").click()
+    expect(page.locator(".steps li.current")).to_have_text("3. Review and save")
     page.get_by_label("Name").fill("Team 70B from the wizard")
     page.get_by_role("button", name="Save recipe").click()
     expect(page.get_by_role("heading", name="Team 70B from the wizard")).to_be_visible()

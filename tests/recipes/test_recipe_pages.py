@@ -336,3 +336,22 @@ def test_operator_saves_from_the_wizard(client_as, operator):
     )
     recipe = Recipe.objects.get(name="From wizard")
     assert response.status_code == 302 and response["Location"] == recipe.get_absolute_url()
+
+
+def test_wizard_reads_uploaded_config_and_quant_files(client_as, member):
+    config = {
+        "num_hidden_layers": 88, "hybrid_override_pattern": "M" * 40 + "E" * 40 + "*" * 8,
+        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "hidden_size": 4096,
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+        "conv_kernel": 4, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    quant = {"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}}
+    data = recipe_data(step="1", action="import_config")
+    data["config_file"] = SimpleUploadedFile("config.json", json.dumps(config).encode())
+    data["quant_file"] = SimpleUploadedFile("hf_quant_config.json", json.dumps(quant).encode())
+    html = client_as(member).post(reverse("recipe-wizard"), data).content.decode()
+    assert 'name="attention_layers" value="8"' in html
+    assert 'name="kv_heads" value="2"' in html
+    assert '<option value="nvfp4" selected>' in html
+    assert '<option value="fp8" selected>fp8</option>' in html  # KV dtype of auto
+    assert 'name="recurrent_state_mib" value="162.3' in html
