@@ -1,0 +1,5 @@
+import sys
+
+from sparksim.cli import main
+
+sys.exit(main())

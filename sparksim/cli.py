@@ -1,0 +1,426 @@
+"""`python -m sparksim serve <model> [flags]`: start-up, then serve until stopped.
+
+Takes the same argument vector as `vllm serve` (the panel builds one vector for both), plus
+the simulator's own flags. Start-up prints vLLM's log lines in vLLM's order with durations
+from the model's profile, runs the same memory checks a Spark would fail, and only then
+answers /v1/models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+from apps.recipes.flags import EXTRA_FLAGS
+from apps.recipes.planner import (
+    kv_bytes_per_sequence,
+    kv_bytes_per_token_split,
+    kv_element_bytes,
+    weight_bytes,
+)
+from apps.recipes.spark import (
+    CUDA_CONTEXT_GB,
+    CUDA_GRAPHS_GB,
+    CUDA_VISIBLE_GIB,
+    GB,
+    GIB,
+    MIB,
+    OS_RESERVE_GB,
+    PHYSICAL_MEMORY_GB,
+)
+from sparksim import __version__
+from sparksim.engine import Clock, Engine
+from sparksim.faults import FAULT_HELP, Faults, FaultSpecError, fail_start_error, parse_faults
+from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
+from sparksim.metrics import VllmMetrics
+from sparksim.profiles import BUILTIN, Profile, resolve_profile
+from sparksim.server import VLLM_VERSION, App, ServerState
+
+log = logging.getLogger("sparksim")
+VLLM_DEFAULT_UTILIZATION = 0.92
+SHARD_GB = 5.0
+
+
+class StartupFailed(Exception):
+    """vLLM would have died here; the message is its last log line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sparksim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser(
+        "serve",
+        help="simulate `vllm serve`",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=FAULT_HELP,
+    )
+    serve.add_argument("model")
+    v = serve.add_argument_group("vllm serve flags")
+    v.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (vLLM's default is all interfaces; the simulator's is loopback)",
+    )
+    v.add_argument("--port", type=int, default=8000)
+    v.add_argument("--served-model-name", nargs="+", default=None)
+    v.add_argument("--gpu-memory-utilization", type=float, default=VLLM_DEFAULT_UTILIZATION)
+    v.add_argument("--max-model-len", type=int, default=None)
+    v.add_argument("--max-num-seqs", type=int, default=256)
+    v.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    v.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"],
+    )
+    v.add_argument("--quantization", "-q", default=None)
+    v.add_argument("--swap-space", type=float, default=4.0)
+    v.add_argument(
+        "--enable-prefix-caching", dest="enable_prefix_caching", action="store_true", default=True
+    )
+    v.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    v.add_argument("--enforce-eager", action="store_true")
+    v.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    v.add_argument("--reasoning-parser", default=None)
+    v.add_argument("--tool-call-parser", default=None)
+    for flag, spec in EXTRA_FLAGS.items():
+        if spec.kind == "switch":
+            v.add_argument(flag, action="store_true")
+        else:
+            v.add_argument(flag, default=None)
+    s = serve.add_argument_group("simulator")
+    s.add_argument(
+        "--profile",
+        choices=[*BUILTIN, "generic"],
+        default=None,
+        help="model profile (default: matched from the model id)",
+    )
+    s.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="run N× faster than real time (durations are still reported in simulated seconds)",
+    )
+    s.add_argument(
+        "--load-time-scale",
+        type=float,
+        default=None,
+        help="time scale of start-up only (default: --time-scale)",
+    )
+    s.add_argument(
+        "--fault",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="inject a fault (repeatable; see below)",
+    )
+    s.add_argument(
+        "--meminfo-file",
+        default=None,
+        help="write a /proc/meminfo-format file with the simulated memory use",
+    )
+    s.add_argument("--log-level", default="INFO")
+    return parser
+
+
+class VllmFormatter(logging.Formatter):
+    """`INFO 11-29 08:50:01 [loader.py:123] message`, the shape vLLM prints."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(record.created))
+        return (
+            f"{record.levelname} {stamp} [{record.filename}:{record.lineno}] {record.getMessage()}"
+        )
+
+
+@dataclass
+class Plan:
+    weights: float
+    pool: float
+    graphs: float
+    kv_available: float
+    per_token: float
+    per_seq_max: float
+    state: float
+    tokens: int
+    blocks: int
+    free_at_start: float
+
+
+def memory_plan(profile: Profile, args) -> Plan:
+    arch = profile.architecture
+    weights = weight_bytes(arch) or 0.0
+    pool = args.gpu_memory_utilization * CUDA_VISIBLE_GIB * GIB
+    graphs = 0.0 if args.enforce_eager else CUDA_GRAPHS_GB * GB
+    context = CUDA_CONTEXT_GB * GB
+    kv_available = pool - context - graphs - weights
+    element = kv_element_bytes(
+        arch, "fp8" if args.kv_cache_dtype.startswith("fp8") else args.kv_cache_dtype
+    )
+    split = kv_bytes_per_token_split(arch, element) or (0.0, 0.0)
+    per_token = max(sum(split), 1.0)
+    per_seq = kv_bytes_per_sequence(arch, element, args.max_model_len) or 0.0
+    state = (arch.recurrent_state_mib or 0.0) * MIB
+    for_tokens = kv_available - args.max_num_seqs * state if state else kv_available
+    tokens = max(int(for_tokens // per_token), 0)
+    free_at_start = (PHYSICAL_MEMORY_GB - OS_RESERVE_GB - CUDA_CONTEXT_GB) * GB
+    return Plan(
+        weights,
+        pool,
+        graphs,
+        kv_available,
+        per_token,
+        per_seq,
+        state,
+        tokens,
+        tokens // 16,
+        free_at_start,
+    )
+
+
+async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -> Plan:
+    scale = (args.load_time_scale or args.time_scale) / faults.slow_start_factor
+
+    async def pause(sim_seconds: float) -> None:
+        await asyncio.sleep(sim_seconds / scale)
+
+    name = args.served_model_name[0] if args.served_model_name else args.model
+    log.info(
+        "vLLM API server version %s (sparksim %s: simulated, no GPU)", VLLM_VERSION, __version__
+    )
+    non_default = {
+        "model": args.model,
+        "host": args.host,
+        "port": args.port,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "quantization": args.quantization,
+        "enforce_eager": args.enforce_eager,
+    }
+    log.info(
+        "non-default args: %s", {k: v for k, v in non_default.items() if v not in (None, False)}
+    )
+    for line in faults.describe():
+        log.warning(line)
+    log.info("Resolved architecture: %s", profile.architecture_name)
+    log.info("Using max model len %d", args.max_model_len)
+    plan = memory_plan(profile, args)
+    await pause(3.0)
+
+    log.info("Starting to load model %s...", args.model)
+    memory.set_footprint(int(CUDA_CONTEXT_GB * GB))
+    fast = 3.0 if getattr(args, "load_format", None) == "fastsafetensors" else 1.0
+    load_seconds = plan.weights / GB / (profile.load_gbps * fast)
+    shards = max(1, math.ceil(plan.weights / GB / SHARD_GB))
+    per_shard = load_seconds / shards
+    for k in range(1, shards + 1):
+        await pause(per_shard)
+        memory.set_footprint(int(CUDA_CONTEXT_GB * GB + plan.weights * k / shards))
+        elapsed, remaining = per_shard * k, per_shard * (shards - k)
+        log.info(
+            "Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s<%s, %.2fs/it]",
+            round(100 * k / shards),
+            k,
+            shards,
+            _mmss(elapsed),
+            _mmss(remaining),
+            per_shard,
+        )
+        if faults.fail_start_phase == "load" and k * 2 >= shards:
+            raise StartupFailed(fail_start_error("load"))
+    log.info("Loading weights took %.2f seconds", load_seconds)
+    log.info(
+        "Model loading took %.4f GiB memory and %.6f seconds",
+        plan.weights / GIB,
+        load_seconds + 1.5,
+    )
+
+    if not args.enforce_eager:
+        await pause(profile.compile_seconds * 0.3)
+        log.info("Dynamo bytecode transform time: %.2f s", profile.compile_seconds * 0.3)
+        await pause(profile.compile_seconds * 0.7)
+        log.info("Compiling a graph for dynamic shape takes %.2f s", profile.compile_seconds * 0.7)
+        log.info("torch.compile takes %.2f s in total", profile.compile_seconds)
+
+    await pause(5.0)  # memory profiling run
+    if faults.fail_start_phase == "profile":
+        raise StartupFailed(fail_start_error("profile"))
+    requested = plan.pool
+    if requested > plan.free_at_start:
+        raise StartupFailed(
+            f"ValueError: Free memory on device ({plan.free_at_start / GIB:.2f}/"
+            f"{CUDA_VISIBLE_GIB:.2f} GiB) on startup is less than desired GPU memory utilization "
+            f"({args.gpu_memory_utilization}, {requested / GIB:.2f} GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes."
+        )
+    if plan.kv_available <= 0:
+        raise StartupFailed(
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    memory.set_footprint(int(plan.pool))
+    log.info("Available KV cache memory: %.2f GiB", plan.kv_available / GIB)
+    log.info("GPU KV cache size: %s tokens", f"{plan.tokens:,}")
+    seq_tokens = max(plan.per_seq_max / plan.per_token, 1.0)
+    log.info(
+        "Maximum concurrency for %s tokens per request: %.2fx",
+        f"{args.max_model_len:,}",
+        plan.tokens / seq_tokens,
+    )
+    if plan.per_seq_max + plan.state > plan.kv_available:
+        estimated = int((plan.kv_available - plan.state) // plan.per_token)
+        raise StartupFailed(
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({args.max_model_len}), ({(plan.per_seq_max + plan.state) / GIB:.2f} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory "
+            f"({plan.kv_available / GIB:.2f} GiB). Based on the available memory, the estimated "
+            f"maximum model length is {max(estimated, 0)}. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+
+    if not args.enforce_eager:
+        steps = 4
+        for k in range(1, steps + 1):
+            await pause(profile.graph_capture_seconds / steps)
+            log.info(
+                "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): %3d%%| %d/67",
+                25 * k,
+                round(67 * k / steps),
+            )
+            if faults.fail_start_phase == "graphs" and k == 2:
+                raise StartupFailed(fail_start_error("graphs"))
+        log.info(
+            "Graph capturing finished in %d secs, took %.2f GiB",
+            round(profile.graph_capture_seconds),
+            plan.graphs / GIB * 0.2,
+        )
+    init = 5.0 + (
+        0 if args.enforce_eager else profile.graph_capture_seconds + profile.compile_seconds
+    )
+    log.info("init engine (profile, create kv cache, warmup model) took %.2f seconds", init)
+    log.info("Starting vLLM API server 0 on http://%s:%d", args.host, args.port)
+    log.info("Serving model %s as %s", args.model, name)
+    return plan
+
+
+def _mmss(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+async def serve(args) -> int:
+    import uvicorn
+
+    faults = parse_faults(args.fault)
+    profile = resolve_profile(args.model, name=args.profile, quantization=args.quantization)
+    if args.jit_seconds is not None:
+        profile = dataclasses.replace(profile, jit_seconds=max(args.jit_seconds, 0.0))
+    if args.max_model_len is None:
+        args.max_model_len = 32768
+    names = args.served_model_name or [args.model]
+    state = ServerState(
+        model=args.model,
+        served_names=names,
+        max_model_len=args.max_model_len,
+        faults=faults,
+        reasoning=bool(args.reasoning_parser),
+        time_scale=args.time_scale,
+    )
+    clock = Clock(args.time_scale)
+    memory = MemoryModel(
+        growth_bytes_per_s=gb_per_min_to_bytes_per_s(faults.mem_growth_gb_per_min)
+        if faults.mem_growth_gb_per_min
+        else 0.0
+    )
+    tasks: list[asyncio.Task] = []
+    if args.meminfo_file:
+        writer = MeminfoWriter(args.meminfo_file, memory, clock=clock.sim)
+        writer.write_once()
+        tasks.append(asyncio.create_task(writer.run()))
+    config = uvicorn.Config(
+        App(state),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    server_task = asyncio.create_task(server.serve())
+    try:
+        plan = await startup(args, profile, faults, memory)
+    except StartupFailed as exc:
+        log.error("%s", exc)
+        log.error("Engine core initialization failed. See root cause above.")
+        server.should_exit = True
+        await _quietly(server_task)
+        for task in tasks:
+            task.cancel()
+        return 1
+    metrics = VllmMetrics(
+        model_name=names[0],
+        max_model_len=args.max_model_len,
+        cache_config={
+            "block_size": 16,
+            "cache_dtype": args.kv_cache_dtype,
+            "enable_prefix_caching": args.enable_prefix_caching,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "num_gpu_blocks": plan.blocks,
+        },
+    )
+    engine = Engine(
+        profile=profile,
+        architecture=profile.architecture,
+        metrics=metrics,
+        clock=clock,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        num_blocks=plan.blocks,
+        kv_cache_dtype=args.kv_cache_dtype,
+        enable_prefix_caching=args.enable_prefix_caching,
+        enforce_eager=args.enforce_eager,
+    )
+    tasks.append(asyncio.create_task(engine.run()))
+    state.metrics, state.engine, state.ready = metrics, engine, True
+    log.info("Application startup complete.")
+    await _quietly(server_task)
+    log.info("Shutting down")
+    for task in tasks:
+        task.cancel()
+    return 0
+
+
+async def _quietly(task: asyncio.Task) -> None:
+    with contextlib.suppress(asyncio.CancelledError, SystemExit, KeyboardInterrupt):
+        await task
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        parse_faults(args.fault)
+    except FaultSpecError as exc:
+        parser.error(str(exc))
+    if args.time_scale <= 0 or (args.load_time_scale is not None and args.load_time_scale <= 0):
+        parser.error("--time-scale and --load-time-scale must be positive")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(VllmFormatter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        runner = asyncio.run
+    return runner(serve(args))

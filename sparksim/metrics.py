@@ -1,0 +1,307 @@
+"""vLLM's Prometheus metrics, with vLLM's exact names, labels and buckets.
+
+The point of the simulator is that SparkPanel cannot tell it from a real vLLM V1
+server, so ``/metrics`` must expose the same families, types, label sets and
+histogram buckets. Everything here mirrors ``PrometheusStatLogger`` in vLLM's
+``vllm/v1/metrics/loggers.py`` (read in the upstream repository; the
+inter-token-latency and per-request TPOT histograms come from the 0.11+ layout):
+
+- every series carries ``model_name`` and ``engine`` (``"0"``: one engine core);
+- ``vllm:cache_config_info`` is an info-style gauge fixed at 1 whose labels are the
+  cache config's fields plus ``engine``, and *no* ``model_name`` (vLLM builds its
+  label set from ``CacheConfig.metrics_info()`` and adds only ``engine``);
+- counters are exposed with ``_total`` (and, as from a real server, ``_created``);
+- ``vllm:request_success`` has an extra ``finished_reason`` label, with a series
+  for every reason created up front at 0, as vLLM does.
+
+Deprecated aliases that newer vLLM versions hide (``vllm:gpu_cache_usage_perc``,
+``vllm:time_per_output_token_seconds``, ``vllm:gpu_prefix_cache_*``) are left out.
+
+When things are recorded follows vLLM, so rates computed from the simulator mean
+the same as on a real server:
+
+- TTFT is observed when the request's first token is produced (``observe_ttft``),
+  not when it finishes, so in-flight and later-aborted requests count;
+  ``observe_finished`` therefore does NOT observe TTFT.
+- inter-token latency is observed for every output token after the first
+  (``observe_inter_token``);
+- the per-request histograms (e2e, queue, prefill, decode, inference, prompt and
+  generation token counts, mean time per output token) and ``request_success`` are
+  recorded when the request finishes (``observe_finished``).
+
+A private ``CollectorRegistry`` keeps several simulated servers in one process (and
+tests) from colliding, and keeps the process's default metrics out of the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+# What prometheus_client's ASGI app (which vLLM mounts at /metrics) answers a client
+# that sends no Accept header, e.g. curl or SparkPanel's poller.
+CONTENT_TYPE: str = CONTENT_TYPE_PLAIN_0_0_4
+
+ENGINE = "0"
+LABELNAMES = ("model_name", "engine")
+
+# vllm/v1/engine/__init__.py FINISH_REASON_STRINGS (newest upstream); vLLM creates a
+# request_success series for each one at start-up.
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
+
+# Bucket boundaries, copied from vllm/v1/metrics/loggers.py (PrometheusStatLogger).
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+# Shared by vllm:inter_token_latency_seconds and
+# vllm:request_time_per_output_token_seconds.
+PER_TOKEN_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+# vLLM's request_latency_buckets: e2e, queue, prefill, decode and inference time.
+REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+)  # fmt: skip
+
+
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's token-count buckets.
+
+    Same rule as vLLM's ``build_1_2_5_buckets``: stop at the first value above
+    ``max_value``.
+    """
+    buckets: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(value)
+        exponent += 1
+
+
+class VllmMetrics:
+    """The ``/metrics`` state of one simulated vLLM server (one engine core)."""
+
+    def __init__(
+        self, *, model_name: str, max_model_len: int, cache_config: Mapping[str, object]
+    ) -> None:
+        self.model_name = model_name
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        labels = (model_name, ENGINE)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, LABELNAMES, registry=reg)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, LABELNAMES, registry=reg)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...] | list[int]) -> Histogram:
+            return Histogram(name, doc, LABELNAMES, registry=reg, buckets=buckets)
+
+        # Children are bound up front so every series exists (at 0) from the first
+        # scrape, as on a real server.
+        self._running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        ).labels(*labels)
+        self._waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        ).labels(*labels)
+        self._kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        ).labels(*labels)
+        for child in (self._running, self._waiting, self._kv_usage):
+            child.set(0)
+
+        info = {str(k): str(v) for k, v in cache_config.items()}
+        info.pop("engine", None)
+        info_gauge = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            [*info, "engine"],
+            registry=reg,
+        )
+        info_gauge.labels(**info, engine=ENGINE).set(1)
+
+        self._prefix_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ).labels(*labels)
+        self._prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        ).labels(*labels)
+        self._preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        ).labels(*labels)
+        self._prompt_tokens = counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed."
+        ).labels(*labels)
+        self._generation_tokens = counter(
+            "vllm:generation_tokens", "Number of generation tokens processed."
+        ).labels(*labels)
+        self._success_family = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*LABELNAMES, "finished_reason"],
+            registry=reg,
+        )
+        self._success = {
+            reason: self._success_family.labels(*labels, reason) for reason in FINISH_REASONS
+        }
+
+        token_buckets = build_1_2_5_buckets(max_model_len)
+        self._req_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
+        ).labels(*labels)
+        self._req_generation_tokens = histogram(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            token_buckets,
+        ).labels(*labels)
+        self._iteration_tokens = histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_TOKENS_BUCKETS,
+        ).labels(*labels)
+        self._ttft = histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            TTFT_BUCKETS,
+        ).labels(*labels)
+        self._itl = histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            PER_TOKEN_BUCKETS,
+        ).labels(*labels)
+        self._tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            PER_TOKEN_BUCKETS,
+        ).labels(*labels)
+        self._e2e = histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*labels)
+        self._queue = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*labels)
+        self._inference = histogram(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*labels)
+        self._prefill = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*labels)
+        self._decode = histogram(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        ).labels(*labels)
+
+    # -- scheduler state (set every engine step) ------------------------------------
+
+    def set_queue(self, *, running: int, waiting: int) -> None:
+        self._running.set(running)
+        self._waiting.set(waiting)
+
+    def set_kv_usage(self, fraction: float) -> None:
+        """KV-cache usage as a fraction of the blocks in use, 0 to 1 (not percent)."""
+        self._kv_usage.set(min(1.0, max(0.0, fraction)))
+
+    # -- counters ---------------------------------------------------------------------
+
+    def add_prompt_tokens(self, n: int) -> None:
+        """Prompt tokens; vLLM V1 adds a request's prompt length in the engine step
+        that completes its prefill."""
+        self._prompt_tokens.inc(n)
+
+    def add_generation_tokens(self, n: int) -> None:
+        """Output tokens produced, added every engine step."""
+        self._generation_tokens.inc(n)
+
+    def add_preemptions(self, n: int = 1) -> None:
+        self._preemptions.inc(n)
+
+    def add_prefix_cache(self, *, queries: int, hits: int) -> None:
+        """Prefix-cache lookups in tokens, as vLLM counts them: ``queries`` prompt tokens
+        looked up, ``hits`` of them found in the cache."""
+        self._prefix_queries.inc(queries)
+        self._prefix_hits.inc(hits)
+
+    # -- per-step and per-token observations -----------------------------------------
+
+    def observe_iteration_tokens(self, n: int) -> None:
+        """Tokens processed in one engine step (prompt plus generated), as vLLM's
+        ``vllm:iteration_tokens_total`` histogram (a histogram despite the name)."""
+        self._iteration_tokens.observe(n)
+
+    def observe_ttft(self, seconds: float) -> None:
+        """Time to first token, observed when the first token is produced (as vLLM)."""
+        self._ttft.observe(seconds)
+
+    def observe_inter_token(self, seconds: float) -> None:
+        """Gap between two consecutive output tokens of one request."""
+        self._itl.observe(seconds)
+
+    # -- finished requests ------------------------------------------------------------
+
+    def observe_finished(
+        self,
+        *,
+        finished_reason: str,
+        prompt_tokens: int,
+        generation_tokens: int,
+        queue_s: float,
+        prefill_s: float,
+        decode_s: float,
+        e2e_s: float,
+        ttft_s: float | None = None,
+    ) -> None:
+        """Record one finished request, as vLLM does in ``record()``.
+
+        ``ttft_s`` is accepted so call sites can pass a request's full timing, but it
+        is NOT observed here: TTFT belongs to ``observe_ttft`` at the first token, and
+        observing it again here would count it twice.
+
+        Inference time is ``prefill_s + decode_s`` (first scheduled to last token).
+        The mean time per output token excludes the first token, which prefill
+        produced: ``decode_s / (generation_tokens - 1)``, and 0 for a request with at
+        most one output token; vLLM observes that 0 too rather than skipping it.
+        """
+        success = self._success.get(finished_reason)
+        if success is None:
+            # An unknown reason still counts, in its own series, rather than vanishing.
+            success = self._success_family.labels(self.model_name, ENGINE, finished_reason)
+            self._success[finished_reason] = success
+        success.inc()
+        self._e2e.observe(e2e_s)
+        self._queue.observe(queue_s)
+        self._prefill.observe(prefill_s)
+        self._inference.observe(prefill_s + decode_s)
+        self._decode.observe(decode_s)
+        self._req_prompt_tokens.observe(prompt_tokens)
+        self._req_generation_tokens.observe(generation_tokens)
+        tpot = decode_s / (generation_tokens - 1) if generation_tokens > 1 else 0.0
+        self._tpot.observe(tpot)
+
+    # -- exposition -------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every series; serve with ``CONTENT_TYPE``."""
+        return generate_latest(self.registry)

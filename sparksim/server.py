@@ -1,0 +1,511 @@
+"""The OpenAI-compatible HTTP API of the simulated vLLM server (a bare ASGI app).
+
+Endpoints as vLLM V1 serves them: /health, /v1/models (ready only after start-up),
+/version, /load, /metrics, /tokenize, /detokenize, /v1/chat/completions and
+/v1/completions (streaming and not), plus /sparksim/stats (timing accuracy). Errors use
+vLLM's JSON shape and status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from sparksim import __version__
+from sparksim.engine import Engine, Event, SimRequest
+from sparksim.faults import Faults, Http500Gate, TokenCrashCounter, mangle_metrics
+from sparksim.metrics import CONTENT_TYPE, VllmMetrics
+from sparksim.tokenizer import DEFAULT_TOKENIZER, apply_chat_template
+
+log = logging.getLogger("sparksim.api")
+VLLM_VERSION = "0.11.0"
+MAX_BODY = 16 * 1024 * 1024
+REASONING_SHARE = 4  # with a reasoning parser, the first quarter of the output (≤ 64)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError", param=None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+
+@dataclass
+class ServerState:
+    model: str
+    served_names: list[str]
+    max_model_len: int
+    faults: Faults
+    metrics: VllmMetrics | None = None
+    engine: Engine | None = None
+    ready: bool = False
+    reasoning: bool = False
+    started: float = field(default_factory=time.time)
+    gate: Http500Gate = field(init=False)
+    crash: TokenCrashCounter = field(init=False)
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
+        self.crash = TokenCrashCounter(self.faults.crash_after_tokens)
+
+
+class App:
+    def __init__(self, state: ServerState):
+        self.state = state
+        self.tokenizer = DEFAULT_TOKENIZER
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"]
+        try:
+            handler = ROUTES.get((method, path))
+            if handler is None:
+                if any(p == path for _, p in ROUTES):
+                    raise ApiError(405, "Method Not Allowed", "MethodNotAllowed")
+                raise ApiError(404, "Not Found", "NotFoundError")
+            await handler(self, scope, receive, send)
+        except ApiError as exc:
+            await _json(send, exc.status, exc.body())
+
+    # --- plain endpoints --------------------------------------------------------------
+    async def health(self, scope, receive, send) -> None:
+        await _raw(send, 200, b"", "text/plain")
+
+    async def models(self, scope, receive, send) -> None:
+        if not self.state.ready:
+            raise ApiError(503, "The model is still loading.", "ServiceUnavailableError")
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": int(self.state.started),
+                "owned_by": "vllm",
+                "root": self.state.model,
+                "parent": None,
+                "max_model_len": self.state.max_model_len,
+            }
+            for name in self.state.served_names
+        ]
+        await _json(send, 200, {"object": "list", "data": data})
+
+    async def version(self, scope, receive, send) -> None:
+        # The one place the simulator admits what it is.
+        await _json(
+            send, 200, {"version": VLLM_VERSION, "simulated": True, "sparksim": __version__}
+        )
+
+    async def load(self, scope, receive, send) -> None:
+        engine = self.state.engine
+        await _json(send, 200, {"server_load": engine.load if engine else 0})
+
+    async def metrics(self, scope, receive, send) -> None:
+        if self.state.metrics is None:
+            raise ApiError(503, "The model is still loading.", "ServiceUnavailableError")
+        body = self.state.metrics.render()
+        if self.state.faults.metrics_mode:
+            body = mangle_metrics(body.decode(), self.state.faults.metrics_mode).encode()
+        await _raw(send, 200, body, CONTENT_TYPE)
+
+    async def stats(self, scope, receive, send) -> None:
+        engine = self._engine()
+        query = scope.get("query_string", b"").decode()
+        summary = engine.timing.summary()
+        if "reset=1" in query:
+            engine.timing.reset()
+        await _json(send, 200, {"simulated": True, "time_scale": self.state.time_scale, **summary})
+
+    async def tokenize(self, scope, receive, send) -> None:
+        body = await _body(receive)
+        self._check_model(body)
+        if "messages" in body:
+            text = apply_chat_template(
+                _messages(body), add_generation_prompt=bool(body.get("add_generation_prompt", True))
+            )
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            raise ApiError(400, "Give either 'prompt' (a string) or 'messages'.")
+        tokens = self.tokenizer.encode(text)
+        await _json(
+            send,
+            200,
+            {"count": len(tokens), "max_model_len": self.state.max_model_len, "tokens": tokens},
+        )
+
+    async def detokenize(self, scope, receive, send) -> None:
+        body = await _body(receive)
+        self._check_model(body)
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
+            raise ApiError(400, "'tokens' must be a list of non-negative integers.")
+        if any(t >= self.tokenizer.vocab_size for t in tokens):
+            raise ApiError(
+                400, f"token id out of range (vocabulary size {self.tokenizer.vocab_size})"
+            )
+        await _json(send, 200, {"prompt": self.tokenizer.decode(tokens)})
+
+    # --- completions -------------------------------------------------------------------
+    async def chat(self, scope, receive, send) -> None:
+        body = await _body(receive)
+        name = self._check_model(body)
+        text = apply_chat_template(_messages(body), add_generation_prompt=True)
+        await self._complete(body, name, self.tokenizer.encode(text), send, receive, chat=True)
+
+    async def completions(self, scope, receive, send) -> None:
+        body = await _body(receive)
+        name = self._check_model(body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise ApiError(400, "'prompt' must be a string or a list of token ids.")
+        await self._complete(body, name, ids, send, receive, chat=False)
+
+    async def _complete(self, body, name, prompt_ids, send, receive, *, chat: bool) -> None:
+        engine = self._engine()
+        if self.state.gate.should_fail():
+            raise ApiError(
+                500,
+                "Internal server error (sparksim fault injection: http500)",
+                "InternalServerError",
+            )
+        request = self._sim_request(body, prompt_ids, chat=chat)
+        stream = bool(body.get("stream", False))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "'stream_options' must be an object.")
+        engine.submit(request)
+        watcher = asyncio.create_task(_watch_disconnect(receive, engine, request))
+        try:
+            if stream:
+                await self._stream(send, request, name, chat=chat, options=options)
+            else:
+                await self._whole(send, request, name, chat=chat)
+        finally:
+            watcher.cancel()
+            engine.abort(request)  # no-op when it finished
+
+    def _sim_request(self, body: dict, prompt_ids: list[int], *, chat: bool) -> SimRequest:
+        limit = self.state.max_model_len
+        n = body.get("n", 1)
+        if n != 1:
+            raise ApiError(400, "sparksim serves n=1 only.", param="n")
+        if len(prompt_ids) >= limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your request "
+                f"has {len(prompt_ids)} input tokens. Please reduce the length of the input "
+                "messages.",
+                param="messages" if chat else "prompt",
+            )
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if max_tokens is None:
+            max_tokens = limit - len(prompt_ids)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ApiError(400, "'max_tokens' must be a positive integer.", param="max_tokens")
+        if len(prompt_ids) + max_tokens > limit:
+            raise ApiError(
+                400,
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                f"model's maximum context length is {limit} tokens and your request has "
+                f"{len(prompt_ids)} input tokens ({max_tokens} > {limit} - {len(prompt_ids)}).",
+                param="max_tokens",
+            )
+        min_tokens = body.get("min_tokens", 0) or 0
+        if not isinstance(min_tokens, int) or min_tokens < 0 or min_tokens > max_tokens:
+            raise ApiError(
+                400, "'min_tokens' must be between 0 and max_tokens.", param="min_tokens"
+            )
+        temperature = body.get("temperature", 1.0)
+        if temperature is not None and (
+            not isinstance(temperature, int | float) or temperature < 0
+        ):
+            raise ApiError(400, "'temperature' must be a non-negative number.", param="temperature")
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise ApiError(400, "'cache_salt' must be a non-empty string.", param="cache_salt")
+        seed = body.get("seed")
+        reasoning = min(max_tokens // REASONING_SHARE, 64) if chat and self.state.reasoning else 0
+        return SimRequest(
+            request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            prompt_ids=prompt_ids,
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            cache_salt=salt,
+            seed=seed if isinstance(seed, int) else None,
+            reasoning_tokens=reasoning,
+        )
+
+    async def _stream(
+        self, send, request: SimRequest, name: str, *, chat: bool, options: dict
+    ) -> None:
+        include_usage = bool(options.get("include_usage"))
+        continuous = bool(options.get("continuous_usage_stats"))
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
+
+        def usage() -> dict:
+            return {
+                "prompt_tokens": request.prompt_len,
+                "completion_tokens": request.generated,
+                "total_tokens": request.prompt_len + request.generated,
+            }
+
+        async def chunk(choice: dict | None, with_usage: bool = False) -> None:
+            payload = {
+                "id": request.request_id,
+                "object": obj,
+                "created": created,
+                "model": name,
+                "choices": [choice] if choice is not None else [],
+            }
+            if with_usage:
+                payload["usage"] = usage()
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + json.dumps(payload).encode() + b"\n\n",
+                    "more_body": True,
+                }
+            )
+
+        sent = 0
+        role_sent = False
+        stalled = False
+        faults = self.state.faults
+        while True:
+            event: Event = await request.events.get()
+            if event.kind == "finish":
+                if request.aborted:
+                    return
+                break
+            text = self.tokenizer.decode(event.token_ids)
+            if chat:
+                if not role_sent:
+                    # vLLM's first chat chunk carries only the role.
+                    await chunk(
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        },
+                        continuous,
+                    )
+                    role_sent = True
+                delta = {"reasoning": text} if event.reasoning else {"content": text}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+            await chunk(choice, continuous)
+            sent += len(event.token_ids)
+            self._count_tokens(len(event.token_ids))
+            if faults.stall_seconds and not stalled and sent >= faults.stall_after_tokens:
+                stalled = True
+                await asyncio.sleep(faults.stall_seconds / self.state.time_scale)
+        # The finish reason rides on a final empty delta, then usage, then [DONE].
+        if chat:
+            last = {
+                "index": 0,
+                "delta": {},
+                "logprobs": None,
+                "finish_reason": request.finish_reason,
+                "stop_reason": None,
+            }
+        else:
+            last = {
+                "index": 0,
+                "text": "",
+                "logprobs": None,
+                "finish_reason": request.finish_reason,
+                "stop_reason": None,
+            }
+        await chunk(last, continuous)
+        if include_usage:
+            await chunk(None, True)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+    async def _whole(self, send, request: SimRequest, name: str, *, chat: bool) -> None:
+        answer: list[int] = []
+        reasoning: list[int] = []
+        while True:
+            event = await request.events.get()
+            if event.kind == "finish":
+                break
+            (reasoning if event.reasoning else answer).extend(event.token_ids)
+            self._count_tokens(len(event.token_ids))
+        text = self.tokenizer.decode(answer)
+        usage = {
+            "prompt_tokens": request.prompt_len,
+            "completion_tokens": request.generated,
+            "total_tokens": request.prompt_len + request.generated,
+        }
+        if chat:
+            message = {"role": "assistant", "content": text}
+            if reasoning:
+                message["reasoning"] = self.tokenizer.decode(reasoning)
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": request.finish_reason,
+                "stop_reason": None,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": request.finish_reason,
+                "stop_reason": None,
+            }
+            obj = "text_completion"
+        await _json(
+            send,
+            200,
+            {
+                "id": request.request_id,
+                "object": obj,
+                "created": int(time.time()),
+                "model": name,
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
+
+    # --- helpers -------------------------------------------------------------------------
+    def _count_tokens(self, n: int) -> None:
+        """The crash-after-tokens fault: die like a CUDA fault, without any clean-up."""
+        if self.state.crash.add(n):
+            log.error(
+                "CUDA error: an illegal memory access was encountered "
+                "(sparksim fault injection: crash-after-tokens)"
+            )
+            logging.shutdown()
+            os._exit(1)
+
+    def _engine(self) -> Engine:
+        if not self.state.ready or self.state.engine is None:
+            raise ApiError(503, "The model is still loading.", "ServiceUnavailableError")
+        return self.state.engine
+
+    def _check_model(self, body: dict) -> str:
+        name = body.get("model")
+        if name is None:
+            return self.state.served_names[0]
+        if name not in self.state.served_names:
+            raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
+        return name
+
+
+ROUTES = {
+    ("GET", "/health"): App.health,
+    ("GET", "/v1/models"): App.models,
+    ("GET", "/version"): App.version,
+    ("GET", "/load"): App.load,
+    ("GET", "/metrics"): App.metrics,
+    ("GET", "/sparksim/stats"): App.stats,
+    ("POST", "/tokenize"): App.tokenize,
+    ("POST", "/detokenize"): App.detokenize,
+    ("POST", "/v1/chat/completions"): App.chat,
+    ("POST", "/v1/completions"): App.completions,
+}
+
+
+def _messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list.", param="messages")
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ApiError(400, "Every message needs a 'role' and 'content'.", param="messages")
+    return messages
+
+
+async def _body(receive) -> dict:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(400, "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ApiError(413, "Request body too large.", "RequestTooLarge")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    try:
+        body = json.loads(b"".join(chunks) or b"{}")
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"Invalid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+async def _watch_disconnect(receive, engine: Engine, request: SimRequest) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            engine.abort(request)
+            request.events.put_nowait(Event("finish", finish_reason="abort"))
+            return
+
+
+async def _raw(send, status: int, body: bytes, content_type: str) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _json(send, status: int, obj) -> None:
+    await _raw(send, status, json.dumps(obj).encode(), "application/json")
