@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="time scale of start-up only (default: --time-scale)",
     )
     s.add_argument(
+        "--jit-seconds",
+        type=float,
+        default=None,
+        help="override the profile's one-off compile delay on the first request (0 skips it)",
+    )
+    s.add_argument(
         "--fault",
         action="append",
         default=None,

@@ -1,0 +1,101 @@
+"""Start-up as vLLM does it on a Spark: the log lines in order, readiness, and the same
+memory failures a real Spark would hit."""
+
+import httpx
+import pytest
+
+from tests.conftest import wait_for
+from tests.sparksim.conftest import NEMOTRON_FLAGS
+
+STARTUP_ORDER = [
+    "non-default args:",
+    "Resolved architecture: NemotronHForCausalLM",
+    "Using max model len 131072",
+    "Starting to load model nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4...",
+    "Loading safetensors checkpoint shards:   7% Completed | 1/14",
+    "Loading safetensors checkpoint shards: 100% Completed | 14/14",
+    "Loading weights took",
+    "Model loading took 63.1786 GiB memory",
+    "Dynamo bytecode transform time:",
+    "Available KV cache memory:",
+    "GPU KV cache size:",
+    "Maximum concurrency for 131,072 tokens per request:",
+    "Capturing CUDA graphs",
+    "Graph capturing finished in",
+    "init engine (profile, create kv cache, warmup model) took",
+    "Starting vLLM API server 0 on http://127.0.0.1:",
+    "Application startup complete.",
+]
+
+
+def test_startup_prints_vllms_log_lines_in_order(start_sim):
+    log = start_sim(*NEMOTRON_FLAGS).log()
+    positions = [log.find(line) for line in STARTUP_ORDER]
+    assert all(p >= 0 for p in positions), [
+        line for line, p in zip(STARTUP_ORDER, positions, strict=True) if p < 0
+    ]
+    assert positions == sorted(positions)
+    # A first load of a 68 GB checkpoint takes 10-15 simulated minutes.
+    took = float(log.split("Loading weights took ")[1].split()[0])
+    assert 600 <= took <= 900
+
+
+def test_health_answers_during_load_but_models_only_when_ready(start_sim):
+    sim = start_sim(*NEMOTRON_FLAGS, load_scale=150, ready=False)  # ~5 s of loading
+    wait_for(lambda: _status(sim.url + "/health") == 200, 20, "health", sim.proc)
+    assert _status(sim.url + "/v1/models") == 503
+    assert "Application startup complete." not in sim.log()
+    wait_for(sim.ready, 30, "ready", sim.proc)
+    assert "Application startup complete." in sim.log()
+
+
+@pytest.mark.parametrize("utilization", ["0.95", "0.92"])
+def test_more_than_a_spark_has_free_fails_at_startup_like_vllm(start_sim, utilization):
+    sim = start_sim("--gpu-memory-utilization", utilization, "--max-model-len", "8192", ready=False)
+    assert sim.proc.wait(timeout=30) == 1
+    log = sim.log()
+    assert "Free memory on device" in log and "is less than desired GPU memory utilization" in log
+    assert "Application startup complete." not in log
+
+
+def test_vllms_default_utilization_is_what_breaks(start_sim):
+    # No flag: vLLM's own 0.92 default, which fails on a Spark.
+    sim = start_sim("--max-model-len", "8192", ready=False)
+    assert sim.proc.wait(timeout=30) == 1
+    assert "'gpu_memory_utilization': 0.92" in sim.log()
+
+
+def test_a_context_longer_than_the_kv_cache_fails_with_the_estimated_maximum(start_sim):
+    sim = start_sim("--gpu-memory-utilization", "0.5", "--max-model-len", "262144",
+                    model="nvidia/Llama-3.3-70B-Instruct-FP4", ready=False)  # fmt: skip
+    assert sim.proc.wait(timeout=30) == 1
+    log = sim.log()
+    assert "larger than the available KV cache memory" in log
+    estimated = int(log.split("estimated maximum model length is ")[1].split(".")[0])
+    assert 40_000 < estimated < 60_000  # 17.6 GB / 320 KiB per token
+
+
+def test_weights_that_leave_no_room_for_kv_fail(start_sim):
+    sim = start_sim(
+        "--gpu-memory-utilization",
+        "0.5",
+        "--max-model-len",
+        "4096",
+        model="Qwen/Qwen3-32B",
+        ready=False,
+    )
+    assert sim.proc.wait(timeout=30) == 1
+    assert "No available memory for the cache blocks" in sim.log()
+
+
+def test_unknown_fault_is_refused_on_the_command_line(start_sim):
+    sim = start_sim("--fault", "stal:5", ready=False)
+    assert sim.proc.wait(timeout=30) == 2
+    assert "unknown fault 'stal'" in sim.log()
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=1).status_code
+    except httpx.HTTPError:
+        return None
