@@ -36,12 +36,14 @@ from apps.recipes.spark import (
     PHYSICAL_MEMORY_GB,
 )
 from sparksim import __version__
+from sparksim.corpus import TextStream
 from sparksim.engine import Clock, Engine
 from sparksim.faults import FAULT_HELP, Faults, FaultSpecError, fail_start_error, parse_faults
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import BUILTIN, Profile, resolve_profile
 from sparksim.server import VLLM_VERSION, App, ServerState
+from sparksim.tokenizer import DEFAULT_TOKENIZER
 
 log = logging.getLogger("sparksim")
 VLLM_DEFAULT_UTILIZATION = 0.92
@@ -396,6 +398,11 @@ async def serve(args) -> int:
         enable_prefix_caching=args.enable_prefix_caching,
         enforce_eager=args.enforce_eager,
     )
+    # Build the tokenizer's vocabulary and the corpus now: done lazily on the first request
+    # it would delay that request's first token by tens of milliseconds.
+    TextStream(0).next_ids(1)
+    TextStream(0, kind="reasoning").next_ids(1)
+    DEFAULT_TOKENIZER.decode(DEFAULT_TOKENIZER.encode("warm up"))
     tasks.append(asyncio.create_task(engine.run()))
     state.metrics, state.engine, state.ready = metrics, engine, True
     log.info("Application startup complete.")
