@@ -1,9 +1,10 @@
 # SparkPanel — the two commands that matter are `make run` and `make test`.
-.PHONY: run test lint format setup clean help
+.PHONY: run test bench lint format setup clean help
 
 help:
 	@echo "make run    set everything up and serve the panel (http://127.0.0.1:8000)"
 	@echo "make test   set everything up and run lint + the whole test suite"
+	@echo "make bench  measure sparksim capacity (see docs/BENCHMARKS.md)"
 	@echo "make lint   ruff check + format check only"
 	@echo "make format apply ruff's formatting and safe fixes"
 
@@ -26,3 +27,9 @@ format: setup
 
 clean:
 	rm -rf .venv var .pytest_cache .ruff_cache
+
+# Measured figures for docs/BENCHMARKS.md (ratios, medians and spreads; not part of make test).
+bench:
+	@bash tools/bootstrap.sh
+	.venv/bin/python -m bench.sparksim_calibration
+	.venv/bin/python -m bench.sparksim_capacity

@@ -283,8 +283,17 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
         f"{args.max_model_len:,}",
         plan.tokens / seq_tokens,
     )
+    states = args.max_num_seqs * plan.state
+    if states and plan.per_seq_max + plan.state <= plan.kv_available < states + plan.per_seq_max:
+        raise StartupFailed(
+            f"ValueError: The recurrent state of max_num_seqs={args.max_num_seqs} sequences "
+            f"({states / GIB:.2f} GiB) leaves too little of the available KV cache memory "
+            f"({plan.kv_available / GIB:.2f} GiB) for a request of max_model_len "
+            f"({args.max_model_len}). Try decreasing `max_num_seqs` or `max_model_len`, or "
+            "increasing `gpu_memory_utilization`."
+        )
     if plan.per_seq_max + plan.state > plan.kv_available:
-        estimated = int((plan.kv_available - plan.state) // plan.per_token)
+        estimated = min(int((plan.kv_available - plan.state) // plan.per_token), plan.tokens)
         raise StartupFailed(
             f"ValueError: To serve at least one request with the models's max seq len "
             f"({args.max_model_len}), ({(plan.per_seq_max + plan.state) / GIB:.2f} GiB KV cache is "

@@ -6,13 +6,13 @@ speed with times scaled back, which must not change the ratios.
 """
 
 import asyncio
-import json
 import time
 
 import httpx
 import pytest
 
 from sparksim.corpus import TextStream
+from sparksim.probe import measure
 from tests.sparksim.conftest import NEMOTRON_FLAGS
 
 # Seed 000 (single stream). The 1,834/32 total is SPEC's corrected ~2.4 s.
@@ -23,36 +23,6 @@ SEED = {
     (1834, 108): {"ttft": 1.12, "total": 5.74, "prefill": 1639, "decode": 23.4},
     (7234, 124): {"ttft": 3.84, "total": 9.26, "prefill": 1884, "decode": 22.9},
 }
-
-
-def measure(
-    client: httpx.Client, prompt_tokens: int, gen_tokens: int, scale: float, seed: int
-) -> dict:
-    prompt = TextStream(seed).next_ids(prompt_tokens)  # exact length: token ids
-    body = {"prompt": prompt, "max_tokens": gen_tokens, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
-    t0 = time.monotonic()
-    first = last = None
-    usage = None
-    with client.stream("POST", "/v1/completions", json=body) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
-            now = time.monotonic()
-            data = json.loads(line[6:])
-            usage = data.get("usage") or usage
-            if data["choices"] and data["choices"][0]["text"]:
-                first = first or now
-                last = now
-    assert usage["prompt_tokens"] == prompt_tokens and usage["completion_tokens"] == gen_tokens
-    ttft = (first - t0) * scale
-    total = (last - t0) * scale
-    return {
-        "ttft": ttft,
-        "total": total,
-        "prefill": prompt_tokens / ttft,
-        "decode": (gen_tokens - 1) / (total - ttft),
-    }
 
 
 def assert_within(

@@ -27,9 +27,13 @@ def _meminfo(path) -> dict[str, int]:
 def test_crash_after_tokens_kills_the_server_mid_stream(start_sim):
     sim = start_sim(*NEMOTRON_FLAGS, "--fault", "crash-after-tokens:5", time_scale=20)
     received = 0
-    with pytest.raises(httpx.HTTPError), sim.client() as c, c.stream(
-        "POST", "/v1/chat/completions", json={**BODY, "max_tokens": 50, "stream": True}
-    ) as r:
+    with (
+        pytest.raises(httpx.HTTPError),
+        sim.client() as c,
+        c.stream(
+            "POST", "/v1/chat/completions", json={**BODY, "max_tokens": 50, "stream": True}
+        ) as r,
+    ):
         for line in r.iter_lines():
             if '"content": "' in line and '"content": ""' not in line:
                 received += 1
@@ -91,7 +95,9 @@ def test_meminfo_file_shows_the_pool_and_memory_growth(start_sim, tmp_path):
     start_sim(*NEMOTRON_FLAGS, "--meminfo-file", str(steady), time_scale=10)
     # 128 GB − 6 GB OS − the pool (0.85 × 121.7 GiB = 111.1 GB) ≈ 10.9 GB available, once
     # the writer's next tick sees the allocated pool.
-    wait_for(lambda: 10.5e9 < _meminfo(steady)["MemAvailable"] * 1024 < 11.3e9, 5, "pool in meminfo")
+    wait_for(
+        lambda: 10.5e9 < _meminfo(steady)["MemAvailable"] * 1024 < 11.3e9, 5, "pool in meminfo"
+    )
     assert _meminfo(steady)["MemTotal"] == 128 * 10**9 // 1024
 
     growing = tmp_path / "growing.meminfo"

@@ -99,3 +99,18 @@ def _status(url: str) -> int | None:
         return httpx.get(url, timeout=1).status_code
     except httpx.HTTPError:
         return None
+
+
+def test_too_many_sequences_of_recurrent_state_fail_with_advice(start_sim):
+    sim = start_sim(
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "256",
+        ready=False,
+    )
+    assert sim.proc.wait(timeout=30) == 1
+    assert "recurrent state of max_num_seqs=256 sequences" in sim.log()
+    assert "Try decreasing `max_num_seqs`" in sim.log()
