@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -32,6 +33,15 @@ def require_service(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
     pytest.skip(message + "; `make test` installs and starts it")
+
+
+def run_async(coro):
+    """asyncio.run in a thread of its own: safe whatever loop the calling thread has (the
+    browser tests' Playwright keeps one running in the main thread)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def free_port() -> int:

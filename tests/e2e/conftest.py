@@ -87,8 +87,10 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
             proc.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(chromium_path):
+    # Package scope: Playwright's sync API keeps an event loop running in the main thread,
+    # which must not outlive the browser tests.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -71,8 +71,10 @@ class Sim:
 
 def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, load_scale: float = 100_000,
            jit: float | None = 0, ready: bool = True, timeout: float = 60) -> Sim:  # fmt: skip
-    port = free_port()
-    argv = [sys.executable, "-m", "sparksim", "serve", model, "--host", "127.0.0.1", "--port", str(port),
+    # A --port in args (the panel's own vector) wins over a fresh one.
+    port = int(args[args.index("--port") + 1]) if "--port" in args else free_port()
+    host_port = [] if "--port" in args else ["--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable, "-m", "sparksim", "serve", model, *host_port,
             "--time-scale", str(time_scale), "--load-time-scale", str(load_scale), *args]  # fmt: skip
     if jit is not None:
         argv += ["--jit-seconds", str(jit)]

@@ -25,6 +25,7 @@ from sparksim.memory import (
     gb_per_min_to_bytes_per_s,
     meminfo_text,
 )
+from tests.conftest import run_async
 
 LINE = re.compile(r"^([A-Za-z0-9_()]+):( +)(\d+)( kB)?$")
 REQUIRED = [
@@ -260,7 +261,7 @@ def test_run_writes_until_cancelled(tmp_path: Path) -> None:
             await task
         return task
 
-    task = asyncio.run(scenario())
+    task = run_async(scenario())
     assert task.cancelled()
     written = len(calls)
     # The file holds the numbers of the last write: growth of (written − 1) minutes.
@@ -296,7 +297,7 @@ def test_run_logs_errors_once_and_keeps_going(
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-    asyncio.run(scenario())
+    run_async(scenario())
     records = [r for r in caplog.records if r.name == "sparksim.memory"]
     errors = [r for r in records if r.levelno == logging.ERROR]
     # Many failed writes, one log line: a missing directory must not flood the log.

@@ -13,6 +13,7 @@ import pytest
 
 from sparksim.corpus import TextStream
 from sparksim.probe import measure
+from tests.conftest import run_async
 from tests.sparksim.conftest import NEMOTRON_FLAGS
 
 # Seed 000 (single stream). The 1,834/32 total is SPEC's corrected ~2.4 s.
@@ -98,8 +99,8 @@ def test_concurrent_streams_share_bandwidth(scaled):
             results = await asyncio.gather(*(one(client, 1000 * n + i) for i in range(n)))
         return [r["decode"] for r in results]
 
-    (single,) = asyncio.run(run(1))
-    rates = asyncio.run(run(4))
+    (single,) = run_async(run(1))
+    rates = run_async(run(4))
     assert max(rates) < single * 0.9  # each stream slows down...
     assert sum(rates) > single * 1.8  # ...the machine does more in total...
     assert sum(rates) < single * 4 * 0.9  # ...but less than 4× (bandwidth-bound)

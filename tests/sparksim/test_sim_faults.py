@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import wait_for
+from tests.conftest import run_async, wait_for
 from tests.sparksim.conftest import NEMOTRON, NEMOTRON_FLAGS
 
 BODY = {"model": NEMOTRON, "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
@@ -124,7 +124,7 @@ def test_kv_exhaustion_preempts_and_every_request_still_finishes(start_sim):
         async with httpx.AsyncClient(base_url=sim.url, timeout=300) as client:
             return await asyncio.gather(*(one(client, i) for i in range(6)))
 
-    assert asyncio.run(run()) == [1500] * 6
+    assert run_async(run()) == [1500] * 6
     families = {
         f.name: f for f in text_string_to_metric_families(httpx.get(sim.url + "/metrics").text)
     }
@@ -150,3 +150,30 @@ def test_a_reasoning_parser_streams_reasoning_before_the_answer(start_sim):
                 elif delta.get("content"):
                     kinds.append("c")
     assert kinds == ["r"] * 10 + ["c"] * 30
+
+
+def test_an_overloaded_simulator_says_it_cannot_keep_up(start_sim):
+    # Tiny steps (a 1B model at 500× speed) and many streams: more work than one loop can do.
+    sim = start_sim("--gpu-memory-utilization", "0.5", "--max-model-len", "2048", "--max-num-seqs", "48",
+                    model="test/generic-1B", time_scale=500)  # fmt: skip
+
+    async def one(client, i):
+        body = {
+            "prompt": list(range(300 + i, 364 + i)),
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            async for _ in r.aiter_lines():
+                pass
+
+    async def run():
+        async with httpx.AsyncClient(
+            base_url=sim.url, timeout=120, limits=httpx.Limits(max_connections=60)
+        ) as c:
+            await asyncio.gather(*(one(c, i) for i in range(48)))
+
+    run_async(run())
+    assert "sparksim cannot keep up" in sim.log()
+    assert httpx.get(sim.url + "/sparksim/stats").json()["late_p99_ms"] > 2

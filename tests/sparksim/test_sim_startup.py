@@ -114,3 +114,22 @@ def test_too_many_sequences_of_recurrent_state_fail_with_advice(start_sim):
     assert sim.proc.wait(timeout=30) == 1
     assert "recurrent state of max_num_seqs=256 sequences" in sim.log()
     assert "Try decreasing `max_num_seqs`" in sim.log()
+
+
+@pytest.mark.django_db
+def test_sparksim_accepts_the_exact_argument_vector_the_panel_builds_for_every_preset(tmp_path):
+    from apps.recipes.command import serve_argv
+    from apps.recipes.models import Recipe
+    from tests.conftest import free_port
+    from tests.sparksim.conftest import launch
+
+    for recipe in Recipe.objects.presets():
+        argv = serve_argv(recipe, host="127.0.0.1", port=free_port())
+        assert argv[:2] == ["vllm", "serve"]
+        # The process engine swaps only the executable: `python -m sparksim serve ...`.
+        sim = launch(tmp_path, *argv[3:], model=argv[2], jit=None)
+        try:
+            version = httpx.get(sim.url + "/version").json()
+            assert version["simulated"] is True, recipe.slug
+        finally:
+            sim.stop()
