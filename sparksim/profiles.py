@@ -22,6 +22,15 @@ import re
 from dataclasses import dataclass, replace
 
 from apps.recipes.planner import Architecture
+from apps.recipes.presets import architecture_of
+
+
+def _architecture(key: str) -> Architecture:
+    """A reference model's architecture, from the one table the wizard also uses."""
+    fields = architecture_of(key)
+    fields.pop("model_id")
+    return Architecture(**fields)
+
 
 # vLLM's --quantization values and what they mean for bytes per weight.
 QUANTIZATION_FORMATS = {
@@ -76,17 +85,7 @@ class Profile:
 NEMOTRON_SUPER = Profile(
     name="nemotron-3-super",
     label="Nemotron-3-Super-120B-A12B (NVFP4)",
-    architecture=Architecture(
-        total_params_b=120.6,
-        active_params_b=12.7,
-        weight_format="nvfp4",
-        num_layers=88,
-        attention_layers=8,
-        kv_heads=2,
-        head_dim=128,
-        recurrent_state_mib=162.0,
-        checkpoint_kv_dtype="fp8",
-    ),
+    architecture=_architecture("nemotron-3-super-120b-nvfp4"),
     # Seed 000: ~23.2 tok/s single stream → 43.1 ms per step: 7.14 GB at 80 % of 273 GB/s
     # is 32.7 ms, plus 10.4 ms of per-step overhead.
     decode_efficiency=0.80,
@@ -101,16 +100,7 @@ NEMOTRON_SUPER = Profile(
 QWEN35_35B = Profile(
     name="qwen3.5-35b-a3b",
     label="Qwen3.5-35B-A3B (NVFP4)",
-    architecture=Architecture(
-        total_params_b=35.0,
-        active_params_b=3.0,
-        weight_format="nvfp4",
-        num_layers=40,
-        attention_layers=10,
-        kv_heads=2,
-        head_dim=256,
-        recurrent_state_mib=61.0,
-    ),
+    architecture=_architecture("qwen3.5-35b-a3b-nvfp4"),
     # Seed 004: 47-50 tok/s, TTFT about 0.12 s.
     decode_efficiency=0.80,
     step_overhead_s=0.0127,
@@ -123,16 +113,7 @@ QWEN35_35B = Profile(
 QWEN35_122B = Profile(
     name="qwen3.5-122b-a10b",
     label="Qwen3.5-122B-A10B (NVFP4)",
-    architecture=Architecture(
-        total_params_b=122.0,
-        active_params_b=10.0,
-        weight_format="nvfp4",
-        num_layers=48,
-        attention_layers=12,
-        kv_heads=2,
-        head_dim=256,
-        recurrent_state_mib=147.0,
-    ),
+    architecture=_architecture("qwen3.5-122b-a10b-nvfp4"),
     # Seed 004: ~30 tok/s.
     decode_efficiency=0.80,
     step_overhead_s=0.0076,
@@ -145,13 +126,7 @@ QWEN35_122B = Profile(
 LLAMA_70B = Profile(
     name="llama-3.3-70b",
     label="Llama-3.3-70B (NVFP4, dense)",
-    architecture=Architecture(
-        total_params_b=70.6,
-        weight_format="nvfp4",
-        num_layers=80,
-        kv_heads=8,
-        head_dim=128,
-    ),
+    architecture=_architecture("llama-3.3-70b-nvfp4"),
     # Seed 004 claims 15-20 tok/s, above the 6.9 tok/s roofline of 39.7 GB per token; the
     # simulator follows physics: ~5.7 tok/s.
     decode_efficiency=0.85,
@@ -163,13 +138,7 @@ LLAMA_70B = Profile(
 QWEN3_32B = Profile(
     name="qwen3-32b",
     label="Qwen3-32B (dense)",
-    architecture=Architecture(
-        total_params_b=32.8,
-        weight_format="bf16",
-        num_layers=64,
-        kv_heads=8,
-        head_dim=128,
-    ),
+    architecture=_architecture("qwen3-32b-bf16"),
     # bf16 reads 65.6 GB per token (~3.5 tok/s); with --quantization awq (4.25 bits) about
     # 13 tok/s, inside the 9-44 tok/s seed 004 reports for 4-bit builds.
     decode_efficiency=0.85,
@@ -182,17 +151,7 @@ QWEN3_32B = Profile(
 GPT_OSS_120B = Profile(
     name="gpt-oss-120b",
     label="gpt-oss-120b (MXFP4)",
-    architecture=Architecture(
-        total_params_b=117.0,
-        active_params_b=5.1,
-        weight_format="mxfp4",
-        num_layers=36,
-        attention_layers=36,
-        sliding_window_layers=18,
-        sliding_window=128,
-        kv_heads=8,
-        head_dim=64,
-    ),
+    architecture=_architecture("gpt-oss-120b"),
     decode_efficiency=0.75,
     step_overhead_s=0.008,
     ttft_curve=((0, 0.150), (58, 0.180), (2048, 0.900), (8192, 3.000)),

@@ -9,7 +9,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from apps.accounts.roles import EDIT_RECIPES
 from apps.recipes.command import docker_run_argv, serve_argv, shell_line
-from apps.recipes.forms import PlanInputForm, RecipeForm, YamlImportForm
+from apps.recipes.forms import (
+    ARCH_FIELDS,
+    FLAG_FIELDS,
+    IDENTITY_FIELDS,
+    PlanInputForm,
+    RecipeForm,
+    YamlImportForm,
+)
 from apps.recipes.models import Recipe
 from apps.recipes.services import plan_context
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
@@ -17,6 +24,18 @@ from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 
 def _recipe(slug: str) -> Recipe:
     return get_object_or_404(Recipe, slug=slug)
+
+
+def _edit_page(request: HttpRequest, form: RecipeForm, **context) -> HttpResponse:
+    groups = [
+        ("Recipe", IDENTITY_FIELDS, ""),
+        ("vLLM flags", [*FLAG_FIELDS, "extra_args"], ""),
+        ("Architecture (for the planner)", ARCH_FIELDS, "architecture"),
+    ]
+    context["groups"] = [
+        (title, [form[name] for name in names], note) for title, names, note in groups
+    ]
+    return render(request, "recipes/edit.html", {"form": form, **context})
 
 
 @require_GET
@@ -52,7 +71,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
         recipe.save()
         messages.success(request, f"Recipe “{recipe.name}” saved.")
         return redirect(recipe)
-    return render(request, "recipes/edit.html", {"form": form, "creating": True})
+    return _edit_page(request, form, creating=True)
 
 
 @require_http_methods(["GET", "POST"])
@@ -64,7 +83,7 @@ def recipe_edit(request: HttpRequest, slug: str) -> HttpResponse:
         recipe = form.save()
         messages.success(request, f"Recipe “{recipe.name}” saved.")
         return redirect(recipe)
-    return render(request, "recipes/edit.html", {"form": form, "recipe": recipe})
+    return _edit_page(request, form, recipe=recipe)
 
 
 @require_POST

@@ -75,3 +75,22 @@ def test_operator_saves_a_recipe_from_the_wizard(new_page):
         "vllm serve nvidia/Llama-3.3-70B-Instruct-FP4 --gpu-memory-utilization 0.85 --max-model-len 4096 --max-num-seqs 5"
     )
     expect(page.locator(".msg-success")).to_contain_text("saved from the wizard")
+
+
+def test_operator_edits_a_recipe_with_a_live_plan_and_sees_the_new_command(new_page):
+    page = new_page()
+    login(page, "otto")
+    page.get_by_role("link", name="Recipes", exact=True).click()
+    page.get_by_role("link", name="70B dense — max concurrent users").click()
+    expect(page.locator("#serve-command")).to_contain_text("--max-num-seqs 10")
+    page.get_by_role("link", name="Edit").click()
+    verdict = page.locator("#plan-preview .verdict")
+    expect(verdict).to_have_text("Fits")
+    page.get_by_label("Max model len (context per user, tokens)").fill("131072")
+    expect(verdict).to_have_text("Does not fit")
+    page.get_by_label("Max model len (context per user, tokens)").fill("8192")
+    page.get_by_label("Max num seqs (users served at once)").fill("6")
+    expect(verdict).to_have_text("Fits")
+    page.get_by_role("button", name="Save recipe").click()
+    expect(page.locator(".msg-success")).to_contain_text("saved")
+    expect(page.locator("#serve-command")).to_contain_text("--max-model-len 8192 --max-num-seqs 6")
