@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.core",
     "apps.recipes",
+    "apps.hosts",
 ]
 
 MIDDLEWARE = [

@@ -14,9 +14,12 @@ import contextlib
 import dataclasses
 import logging
 import math
+import signal
 import sys
 import time
 from dataclasses import dataclass
+
+import uvicorn
 
 from apps.recipes.flags import EXTRA_FLAGS
 from apps.recipes.planner import (
@@ -334,8 +337,6 @@ def _mmss(seconds: float) -> str:
 
 
 async def serve(args) -> int:
-    import uvicorn
-
     faults = parse_faults(args.fault)
     profile = resolve_profile(args.model, name=args.profile, quantization=args.quantization)
     if args.jit_seconds is not None:
@@ -371,7 +372,11 @@ async def serve(args) -> int:
         lifespan="off",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = _QuietServer(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # A stop is a clean shutdown with exit status 0, as an operator expects.
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     server_task = asyncio.create_task(server.serve())
     try:
         plan = await startup(args, profile, faults, memory)
@@ -420,6 +425,14 @@ async def serve(args) -> int:
     for task in tasks:
         task.cancel()
     return 0
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's Server without its own signal handling (ours exits 0, uvicorn's re-raises)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
 
 
 async def _quietly(task: asyncio.Task) -> None:

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+
+class EngineError(RuntimeError):
+    """The engine could not do what was asked; the message is meant for the run's page."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    run_id: int
+    host_name: str
+    argv: list[str]  # `vllm serve <model> <flags>`, with --host/--port already in
+    image: str
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Handle:
+    engine: str
+    ref: str  # container id, or "pid:create_time" for a process
+
+    def __str__(self) -> str:
+        return f"{self.engine}:{self.ref}"
+
+    @classmethod
+    def parse(cls, text: str) -> Handle:
+        engine, _, ref = text.partition(":")
+        if not engine or not ref:
+            raise EngineError(f"not an engine handle: {text!r}")
+        return cls(engine, ref)
+
+
+class State(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Managed:
+    run_id: int
+    handle: Handle
+    status: Status
+
+
+class Engine(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def start(self, spec: LaunchSpec) -> Handle: ...
+
+    @abc.abstractmethod
+    def status(self, handle: Handle) -> Status: ...
+
+    @abc.abstractmethod
+    def read_logs(self, handle: Handle, cursor: int) -> tuple[list[str], int]:
+        """Complete log lines after `cursor`, and the cursor to pass next time."""
+
+    @abc.abstractmethod
+    def stop(self, handle: Handle, *, timeout: float = 30.0) -> None:
+        """Graceful stop (SIGTERM), then kill after `timeout` seconds."""
+
+    @abc.abstractmethod
+    def remove(self, handle: Handle) -> None: ...
+
+    @abc.abstractmethod
+    def list_managed(self) -> list[Managed]: ...
+
+    def log_path(self, handle: Handle) -> Path | None:
+        return None

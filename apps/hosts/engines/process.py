@@ -1,0 +1,185 @@
+"""The process engine: `vllm serve` (or sparksim) as a local subprocess.
+
+Argument lists only (never a shell string), its own process group (so a stop reaches
+every child), output in var/runs/<id>/server.log, and a pid file with the process's start
+time so that a restarted worker can find it again and never mistakes a recycled pid for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from apps.hosts.engines.base import Engine, EngineError, Handle, LaunchSpec, Managed, State, Status
+from apps.recipes.command import UnsafeCommand, assert_safe_argv
+
+ROOT = Path(__file__).resolve().parents[3]
+# Children we started in this process: their exit codes (psutil cannot tell them later).
+_children: dict[int, subprocess.Popen] = {}
+
+
+class ProcessEngine(Engine):
+    name = "process"
+
+    def __init__(
+        self,
+        *,
+        runs_dir: Path,
+        simulated: bool = True,
+        sim_args: list[str] | None = None,
+        vllm_executable: str = "vllm",
+    ):
+        self.runs_dir = Path(runs_dir)
+        self.simulated = simulated
+        self.sim_args = list(sim_args or [])
+        self.vllm_executable = vllm_executable
+
+    def command(self, argv: list[str]) -> list[str]:
+        """The same vector vLLM gets; only the executable differs."""
+        try:
+            assert_safe_argv(argv)  # the last line of defence, whoever built the vector
+        except UnsafeCommand as exc:
+            raise EngineError(f"refused to start: {exc}") from None
+        if self.simulated:
+            return [sys.executable, "-m", "sparksim", *argv[1:], *self.sim_args]
+        return [self.vllm_executable, *argv[1:]]
+
+    def _dir(self, run_id: int) -> Path:
+        return self.runs_dir / str(run_id)
+
+    def start(self, spec: LaunchSpec) -> Handle:
+        command = self.command(spec.argv)
+        run_dir = self._dir(spec.run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        existing = self._handle_from_pidfile(run_dir)
+        if existing is not None and self.status(existing).state is State.RUNNING:
+            # A redelivered start task: never a second server for one run.
+            return existing
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "CELERY"))}
+        env.update(spec.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        log = (run_dir / "server.log").open("ab")
+        try:
+            proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise EngineError(f"could not start {command[0]}: {exc}") from None
+        finally:
+            log.close()
+        _children[proc.pid] = proc
+        created = psutil.Process(proc.pid).create_time()
+        handle = Handle(self.name, f"{proc.pid}:{created:.2f}")
+        (run_dir / "pid.json").write_text(
+            json.dumps(
+                {"pid": proc.pid, "create_time": created, "run_id": spec.run_id, "command": command}
+            )
+        )
+        return handle
+
+    def _handle_from_pidfile(self, run_dir: Path) -> Handle | None:
+        try:
+            data = json.loads((run_dir / "pid.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Handle(self.name, f"{data['pid']}:{data['create_time']:.2f}")
+
+    def _process(self, handle: Handle) -> psutil.Process | None:
+        pid_text, _, created = handle.ref.partition(":")
+        try:
+            proc = psutil.Process(int(pid_text))
+            same = abs(proc.create_time() - float(created)) < 0.05
+            if same and proc.status() != psutil.STATUS_ZOMBIE:
+                return proc
+        except (psutil.Error, ValueError):
+            return None
+        return None
+
+    def status(self, handle: Handle) -> Status:
+        pid = int(handle.ref.partition(":")[0])
+        child = _children.get(pid)
+        if child is not None:
+            code = child.poll()
+            return Status(State.RUNNING) if code is None else Status(State.EXITED, code)
+        if self._process(handle) is not None:
+            return Status(State.RUNNING)
+        # Not our child (a restarted worker): it is gone, its exit code unknowable.
+        return Status(State.EXITED, None)
+
+    def log_path(self, handle: Handle) -> Path | None:
+        for pidfile in self.runs_dir.glob("*/pid.json"):
+            found = self._handle_from_pidfile(pidfile.parent)
+            if found == handle:
+                return pidfile.parent / "server.log"
+        return None
+
+    def read_logs(self, handle: Handle, cursor: int) -> tuple[list[str], int]:
+        path = self.log_path(handle)
+        if path is None or not path.exists():
+            return [], cursor
+        with path.open("rb") as fh:
+            fh.seek(cursor)
+            data = fh.read()
+        end = data.rfind(b"\n")
+        if end < 0:
+            return [], cursor
+        lines = data[: end + 1].decode("utf-8", "replace").splitlines()
+        return lines, cursor + end + 1
+
+    def stop(self, handle: Handle, *, timeout: float = 30.0) -> None:
+        proc = self._process(handle)
+        pid = int(handle.ref.partition(":")[0])
+        if proc is None:
+            self._reap(pid)
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._reap(pid) or self._process(handle) is None:
+                return
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self._reap(pid, wait=5)
+
+    def _reap(self, pid: int, wait: float = 0) -> bool:
+        child = _children.get(pid)
+        if child is None:
+            return False
+        try:
+            child.wait(timeout=wait) if wait else child.poll()
+        except subprocess.TimeoutExpired:
+            return False
+        return child.returncode is not None
+
+    def remove(self, handle: Handle) -> None:
+        """Forget the process (logs stay for the run's failure report)."""
+        path = self.log_path(handle)
+        if path is not None:
+            (path.parent / "pid.json").unlink(missing_ok=True)
+        _children.pop(int(handle.ref.partition(":")[0]), None)
+
+    def list_managed(self) -> list[Managed]:
+        managed = []
+        for pidfile in sorted(self.runs_dir.glob("*/pid.json")):
+            handle = self._handle_from_pidfile(pidfile.parent)
+            if handle is None:
+                continue
+            try:
+                run_id = int(pidfile.parent.name)
+            except ValueError:
+                continue
+            managed.append(Managed(run_id, handle, self.status(handle)))
+        return managed

@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.hosts.meminfo import MeminfoError, Memory, read_meminfo
+from apps.recipes import planner, spark
+from apps.recipes.flags import IMAGE
+from apps.recipes.spark import GB
+
+HOST_NAME = RegexValidator(
+    r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$",
+    "Use lowercase letters, digits and dashes (like a DNS name): it names the host's Celery queue.",
+)
+HEARTBEAT_STALE = timedelta(seconds=90)
+
+
+def validate_image_patterns(value) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValidationError("A list of image references; a trailing * matches any tag.")
+    for pattern in value:
+        if not IMAGE.match(pattern.rstrip("*").rstrip(":") or "x"):
+            raise ValidationError(f"{pattern!r} is not an image reference pattern.")
+
+
+class HostQuerySet(models.QuerySet):
+    def online(self):
+        return self.filter(last_heartbeat__gte=timezone.now() - HEARTBEAT_STALE)
+
+
+class Host(models.Model):
+    """One DGX Spark (or a simulated one) and everything the panel may do on it.
+
+    Only admins edit hosts: mounts, images and ports are decided here, never by a recipe.
+    """
+
+    class Engine(models.TextChoices):
+        DOCKER = "docker", "Docker (vLLM container)"
+        PROCESS = "process", "Local process (sparksim, or a native vllm)"
+
+    name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME])
+    description = models.CharField(max_length=200, blank=True)
+    engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.DOCKER)
+    simulated = models.BooleanField(
+        default=False, help_text="Run sparksim instead of vLLM (process engine only)."
+    )
+    sim_time_scale = models.FloatField(
+        "simulation speed", default=1.0,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1000)],
+        help_text="sparksim's --time-scale: 1 is real time; 20 runs twenty times faster.",
+    )  # fmt: skip
+    docker_url = models.CharField(
+        "Docker endpoint", max_length=200, default="unix:///var/run/docker.sock", blank=True
+    )
+    gpus = models.BooleanField("request GPUs", default=True)
+    hf_cache_path = models.CharField(
+        "Hugging Face cache on the host", max_length=300, blank=True,
+        help_text="Mounted into vLLM containers at /root/.cache/huggingface. Set by an admin; "
+        "recipes can never add mounts.",
+    )  # fmt: skip
+    image_allowlist = models.JSONField(
+        default=list, blank=True, validators=[validate_image_patterns],
+        help_text='Images runs may use, e.g. ["vllm/vllm-openai:*"]. Empty allows any.',
+    )  # fmt: skip
+    advertise_host = models.CharField(
+        "address for clients", max_length=200, default="127.0.0.1",
+        help_text="Where the panel reaches the host's vLLM servers.",
+    )  # fmt: skip
+    port_min = models.PositiveIntegerField(default=8100, validators=[MinValueValidator(1024)])
+    port_max = models.PositiveIntegerField(default=8199, validators=[MaxValueValidator(65535)])
+    physical_memory_gb = models.FloatField(default=spark.PHYSICAL_MEMORY_GB)
+    cuda_visible_gib = models.FloatField(default=spark.CUDA_VISIBLE_GIB)
+    bandwidth_gbs = models.FloatField(default=spark.BANDWIDTH_GBS)
+    os_reserve_gb = models.FloatField(default=spark.OS_RESERVE_GB)
+    cuda_context_gb = models.FloatField(default=spark.CUDA_CONTEXT_GB)
+    cuda_graphs_gb = models.FloatField(default=spark.CUDA_GRAPHS_GB)
+    meminfo_path = models.CharField(
+        "meminfo source", max_length=300, blank=True,
+        help_text="Default /proc/meminfo; a simulated host uses the file sparksim writes.",
+    )  # fmt: skip
+    watchdog_warn_gib = models.FloatField(default=8.0)
+    watchdog_act_gib = models.FloatField(default=3.0)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    heartbeat_worker = models.CharField(max_length=200, blank=True)
+
+    objects = HostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(port_min__lte=F("port_max")), name="host_port_range_ordered"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.simulated and self.engine != self.Engine.PROCESS:
+            raise ValidationError({"simulated": "Simulated hosts use the process engine."})
+        if self.watchdog_act_gib >= self.watchdog_warn_gib:
+            raise ValidationError({"watchdog_act_gib": "Act below a lower level than the warning."})
+
+    @property
+    def queue(self) -> str:
+        from sparkpanel.celery import host_queue
+
+        return host_queue(self.name)
+
+    @property
+    def online(self) -> bool:
+        return (
+            self.last_heartbeat is not None
+            and timezone.now() - self.last_heartbeat < HEARTBEAT_STALE
+        )
+
+    def spec(self) -> planner.HostSpec:
+        return planner.HostSpec(
+            physical_memory_gb=self.physical_memory_gb,
+            cuda_visible_gib=self.cuda_visible_gib,
+            bandwidth_gbs=self.bandwidth_gbs,
+            os_reserve_gb=self.os_reserve_gb,
+            cuda_context_gb=self.cuda_context_gb,
+            cuda_graphs_gb=self.cuda_graphs_gb,
+        )
+
+    def meminfo_file(self) -> Path:
+        if self.meminfo_path:
+            return Path(self.meminfo_path)
+        if self.simulated:
+            return Path(settings.VAR_DIR) / "hosts" / self.name / "meminfo"
+        return Path("/proc/meminfo")
+
+    def memory(self) -> Memory:
+        """Measured memory. A simulated host with no run has written no file yet: it is an
+        idle Spark (everything but the OS reserve free)."""
+        try:
+            return read_meminfo(self.meminfo_file())
+        except MeminfoError:
+            if not self.simulated or self.meminfo_file().exists():
+                raise
+            total = int(self.physical_memory_gb * GB)
+            return Memory(total, total - int(self.os_reserve_gb * GB))
+
+    def image_allowed(self, image: str) -> bool:
+        if not self.image_allowlist:
+            return True
+        for pattern in self.image_allowlist:
+            if (pattern.endswith("*") and image.startswith(pattern[:-1])) or image == pattern:
+                return True
+        return False
