@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.recipes",
     "apps.hosts",
+    "apps.runs",
 ]
 
 MIDDLEWARE = [
@@ -94,6 +95,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": env_int("SQLITE_TIMEOUT_SECONDS", 20),
     }
+    # Tests use a file, not memory, so that real worker processes can share the test data.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, result backend and Channels layer share one URL -------------

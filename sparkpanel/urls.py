@@ -5,6 +5,8 @@ urlpatterns = [
     path("", include("apps.core.urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("recipes/", include("apps.recipes.urls")),
+    path("runs/", include("apps.runs.urls")),
+    path("hosts/", include("apps.hosts.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 
@@ -359,7 +360,9 @@ async def serve(args) -> int:
         else 0.0
     )
     tasks: list[asyncio.Task] = []
+    writer: MeminfoWriter | None = None
     if args.meminfo_file:
+        Path(args.meminfo_file).parent.mkdir(parents=True, exist_ok=True)
         writer = MeminfoWriter(args.meminfo_file, memory, clock=clock.sim)
         writer.write_once()
         tasks.append(asyncio.create_task(writer.run()))
@@ -387,6 +390,7 @@ async def serve(args) -> int:
         await _quietly(server_task)
         for task in tasks:
             task.cancel()
+        _release_memory(memory, writer)
         return 1
     metrics = VllmMetrics(
         model_name=names[0],
@@ -424,6 +428,7 @@ async def serve(args) -> int:
     log.info("Shutting down")
     for task in tasks:
         task.cancel()
+    _release_memory(memory, writer)
     return 0
 
 
@@ -433,6 +438,14 @@ class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):
         yield
+
+
+def _release_memory(memory: MemoryModel, writer: MeminfoWriter | None) -> None:
+    """A stopped server gives its memory back: the last meminfo written says so."""
+    memory.set_footprint(0)
+    memory.growth_bytes_per_s = 0.0
+    if writer is not None:
+        writer.write_once()
 
 
 async def _quietly(task: asyncio.Task) -> None:

@@ -193,6 +193,32 @@ def main() -> int:
                 env,
             )
         )
+        # The simulated Spark's own worker: its queue only, one task at a time.
+        demo = env_str("DEMO_HOST", "local-sim")
+        children.append(
+            Child(
+                f"worker-{demo}",
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "sparkpanel",
+                    "worker",
+                    "-Q",
+                    f"host.{demo}",
+                    "-n",
+                    f"{demo}@%h",
+                    "-c",
+                    "1",
+                    "--prefetch-multiplier",
+                    "1",
+                    "-l",
+                    "INFO",
+                ],
+                env,
+            )
+        )
         children.append(
             Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)
         )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from apps.hosts.meminfo import MeminfoError, Memory, read_meminfo
+from apps.hosts.meminfo import Memory, read_meminfo
 from apps.recipes import planner, spark
 from apps.recipes.flags import IMAGE
 from apps.recipes.spark import GB
@@ -20,6 +21,7 @@ HOST_NAME = RegexValidator(
     "Use lowercase letters, digits and dashes (like a DNS name): it names the host's Celery queue.",
 )
 HEARTBEAT_STALE = timedelta(seconds=90)
+SIM_MEMINFO_FRESH_S = 5.0
 
 
 def validate_image_patterns(value) -> None:
@@ -142,13 +144,18 @@ class Host(models.Model):
     def memory(self) -> Memory:
         """Measured memory. A simulated host with no run has written no file yet: it is an
         idle Spark (everything but the OS reserve free)."""
-        try:
-            return read_meminfo(self.meminfo_file())
-        except MeminfoError:
-            if not self.simulated or self.meminfo_file().exists():
-                raise
-            total = int(self.physical_memory_gb * GB)
-            return Memory(total, total - int(self.os_reserve_gb * GB))
+        path = self.meminfo_file()
+        if self.simulated and not self.meminfo_path:
+            # sparksim rewrites its file twice a second while it runs; an old or missing
+            # file means no simulated server holds memory (it may have crashed).
+            try:
+                fresh = time.time() - path.stat().st_mtime < SIM_MEMINFO_FRESH_S
+            except OSError:
+                fresh = False
+            if not fresh:
+                total = int(self.physical_memory_gb * GB)
+                return Memory(total, total - int(self.os_reserve_gb * GB))
+        return read_meminfo(path)
 
     def image_allowed(self, image: str) -> bool:
         if not self.image_allowlist:

@@ -20,6 +20,7 @@ from apps.recipes.forms import (
 from apps.recipes.models import Recipe
 from apps.recipes.services import plan_context
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
+from apps.runs.views import start_form_context
 
 
 def _recipe(slug: str) -> Recipe:
@@ -56,6 +57,8 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "serve_argv": serve_argv(recipe),
             "serve_line": shell_line(serve_argv(recipe)),
             "docker_line": shell_line(docker_run_argv(recipe)),
+            "runs": recipe.runs.select_related("host")[:20],
+            **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),
         },
     )

@@ -4,6 +4,8 @@ from django.core.management.base import BaseCommand
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create
 
+DEMO_HOST = "local-sim"
+
 
 class Command(BaseCommand):
     help = (
@@ -30,4 +32,20 @@ class Command(BaseCommand):
                     f"    username: {admin_username}\n    password: {password}\n{bar}\n"
                 )
             )
-        # The local simulated host (sparksim) is added here once the hosts capability lands.
+        from apps.hosts.models import Host
+
+        host, created = Host.objects.get_or_create(
+            name=DEMO_HOST,
+            defaults={
+                "description": "This machine, simulating a DGX Spark with sparksim (no GPU needed)",
+                "engine": Host.Engine.PROCESS,
+                "simulated": True,
+                "sim_time_scale": 10.0,
+                "image_allowlist": [],
+            },
+        )
+        if created:
+            self.stdout.write(
+                f"Created the simulated host {host.name!r} (sparksim at 10× speed): start a "
+                "recipe on it from the Runs page."
+            )

@@ -1,0 +1,21 @@
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from apps.hosts.meminfo import MeminfoError
+from apps.hosts.models import Host
+from apps.recipes.spark import GB
+
+
+@require_GET
+def host_list(request: HttpRequest) -> HttpResponse:
+    rows = []
+    for host in Host.objects.all():
+        row = {"host": host, "active": host.runs.active().select_related("recipe").first()}
+        try:
+            memory = host.memory()
+            row["memory"] = (memory.available_bytes / GB, memory.total_bytes / GB)
+        except MeminfoError as exc:
+            row["memory_error"] = str(exc)
+        rows.append(row)
+    return render(request, "hosts/list.html", {"rows": rows})

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class RunsConfig(AppConfig):
+    name = "apps.runs"
+    label = "runs"
+    verbose_name = "Runs"

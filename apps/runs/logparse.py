@@ -1,0 +1,700 @@
+"""Turn a starting vLLM server's log into progress, facts and friendly failure reasons.
+
+Pure Python, no Django: the Celery task that follows a container's log, the sparksim tests
+and the run page all feed lines into `LogFollower` (or call `parse_line`) with plain
+strings. The lines recognised are SPEC §3's start-up sequence; the failures are SPEC §6's
+pain points (utilization above what is free, KV cache too small, images without sm_121
+kernels, out-of-memory).
+
+vLLM changes its wording between versions and decorates every line, so the parser is
+deliberately lenient:
+
+* every pattern is searched for, never anchored to the start of the message, after the
+  log prefix (`(APIServer pid=1) INFO 11-29 08:50:01 [loader.py:123] `, the older
+  `loader.py:123] `, uvicorn's `INFO:     `, Docker's `--timestamps`) is split off;
+* ANSI colour codes are removed and a tqdm line holding several updates separated by
+  `\\r` is read as several lines — `parse_line` returns one event per update, in order, so
+  a caller that only wants the latest takes the last one;
+* numbers may carry thousands separators (`8,436,583`) and sizes may say GB or GiB;
+* nothing here raises on odd input: an unrecognised line yields no events.
+
+Errors are only recognised on lines logged at ERROR/CRITICAL or printed without a log
+level (tracebacks on stderr): vLLM logs prompts and advice at INFO/WARNING, and a prompt
+that quotes "CUDA out of memory" must not fail a healthy run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["LogEvent", "LogFollower", "Phase", "parse_line"]
+
+Fact = float | int | str
+
+
+class Phase(StrEnum):
+    """Start-up phases, in the order vLLM goes through them."""
+
+    STARTING = "starting"  # arguments, architecture, max model len
+    LOADING = "loading"  # weights from disk into the pool
+    COMPILING = "compiling"  # torch.compile, memory profiling, KV cache, CUDA graph capture
+    SERVING = "serving"  # the HTTP server is coming up / is up
+
+    @property
+    def rank(self) -> int:
+        return _PHASE_ORDER.index(self)
+
+
+_PHASE_ORDER: list[Phase] = list(Phase)
+
+
+@dataclass
+class LogEvent:
+    """One thing a log line told us.
+
+    kind is "phase" (a step started), "progress" (a k/n counter moved), "fact" (a number
+    worth showing, in `facts`), "error" (with `error` and `advice`) or "ready".
+    """
+
+    kind: str
+    phase: Phase | None = None
+    percent: float | None = None
+    step: str = ""
+    facts: dict[str, Fact] = field(default_factory=dict)
+    error: str = ""
+    advice: str = ""
+    # A short machine-readable name of the failure ("free_memory", "kv_too_small", ...),
+    # so the panel can link to the planner or rank errors without matching advice text.
+    cause: str = ""
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+
+_PREFIX = re.compile(
+    r"""^\s*
+    (?:\d{4}-\d{2}-\d{2}[T\ ][\d:.,]+Z?\s+)?        # docker logs --timestamps
+    (?:\([^()]{0,80}\bpid=\d+\)\s*)*                # (APIServer pid=123) (EngineCore_0 pid=45)
+    (?:
+        (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL):?\s+
+        (?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+)?   # 11-29 08:50:01
+        (?:\[?[\w.\-/]{1,200}:\d+\]\s*)?                      # [loader.py:123] or loader.py:123]
+    )?
+    """,
+    re.X,
+)
+
+# Levels on which an error pattern counts; None is a line printed without a log prefix.
+_ERROR_LEVELS = {None, "ERROR", "CRITICAL", "FATAL"}
+
+# Long lines (a huge non-default args dict, a pasted prompt) are only searched in their
+# first part: every start-up line of interest is short, and it bounds regex time.
+_MAX_SEARCH = 8192
+
+_NUM = r"(\d{1,15}(?:\.\d{1,12})?)"
+_INT = r"(\d{1,3}(?:,\d{3}){1,6}|\d{1,18})"
+_SIZE = _NUM + r"\s*(?:GiB|GB|G)\b"
+
+
+def _number(text: str) -> int | float | None:
+    """`8,436,583` → 8436583, `64.37` → 64.37; None where it is not a number after all."""
+    cleaned = text.replace(",", "").replace("_", "")
+    try:
+        return float(cleaned) if "." in cleaned else int(cleaned)
+    except ValueError:
+        return None
+
+
+def _segments(line: str) -> Iterator[str]:
+    """The pieces of a raw line a terminal would show one after another.
+
+    tqdm rewrites its bar with `\\r`, so one "line" from Docker may hold many updates;
+    callers may also hand over a chunk with newlines in it.
+    """
+    for piece in re.split(r"[\r\n]+", _ANSI.sub("", line)):
+        piece = piece.strip()
+        if piece:
+            yield piece
+
+
+def _split_prefix(segment: str) -> tuple[str | None, str]:
+    """(log level or None, the message without vLLM's/uvicorn's/Docker's prefix)."""
+    match = _PREFIX.match(segment)
+    if match is None:  # pragma: no cover - every part of _PREFIX is optional
+        return None, segment
+    level = match.group("level")
+    return (level.upper() if level else None), segment[match.end() :]
+
+
+# --- progress and facts -------------------------------------------------------------------
+
+
+@dataclass
+class _Hit:
+    phase: Phase
+    step: str = ""
+    percent: float | None = None
+    facts: dict[str, Fact] = field(default_factory=dict)
+    progress: bool = False
+
+
+_Handler = Callable[[re.Match[str]], _Hit]
+_RULES: list[tuple[re.Pattern[str], _Handler]] = []
+
+
+def _rule(pattern: str) -> Callable[[_Handler], _Handler]:
+    def register(handler: _Handler) -> _Handler:
+        _RULES.append((re.compile(pattern, re.IGNORECASE), handler))
+        return handler
+
+    return register
+
+
+def _facts(**values: int | float | str | None) -> dict[str, Fact]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _counter(match: re.Match[str]) -> tuple[int, int, float] | None:
+    """k, n and percent of a tqdm counter; k/n wins over the printed (rounded) percent."""
+    k, n = _number(match.group("k")), _number(match.group("n"))
+    if not isinstance(k, int) or not isinstance(n, int):
+        return None
+    if n > 0:
+        return k, n, max(0.0, min(100.0, 100.0 * k / n))
+    pct = _number(match.group("pct") or "")
+    return (k, n, max(0.0, min(100.0, float(pct)))) if pct is not None else None
+
+
+# 1. STARTING
+
+
+@_rule(r"vLLM API server version\s+(\S+)")
+def _version(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.STARTING, f"vLLM {m.group(1)}", facts={"vllm_version": m.group(1)})
+
+
+@_rule(r"non-default args:")
+def _args(m: re.Match[str]) -> _Hit:
+    # The dict is Python repr, not JSON; only max_model_len is worth fishing out of it.
+    found = re.search(r"['\"]max_model_len['\"]\s*:\s*" + _INT, m.string)
+    return _Hit(
+        Phase.STARTING,
+        "Reading arguments",
+        facts=_facts(max_model_len=_number(found.group(1)) if found else None),
+    )
+
+
+@_rule(r"Initializing an? (?:V\d+ )?LLM engine")
+def _init(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.STARTING, "Initializing engine")
+
+
+@_rule(r"Resolved architecture:\s*([\w.]+)")
+def _architecture(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.STARTING, f"Architecture {m.group(1)}", facts={"architecture": m.group(1)})
+
+
+@_rule(r"Using max model len\s*" + _INT)
+def _max_model_len(m: re.Match[str]) -> _Hit:
+    value = _number(m.group(1))
+    return _Hit(Phase.STARTING, f"Max model length {m.group(1)}", facts=_facts(max_model_len=value))
+
+
+# 2-4. LOADING
+
+
+@_rule(r"Starting to load model\b\s*(\S*)")
+def _start_load(m: re.Match[str]) -> _Hit:
+    name = m.group(1).rstrip(".…")
+    return _Hit(Phase.LOADING, f"Loading model {name}".strip(), percent=0.0)
+
+
+@_rule(r"Using model weights format")
+def _weights_format(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.LOADING, "Loading model")
+
+
+# "Loading safetensors checkpoint shards", "Loading pt checkpoint shards", and the
+# fastsafetensors loader's own bar; with or without tqdm's bar and [elapsed<left] part.
+@_rule(
+    r"Loading [^:\n]{0,80}?(?:checkpoint shards|shards|loader)\s*:\s*"
+    r"(?:(?P<pct>\d{1,3})%)?[^\d\n]{0,200}?(?P<k>\d{1,9})/(?P<n>\d{1,9})"
+)
+def _shards(m: re.Match[str]) -> _Hit:
+    counter = _counter(m)
+    if counter is None:
+        return _Hit(Phase.LOADING, "Loading weights")
+    k, n, percent = counter
+    return _Hit(Phase.LOADING, f"Loading weights {k}/{n}", percent=percent, progress=True)
+
+
+@_rule(r"Loading weights took\s*" + _NUM + r"\s*s")
+def _weights_took(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.LOADING,
+        "Weights loaded",
+        percent=100.0,
+        facts=_facts(weights_load_s=_number(m.group(1))),
+    )
+
+
+# vLLM divides by 2**30 even where older versions print "GB", so both are GiB.
+@_rule(r"Model loading took\s*" + _SIZE + r"(?:\s*memory)?(?:\s*and\s*" + _NUM + r"\s*s)?")
+def _model_took(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.LOADING,
+        "Model loaded",
+        percent=100.0,
+        facts=_facts(
+            model_memory_gib=_number(m.group(1)),
+            model_load_s=_number(m.group(2)) if m.group(2) else None,
+        ),
+    )
+
+
+@_rule(r"Loading model weights took\s*" + _SIZE)
+def _old_model_took(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.LOADING,
+        "Model loaded",
+        percent=100.0,
+        facts=_facts(model_memory_gib=_number(m.group(1))),
+    )
+
+
+# 5-9. COMPILING: torch.compile, memory profiling, KV cache, CUDA graphs, engine init
+
+_COMPILE_STEP = "Compiling (torch.compile)"
+
+
+@_rule(r"Dynamo bytecode transform time:\s*" + _NUM + r"\s*s")
+def _dynamo(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, _COMPILE_STEP)
+
+
+@_rule(r"Compiling a graph for\b")
+def _graph(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, _COMPILE_STEP)
+
+
+@_rule(r"torch\.compile takes\s*" + _NUM + r"\s*s")
+def _compile_total(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, _COMPILE_STEP, facts=_facts(compile_s=_number(m.group(1))))
+
+
+@_rule(r"Directly load the compiled graph|for vLLM's torch\.compile")
+def _compile_cache(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, _COMPILE_STEP)
+
+
+@_rule(r"Memory profiling takes\s*" + _NUM + r"\s*s")
+def _profiling(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, "Profiling memory")
+
+
+@_rule(r"Available KV cache memory:\s*" + _SIZE)
+def _kv_memory(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        f"KV cache {m.group(1)} GiB",
+        facts=_facts(kv_cache_gib=_number(m.group(1))),
+    )
+
+
+@_rule(r"GPU KV cache size:\s*" + _INT + r"\s*tokens")
+def _kv_tokens(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        f"KV cache {m.group(1)} tokens",
+        facts=_facts(kv_cache_tokens=_number(m.group(1))),
+    )
+
+
+# Older versions count blocks, not tokens; tokens = blocks × block size (16 unless set),
+# which the caller knows better than the log, so the parser does not guess.
+@_rule(r"#\s*(?:GPU|cuda|npu|xpu|hpu)\s+blocks:\s*" + _INT)
+def _kv_blocks(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        f"KV cache {m.group(1)} blocks",
+        facts=_facts(kv_cache_blocks=_number(m.group(1))),
+    )
+
+
+@_rule(r"Maximum concurrency for\s*" + _INT + r"\s*tokens per request:\s*" + _NUM + r"\s*x")
+def _concurrency(m: re.Match[str]) -> _Hit:
+    value = _number(m.group(2))
+    return _Hit(
+        Phase.COMPILING,
+        f"Max concurrency {m.group(2)}×",
+        facts=_facts(
+            max_concurrency=float(value) if value is not None else None,
+            max_concurrency_len=_number(m.group(1)),
+        ),
+    )
+
+
+# "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  50%| 34/67", the older
+# "Capturing CUDA graph shapes: 100%|██████████| 35/35 [...]".
+@_rule(
+    r"Capturing\s+CUDA\s*graphs?\b[^:\n]{0,120}:\s*"
+    r"(?:(?P<pct>\d{1,3})%)?[^\d\n]{0,200}?(?P<k>\d{1,9})/(?P<n>\d{1,9})"
+)
+def _capture_progress(m: re.Match[str]) -> _Hit:
+    counter = _counter(m)
+    if counter is None:
+        return _Hit(Phase.COMPILING, "Capturing CUDA graphs")
+    _, _, percent = counter
+    return _Hit(
+        Phase.COMPILING, f"Capturing CUDA graphs {percent:.0f} %", percent=percent, progress=True
+    )
+
+
+# Older versions announce capture with a sentence and no counter.
+@_rule(r"Capturing\s+(?:the\s+model\s+for\s+)?cuda\s*graphs?\b(?![^:\n]{0,120}:\s*\d)")
+def _capture_start(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, "Capturing CUDA graphs")
+
+
+@_rule(r"Graph capturing finished in\s*" + _NUM + r"\s*secs?(?:,\s*took\s*" + _SIZE + r")?")
+def _capture_done(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        "CUDA graphs captured",
+        percent=100.0,
+        facts=_facts(
+            graph_capture_s=_number(m.group(1)),
+            graph_memory_gib=_number(m.group(2)) if m.group(2) else None,
+        ),
+    )
+
+
+@_rule(r"init engine \([^)]{0,120}\) took\s*" + _NUM + r"\s*s")
+def _init_engine(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        "Engine initialised",
+        percent=100.0,
+        facts=_facts(init_engine_s=_number(m.group(1))),
+    )
+
+
+# 10. SERVING (11, "Application startup complete", is the separate "ready" event)
+
+
+@_rule(r"Starting vLLM (?:API )?server\b(?:\s+\d+)?(?:\s+on\s+(\S+))?")
+def _server(m: re.Match[str]) -> _Hit:
+    where = f" on {m.group(1)}" if m.group(1) else ""
+    return _Hit(Phase.SERVING, f"Starting API server{where}", percent=0.0)
+
+
+@_rule(r"Waiting for application startup|Started server process|Uvicorn running on")
+def _uvicorn(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.SERVING, "Starting API server")
+
+
+_READY = re.compile(r"Application startup complete", re.IGNORECASE)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+_UTIL = "--gpu-memory-utilization"
+
+
+@dataclass(frozen=True)
+class _ErrorRule:
+    cause: str
+    pattern: re.Pattern[str]
+    advise: Callable[[re.Match[str]], tuple[str, dict[str, Fact]]]
+    rank: int = 2  # 2 names the cause; 1 is an unexplained exception; 0 "it failed"
+
+
+def _free_memory(m: re.Match[str]) -> tuple[str, dict[str, Fact]]:
+    advice = (
+        "The Spark does not have that much memory free: lower --gpu-memory-utilization "
+        "(at most 0.90 on a Spark; the planner shows the largest safe value) or stop other "
+        "processes using memory."
+    )
+    numbers = re.search(
+        r"\(\s*"
+        + _NUM
+        + r"\s*/\s*"
+        + _NUM
+        + r"\s*GiB\s*\).{0,200}?utilization\s*\(\s*"
+        + _NUM
+        + r"\s*,\s*"
+        + _NUM,
+        m.string,
+    )
+    if numbers is None:
+        return advice, {}
+    free, total, util, wanted = (_number(g) for g in numbers.groups())
+    return advice, _facts(
+        free_memory_gib=free,
+        total_memory_gib=total,
+        requested_utilization=util,
+        requested_memory_gib=wanted,
+    )
+
+
+def _kv_too_small(m: re.Match[str]) -> tuple[str, dict[str, Fact]]:
+    # Newer vLLM states its estimate; older ones give the KV cache's token capacity,
+    # which is the same bound.
+    estimate = re.search(r"estimated maximum model length is\s*" + _INT, m.string) or re.search(
+        r"stored in KV cache\s*\(\s*" + _INT, m.string
+    )
+    seq_len = re.search(r"max seq len\s*\(\s*" + _INT, m.string)
+    z = _number(estimate.group(1)) if estimate else None
+    limit = f"to at most {z} (vLLM's estimate)" if z is not None else "(vLLM gave no estimate)"
+    advice = (
+        "The KV cache cannot hold one request at the full context length: lower "
+        f"--max-model-len {limit}, use --kv-cache-dtype fp8, or raise {_UTIL} "
+        "(at most 0.90 on a Spark)."
+    )
+    return advice, _facts(
+        estimated_max_model_len=z,
+        max_model_len=_number(seq_len.group(1)) if seq_len else None,
+    )
+
+
+def _recurrent(m: re.Match[str]) -> tuple[str, dict[str, Fact]]:
+    seqs = re.search(r"max_num_seqs\s*=\s*" + _INT, m.string)
+    advice = (
+        "The recurrent (Mamba) state kept for every one of max_num_seqs sequences leaves too "
+        "little KV cache for one full-length request: lower --max-num-seqs (4–10 is usual on "
+        f"a Spark), lower --max-model-len, or raise {_UTIL} (at most 0.90 on a Spark)."
+    )
+    return advice, _facts(max_num_seqs=_number(seqs.group(1)) if seqs else None)
+
+
+def _fixed(text: str) -> Callable[[re.Match[str]], tuple[str, dict[str, Fact]]]:
+    return lambda _m: (text, {})
+
+
+_ERROR_RULES: list[_ErrorRule] = [
+    _ErrorRule(
+        "free_memory",
+        re.compile(r"Free memory on device.{0,200}?less than desired GPU memory", re.I),
+        _free_memory,
+    ),
+    # Before the KV-size rule: sparksim's message also mentions max_model_len.
+    _ErrorRule("max_num_seqs", re.compile(r"recurrent state of max_num_seqs", re.I), _recurrent),
+    _ErrorRule(
+        "kv_too_small",
+        re.compile(
+            r"max seq len\s*\(\s*[\d,]+\s*\).{0,400}?(?:larger than the maximum number of "
+            r"tokens that can be stored in KV cache|larger than the available KV cache)"
+            r"|estimated maximum model length is",
+            re.I,
+        ),
+        _kv_too_small,
+    ),
+    _ErrorRule(
+        "no_cache_memory",
+        re.compile(r"No available memory for the cache blocks", re.I),
+        _fixed(
+            "The model's weights leave no room for the KV cache in the memory pool: raise "
+            f"{_UTIL} (at most 0.90 on a Spark), use a smaller or quantized model (e.g. "
+            "NVFP4), or add --enforce-eager to save the CUDA-graph memory."
+        ),
+    ),
+    _ErrorRule(
+        "arch",
+        re.compile(
+            r"no kernel image is available for execution"
+            r"|(?:sm_121|capability 12\.1)\b.{0,200}?(?:not compatible|unsupported|not supported"
+            r"|supported by this version)"
+            r"|(?:unsupported|not supported)[^.\n]{0,100}?sm_121",
+            re.I,
+        ),
+        _fixed(
+            "The image lacks kernels for the Spark's Blackwell GB10 GPU (sm_121): use an image "
+            "built for it (e.g. vllm/vllm-openai:cu130-nightly) and pin that tag in the recipe."
+        ),
+    ),
+    _ErrorRule(
+        "illegal_memory_access",
+        re.compile(r"illegal memory access", re.I),
+        _fixed(
+            "vLLM crashed with an illegal memory access (a GPU kernel fault). Check that the "
+            "image is built for the Spark's GB10 GPU (sm_121), e.g. "
+            "vllm/vllm-openai:cu130-nightly; if it is, report the crash with this log."
+        ),
+    ),
+    _ErrorRule(
+        "out_of_memory",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|CUDA error:\s*out of memory"
+            r"|cudaErrorMemoryAllocation",
+            re.I,
+        ),
+        _fixed(
+            "CUDA ran out of memory. On a Spark the GPU shares the machine's one memory pool: "
+            f"lower {_UTIL}, --max-model-len or --max-num-seqs, use --kv-cache-dtype fp8, add "
+            "--enforce-eager to skip the CUDA-graph memory, or stop other processes using "
+            "memory."
+        ),
+    ),
+    _ErrorRule(
+        "gated_model",
+        re.compile(
+            r"GatedRepoError|Access to model .{0,200}? is restricted|gated repo"
+            r"|401 Client Error",
+            re.I,
+        ),
+        _fixed(
+            "Hugging Face refused the download: the model is gated or private. Accept its "
+            "licence on huggingface.co and give the container a token (HF_TOKEN)."
+        ),
+    ),
+]
+
+_ENGINE_FAILED = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start",
+    re.I,
+)
+_ENGINE_FAILED_ADVICE = (
+    "vLLM's engine failed to start; the reason is in the lines before this one (see the log tail)."
+)
+# `ValueError: msg`, `torch.OutOfMemoryError: msg`, also inside `... failed (load): XError: msg`.
+_EXCEPTION = re.compile(
+    r"(?:^|(?<=[\s:]))(?P<name>(?:[A-Za-z_]\w{0,60}\.){0,6}[A-Z]\w{0,60}?(?:Error|Exception))"
+    r"(?:\s*:\s*(?P<msg>.+)|\s*$)"
+)
+_RANK_ENGINE_FAILED = 0
+_RANK_EXCEPTION = 1
+
+
+def _error_event(segment: str, message: str) -> LogEvent | None:
+    for rule in _ERROR_RULES:
+        match = rule.pattern.search(message)
+        if match:
+            advice, facts = rule.advise(match)
+            return LogEvent("error", error=segment, advice=advice, facts=facts, cause=rule.cause)
+    exception = _EXCEPTION.search(message)
+    detail = (exception.group("msg") or "").strip() if exception else ""
+    if exception and not _ENGINE_FAILED.search(detail):
+        name = exception.group("name")
+        short = detail if len(detail) <= 300 else detail[:297] + "..."
+        said = f": {short}" if short else ""
+        advice = (
+            f"vLLM stopped with {name}{said}. The lines before it in the log usually show "
+            "what it was doing."
+        )
+        return LogEvent("error", error=segment, advice=advice, cause="exception")
+    if _ENGINE_FAILED.search(message):
+        return LogEvent("error", error=segment, advice=_ENGINE_FAILED_ADVICE, cause="engine_failed")
+    return None
+
+
+def _error_rank(event: LogEvent) -> int:
+    if event.cause == "engine_failed":
+        return _RANK_ENGINE_FAILED
+    if event.cause == "exception":
+        return _RANK_EXCEPTION
+    return 2
+
+
+# --- public API ---------------------------------------------------------------------------
+
+
+def _parse_segment(segment: str) -> LogEvent | None:
+    level, message = _split_prefix(segment[:_MAX_SEARCH])
+    if level in _ERROR_LEVELS:
+        error = _error_event(segment, message)
+        if error is not None:
+            return error
+    if _READY.search(message):
+        return LogEvent("ready", Phase.SERVING, 100.0, "Ready")
+    hits = [handler(m) for pattern, handler in _RULES if (m := pattern.search(message))]
+    if not hits:
+        return None
+    # A line may carry two facts (KV size and concurrency share a line in some versions):
+    # one event, in the latest phase any of them belongs to.
+    phase = max((hit.phase for hit in hits), key=lambda p: p.rank)
+    current = [hit for hit in hits if hit.phase == phase]
+    facts: dict[str, Fact] = {}
+    for hit in hits:
+        facts.update(hit.facts)
+    progress = any(hit.progress for hit in current)
+    kind = "progress" if progress else ("fact" if facts else "phase")
+    percent = next((hit.percent for hit in current if hit.percent is not None), None)
+    step = next((hit.step for hit in current if hit.step), "")
+    return LogEvent(kind, phase, percent, step, facts)
+
+
+def parse_line(line: str) -> list[LogEvent]:
+    """Events in one raw log line, in order; empty for lines that say nothing we track.
+
+    A tqdm line with several `\\r`-separated updates yields one event per update (all of
+    them, oldest first), so `LogFollower` ends on the latest and a caller may keep just
+    `events[-1]`.
+    """
+    events: list[LogEvent] = []
+    for segment in _segments(line):
+        event = _parse_segment(segment)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+class LogFollower:
+    """Feed lines; keeps state (current phase, facts, last N lines for failure reports).
+
+    The phase never goes backwards: a late line of an earlier phase (vLLM's processes
+    interleave) still adds its facts but does not move the progress bar back. `percent`
+    is 0-100 within the current phase: the shard counter while LOADING, CUDA graph
+    capture while COMPILING. The first error that names a cause stays the reported one:
+    vLLM follows the root cause with "Engine core initialization failed", which says less.
+    """
+
+    def __init__(self, keep_last: int = 40) -> None:
+        if keep_last < 0:
+            raise ValueError("keep_last must be 0 or more")
+        self.phase: Phase = Phase.STARTING
+        self.percent: float = 0.0
+        self.step: str = ""
+        self.facts: dict[str, Fact] = {}
+        self.ready: bool = False
+        self.error: LogEvent | None = None
+        self._tail: deque[str] = deque(maxlen=keep_last)
+
+    def feed(self, line: str) -> list[LogEvent]:
+        """Parse one line (or a chunk of lines), update the state, return its events."""
+        events: list[LogEvent] = []
+        for raw in line.split("\n"):
+            raw = raw.rstrip("\r")
+            if not raw.strip():
+                continue
+            self._tail.append(raw)
+            for event in parse_line(raw):
+                self._apply(event)
+                events.append(event)
+        return events
+
+    def tail(self) -> list[str]:
+        """The last keep_last raw lines (ANSI and `\\r` updates as received)."""
+        return list(self._tail)
+
+    def _apply(self, event: LogEvent) -> None:
+        self.facts.update(event.facts)
+        if event.kind == "error":
+            if self.error is None or _error_rank(event) > _error_rank(self.error):
+                self.error = event
+            return
+        if event.kind == "ready":
+            self.ready = True
+        if event.phase is None or event.phase.rank < self.phase.rank:
+            return
+        if event.phase.rank > self.phase.rank:
+            self.phase = event.phase
+            self.percent = 0.0
+        if event.percent is not None:
+            self.percent = max(0.0, min(100.0, event.percent))
+        if event.step:
+            self.step = event.step

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+
+class InvalidTransition(Exception):
+    """A state change the state machine does not allow, or that lost a race."""
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PULLING = "pulling", "Pulling image"
+    STARTING = "starting", "Starting"
+    LOADING = "loading", "Loading weights"
+    COMPILING = "compiling", "Compiling and capturing graphs"
+    WARMING = "warming", "Warming up"
+    READY = "ready", "Ready"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+
+S = RunState
+TRANSITIONS: dict[str, set[str]] = {
+    S.QUEUED: {S.PULLING, S.STARTING, S.STOPPING, S.FAILED},
+    S.PULLING: {S.STARTING, S.STOPPING, S.FAILED},
+    S.STARTING: {S.LOADING, S.COMPILING, S.WARMING, S.STOPPING, S.FAILED},
+    S.LOADING: {S.COMPILING, S.WARMING, S.STOPPING, S.FAILED},
+    S.COMPILING: {S.WARMING, S.STOPPING, S.FAILED},
+    S.WARMING: {S.READY, S.STOPPING, S.FAILED},
+    S.READY: {S.STOPPING, S.FAILED},
+    S.STOPPING: {S.STOPPED, S.FAILED},
+    S.STOPPED: set(),
+    S.FAILED: set(),
+}
+ACTIVE_STATES = [s for s in RunState.values if s not in (S.STOPPED, S.FAILED)]
+STARTING_STATES = [S.QUEUED, S.PULLING, S.STARTING, S.LOADING, S.COMPILING, S.WARMING]
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(state__in=ACTIVE_STATES)
+
+
+class Run(models.Model):
+    """A recipe started on a host by a user, from queued to stopped (or failed)."""
+
+    recipe = models.ForeignKey("recipes.Recipe", on_delete=models.PROTECT, related_name="runs")
+    host = models.ForeignKey("hosts.Host", on_delete=models.PROTECT, related_name="runs")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    state = models.CharField(
+        max_length=16, choices=RunState.choices, default=S.QUEUED, db_index=True
+    )
+    argv = models.JSONField(default=list)  # the exact `vllm serve` vector
+    image = models.CharField(max_length=255)
+    port = models.PositiveIntegerField()
+    handle = models.CharField(max_length=200, blank=True)
+    percent = models.FloatField(default=0)
+    step = models.CharField(max_length=200, blank=True)
+    facts = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)  # state -> {"start": iso, "end": iso}
+    cold_ttft_s = models.FloatField(null=True, blank=True)
+    warm_ttft_s = models.FloatField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    failure_advice = models.TextField(blank=True)
+    failure_log = models.TextField(blank=True)
+    log_cursor = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            # The second line of defence behind admission control: one active run a host.
+            models.UniqueConstraint(
+                fields=["host"],
+                condition=Q(state__in=ACTIVE_STATES),
+                name="one_active_run_per_host",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recipe} on {self.host} ({self.state})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("run-detail", args=[self.pk])
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host.advertise_host}:{self.port}"
+
+    @property
+    def served_name(self) -> str:
+        return self.recipe.served_model_name or self.recipe.model_id
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def transition(self, to: str, **fields) -> None:
+        """Move to `to` if the state machine allows it and nobody moved the row meanwhile
+        (a conditional UPDATE: a second worker cannot apply the same change twice)."""
+        if to not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"run {self.pk}: {self.state} → {to} is not allowed")
+        now = timezone.now().isoformat()
+        timings = dict(self.timings)
+        if self.state in timings:
+            timings[self.state] = {**timings[self.state], "end": now}
+        timings[to] = {"start": now}
+        updated = Run.objects.filter(pk=self.pk, state=self.state).update(
+            state=to, timings=timings, updated_at=timezone.now(), **fields
+        )
+        if not updated:
+            raise InvalidTransition(f"run {self.pk} changed state under us (was {self.state})")
+        self.state, self.timings = to, timings
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def mark_failed(self, reason: str, *, advice: str = "", log: str = "") -> None:
+        self.transition(
+            S.FAILED, failure_reason=reason[:2000], failure_advice=advice, failure_log=log[-20000:]
+        )
+
+    def phase_seconds(self) -> dict[str, float]:
+        from datetime import datetime
+
+        out = {}
+        for state, span in self.timings.items():
+            if "end" in span:
+                out[state] = (
+                    datetime.fromisoformat(span["end"]) - datetime.fromisoformat(span["start"])
+                ).total_seconds()
+        return out

@@ -1,0 +1,100 @@
+"""Starting and stopping runs: admission control, then the host's own queue does the work."""
+
+from __future__ import annotations
+
+import socket
+
+from django.db import IntegrityError, transaction
+
+from apps.hosts.meminfo import MeminfoError
+from apps.hosts.models import Host
+from apps.recipes.command import serve_argv
+from apps.recipes.models import Recipe
+from apps.recipes.spark import GB, GIB
+from apps.runs.models import STARTING_STATES, Run, RunState
+
+
+class RunRefused(Exception):
+    """Admission control said no; the message says why, with numbers."""
+
+
+def _free_port(host: Host) -> int:
+    taken = set(Run.objects.active().filter(host=host).values_list("port", flat=True))
+    for port in range(host.port_min, host.port_max + 1):
+        if port in taken:
+            continue
+        if host.engine == Host.Engine.PROCESS:
+            # A local server: the port must also be free on this machine.
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+        return port
+    raise RunRefused(f"no free port in {host.name}'s range {host.port_min}–{host.port_max}")
+
+
+def _bind_address(host: Host) -> str:
+    # In a container vLLM listens on all of the container's interfaces (Docker publishes
+    # the port); a local process listens only where the panel reaches it.
+    return "0.0.0.0" if host.engine == Host.Engine.DOCKER else host.advertise_host  # noqa: S104
+
+
+def admission_check(*, recipe: Recipe, host: Host) -> None:
+    active = Run.objects.active().filter(host=host).select_related("recipe").first()
+    if active is not None:
+        raise RunRefused(
+            f"{host.name} already runs “{active.recipe}” ({active.get_state_display().lower()}): "
+            "stop it first — one model at a time per Spark."
+        )
+    if not host.image_allowed(recipe.image):
+        raise RunRefused(
+            f"{host.name} does not allow the image {recipe.image} (see the host's allowlist)."
+        )
+    try:
+        memory = host.memory()
+    except MeminfoError as exc:
+        raise RunRefused(f"cannot measure {host.name}'s memory: {exc}") from None
+    spec = host.spec()
+    pool = float(recipe.gpu_memory_utilization) * spec.cuda_visible_gib * GIB
+    needed = pool + spec.freeze_margin_gb * GB
+    if memory.available_bytes < needed:
+        raise RunRefused(
+            f"{host.name} has {memory.available_bytes / GB:.1f} GB available; this recipe's vLLM "
+            f"pool takes {pool / GB:.1f} GB ({recipe.gpu_memory_utilization} × "
+            f"{spec.cuda_visible_gib} GiB) and {spec.freeze_margin_gb:g} GB must stay free, so it "
+            f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization."
+        )
+
+
+def run_start(*, recipe: Recipe, host: Host, user) -> Run:
+    from apps.runs.tasks import start_run
+
+    admission_check(recipe=recipe, host=host)
+    port = _free_port(host)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
+                argv=serve_argv(recipe, host=_bind_address(host), port=port),
+                step="Waiting for the host's worker",
+            )  # fmt: skip
+            transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
+    except IntegrityError:
+        raise RunRefused(f"{host.name} already has an active run: stop it first.") from None
+    return run
+
+
+def run_stop(*, run: Run) -> Run:
+    """Ask a run to stop. While it starts, its start task sees the state and stops it; a
+    ready run is stopped by a task on the host's queue."""
+    from apps.runs.tasks import stop_run
+
+    run.refresh_from_db()
+    if not run.is_active or run.state == RunState.STOPPING:
+        return run
+    was_starting = run.state in STARTING_STATES
+    run.transition(RunState.STOPPING, step="Stopping")
+    if not was_starting:
+        transaction.on_commit(lambda: stop_run.apply_async(args=[run.pk], queue=run.host.queue))
+    return run

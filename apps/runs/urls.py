@@ -1,0 +1,10 @@
+from django.urls import path
+
+from apps.runs import views
+
+urlpatterns = [
+    path("", views.run_list, name="runs"),
+    path("start/", views.run_start_view, name="run-start"),
+    path("<int:pk>/", views.run_detail, name="run-detail"),
+    path("<int:pk>/stop/", views.run_stop_view, name="run-stop"),
+]

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.roles import OPERATE_RUNS
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+from apps.runs.services import RunRefused, run_start, run_stop
+
+LOG_TAIL_BYTES = 20_000
+
+
+def start_form_context(selected_recipe: int | None = None) -> dict:
+    return {
+        "start_recipes": Recipe.objects.all(),
+        "start_hosts": Host.objects.all(),
+        "selected_recipe": selected_recipe,
+    }
+
+
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = Run.objects.select_related("recipe", "host", "started_by")[:100]
+    return render(request, "runs/list.html", {"runs": runs, **start_form_context()})
+
+
+@require_GET
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("recipe", "host", "started_by"), pk=pk)
+    return render(
+        request,
+        "runs/detail.html",
+        {"run": run, "phases": list(run.phase_seconds().items()), "log_tail": _log_tail(run)},
+    )
+
+
+def _log_tail(run: Run) -> str:
+    from django.conf import settings
+
+    path = settings.VAR_DIR / "runs" / str(run.pk) / "server.log"
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+@require_POST
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_start_view(request: HttpRequest) -> HttpResponse:
+    recipe = Recipe.objects.filter(pk=request.POST.get("recipe")).first()
+    host = Host.objects.filter(pk=request.POST.get("host")).first()
+    if recipe is None or host is None:
+        messages.error(request, "Choose a recipe and a host.")
+        return redirect("runs")
+    try:
+        run = run_start(recipe=recipe, host=host, user=request.user)
+    except RunRefused as exc:
+        messages.error(request, f"Not started: {exc}")
+        return redirect(request.POST.get("next") or "runs")
+    messages.success(request, f"Starting “{recipe}” on {host}.")
+    return redirect(run)
+
+
+@require_POST
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_stop_view(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run, pk=pk)
+    run_stop(run=run)
+    messages.success(request, f"Stopping run {run.pk}.")
+    return redirect(run)

@@ -1,0 +1,106 @@
+"""Runs from queued to ready to stopped, against real sparksim processes (process engine)."""
+
+import threading
+import time
+
+import httpx
+import pytest
+from django.db import IntegrityError, transaction
+
+from apps.runs import runner
+from apps.runs.models import InvalidTransition, Run, RunState
+from apps.runs.services import RunRefused, run_start, run_stop
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_run_starts_loads_warms_up_is_ready_and_stops(sim_host, qwen, operator):
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    assert run.state == RunState.QUEUED
+    assert run.argv[:3] == ["vllm", "serve", "nvidia/Qwen3.5-35B-A3B-NVFP4"]
+    assert "--gpu-memory-utilization" in run.argv
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_log)
+    assert {"starting", "loading", "compiling", "warming"} <= set(run.phase_seconds())
+    assert run.facts["kv_cache_tokens"] > 100_000 and run.facts["max_concurrency"] > 1
+    # The first request paid the JIT compile (12 s simulated for this profile).
+    assert run.cold_ttft_s > 10 and run.warm_ttft_s < 1
+    assert httpx.get(f"http://127.0.0.1:{run.port}/v1/models").status_code == 200
+
+    runner.stop(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.STOPPED
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{run.port}/v1/models", timeout=1)
+
+
+def test_a_server_that_dies_at_startup_fails_the_run_with_its_reason_and_log(
+    sim_host, too_long, operator
+):
+    run = run_start(recipe=too_long, host=sim_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED
+    assert "larger than the available KV cache memory" in run.failure_reason
+    assert "max-model-len" in run.failure_advice
+    assert "Available KV cache memory" in run.failure_log
+
+
+def test_stopping_while_loading_stops_the_server(sim_host, qwen, operator):
+    sim_host.sim_time_scale = 20  # ~10 s of loading
+    sim_host.save()
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    worker = threading.Thread(target=runner.start, args=[run.pk])
+    worker.start()
+    wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.LOADING, 30, "loading")
+    run_stop(run=Run.objects.get(pk=run.pk))
+    worker.join(timeout=30)
+    run.refresh_from_db()
+    assert run.state == RunState.STOPPED
+
+
+def test_one_active_run_per_host(sim_host, qwen, operator):
+    run_start(recipe=qwen, host=sim_host, user=operator)
+    with pytest.raises(RunRefused, match="already runs"):
+        run_start(recipe=qwen, host=sim_host, user=operator)
+    # ...and the database agrees even if admission control were bypassed.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Run.objects.create(recipe=qwen, host=sim_host, port=1, image="x")
+
+
+def test_admission_refuses_when_measured_memory_is_short(sim_host, qwen, operator, tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       125000000 kB\nMemAvailable:    50000000 kB\n")
+    sim_host.meminfo_path = str(meminfo)
+    sim_host.save()
+    with pytest.raises(RunRefused) as info:
+        run_start(recipe=qwen, host=sim_host, user=operator)
+    message = str(info.value)
+    assert "51.2 GB available" in message and "needs 120.6 GB" in message
+    assert not Run.objects.exists()
+
+
+def test_the_state_machine_refuses_going_backwards(sim_host, qwen, operator):
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    run.transition(RunState.STARTING)
+    with pytest.raises(InvalidTransition):
+        run.transition(RunState.QUEUED)
+    stale = Run.objects.get(pk=run.pk)
+    run.transition(RunState.LOADING)
+    with pytest.raises(InvalidTransition, match="changed state under us"):
+        stale.transition(RunState.LOADING)
+
+
+def test_a_redelivered_start_task_does_not_start_a_second_server(sim_host, qwen, operator):
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    runner.start(run.pk)  # redelivered after success: nothing to do
+    run.refresh_from_db()
+    assert run.state == RunState.READY
+    from apps.hosts.engines import engine_for
+
+    assert len(engine_for(sim_host).list_managed()) == 1
+    runner.stop(run.pk)
+    time.sleep(0.1)
