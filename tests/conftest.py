@@ -146,3 +146,41 @@ def client_as() -> Iterator[Callable[..., Client]]:
         return client
 
     yield make
+
+
+@pytest.fixture
+def start_worker(redis_url, tmp_path):
+    """Real Celery worker processes in the production shape: prefork, concurrency 1,
+    prefetch 1, one queue; stopped (SIGTERM, then kill) after the test."""
+    from sparkpanel.celery import app
+
+    procs: list[subprocess.Popen] = []
+
+    def start(queue: str, name: str, **env_overrides: str) -> str:
+        node = f"{name}@{socket.gethostname()}"
+        log = tmp_path / f"worker-{name}.log"
+        env = child_env(**{"DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}", **env_overrides})
+        argv = [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue,
+                "-n", node, "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO",
+                "--without-mingle", "--without-gossip"]  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
+        procs.append(proc)
+        wait_for(
+            lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
+            60,
+            f"worker {node} (log: {log})",
+            proc,
+        )
+        return node
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

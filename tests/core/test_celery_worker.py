@@ -1,8 +1,5 @@
 """A real Celery worker process, consuming one Spark's queue from the real Redis."""
 
-import socket
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -10,45 +7,9 @@ import redis
 from celery.exceptions import TimeoutError as ResultTimeout
 
 from apps.core.tasks import health
-from sparkpanel.celery import app, host_queue
-from tests.conftest import ROOT, child_env, wait_for
+from sparkpanel.celery import host_queue
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture
-def start_worker(redis_url, tmp_path):
-    procs: list[subprocess.Popen] = []
-
-    def start(queue: str, name: str) -> str:
-        node = f"{name}@{socket.gethostname()}"
-        log = tmp_path / f"{name}.log"
-        env = child_env(DATABASE_URL=f"sqlite:///{tmp_path / 'worker.sqlite3'}")
-        # The production shape: prefork, concurrency 1, prefetch 1, one queue.
-        argv = [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue,
-                "-n", node, "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO",
-                "--without-mingle", "--without-gossip"]  # fmt: skip
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
-        )
-        procs.append(proc)
-        wait_for(
-            lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
-            60,
-            f"worker {node} (log: {log})",
-            proc,
-        )
-        return node
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_sparks_worker_runs_tasks_sent_to_its_queue(start_worker):
