@@ -159,7 +159,9 @@ def start_worker(redis_url, tmp_path):
     def start(queue: str, name: str, **env_overrides: str) -> str:
         node = f"{name}@{socket.gethostname()}"
         log = tmp_path / f"worker-{name}.log"
-        env = child_env(**{"DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}", **env_overrides})
+        env = child_env(
+            **{"DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}", **env_overrides}
+        )
         argv = [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue,
                 "-n", node, "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO",
                 "--without-mingle", "--without-gossip"]  # fmt: skip

@@ -50,6 +50,8 @@ class _Pusher:
             return
         self.last = now
         html = render_to_string("runs/partials/progress.html", {"run": self.run})
+        if force:  # phase changes: the facts and timings panel too
+            html += render_to_string("runs/partials/details.html", {"run": self.run})
         if lines:
             html += render_to_string(
                 "runs/partials/log_lines.html", {"run": self.run, "lines": lines}
@@ -125,6 +127,7 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
     follower = LogFollower()
     cursor = 0  # re-read from the start: the follower rebuilds its state
     phase_started = time.monotonic()
+    models_ok_since: float | None = None
     while True:
         _check_stop(run)
         lines, cursor = engine.read_logs(handle, cursor)
@@ -143,7 +146,11 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
         if any(getattr(run, key) != value for key, value in fields.items()):
             _save(run, **fields)
         pusher.push(lines=lines or None)
-        if follower.ready or _models_ready(run):
+        # Ready when the log says so; /v1/models answering is the fallback for servers
+        # whose log line never comes (it may also be a moment early: give the log 2 s).
+        if not follower.ready and models_ok_since is None and _models_ready(run):
+            models_ok_since = time.monotonic()
+        if follower.ready or (models_ok_since and time.monotonic() - models_ok_since > 2):
             run.transition(
                 S.WARMING, step="Warming up: the first request compiles kernels", percent=0
             )

@@ -35,7 +35,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "runs/detail.html",
-        {"run": run, "phases": list(run.phase_seconds().items()), "log_tail": _log_tail(run)},
+        {"run": run, "log_tail": _log_tail(run)},
     )
 
 

@@ -51,6 +51,7 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
         DEBUG="false",
         ALLOWED_HOSTS="127.0.0.1,localhost",
         CHANNELS_PREFIX=f"e2e-{uuid.uuid4().hex[:8]}",
+        SPARKPANEL_VAR_DIR=str(tmp),
     )
     manage("migrate", "--noinput", env=env)
     for username, role in USERS.items():
@@ -63,6 +64,14 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
             env=env,
             stdin=PASSWORD + "\n",
         )
+    # The simulated demo host make run creates, sped up for the tests.
+    manage("seed_demo", "--admin-username", "demo-admin", env=env)
+    manage(
+        "shell",
+        "-c",
+        "from apps.hosts.models import Host; Host.objects.update(sim_time_scale=40)",
+        env=env,
+    )
     port = free_port()
     log = tmp / "server.log"
     argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
@@ -83,6 +92,34 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
         proc.terminate()
         try:
             proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def demo_worker(live_server_asgi):
+    """The simulated host's own Celery worker, on the live server's database."""
+    from sparkpanel.celery import app
+
+    log = live_server_asgi.log.parent / "worker.log"
+    argv = [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", "host.local-sim",
+            "-n", "local-sim@e2e", "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO",
+            "--without-mingle", "--without-gossip"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=live_server_asgi.env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for(
+            lambda: bool(app.control.ping(destination=["local-sim@e2e"], timeout=0.5)),
+            60,
+            "worker",
+            proc,
+        )
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
 

@@ -1,0 +1,43 @@
+"""An operator starts the demo recipe on the simulated Spark; a member watches it load,
+warm up and become ready, live, without reloading."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import login
+
+pytestmark = pytest.mark.e2e
+
+
+def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, demo_worker):
+    operator = new_page()
+    login(operator, "otto")
+    operator.get_by_role("link", name="Runs", exact=True).click()
+    operator.get_by_label("Recipe").select_option(
+        label="Qwen3.5-35B-A3B — max single-user throughput (util 0.90)"
+    )
+    operator.get_by_label("Host").select_option(label="local-sim (simulated)")
+    operator.get_by_role("button", name="Start").click()
+    expect(
+        operator.get_by_role("heading", name=re.compile(r"^Run \d+: Qwen3\.5-35B-A3B"))
+    ).to_be_visible()
+    run_url = operator.url
+
+    member = new_page()
+    login(member, "mia")
+    member.goto(run_url)
+    badge = member.locator(".run-progress .state-badge")
+    expect(member.locator(".run-progress")).to_be_visible()
+    # Pushed over /ws/events/ while the page stays put: loading, then ready.
+    expect(badge).to_have_text("Ready", timeout=90_000)
+    expect(member.locator(".log")).to_contain_text("Application startup complete.")
+    # The facts panel followed too: KV cache size and the warm-up's cold and warm TTFT.
+    expect(member.locator("[id$='-details']")).to_contain_text("first request")
+    expect(member.locator("[id$='-details']")).to_contain_text("loading")
+    expect(member.get_by_role("button", name="Stop")).to_have_count(0)  # members cannot stop runs
+
+    operator.get_by_role("button", name="Stop").click()
+    expect(operator.locator(".run-progress .state-badge")).to_have_text("Stopped", timeout=30_000)
+    expect(badge).to_have_text("Stopped", timeout=30_000)
