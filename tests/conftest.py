@@ -44,6 +44,17 @@ def run_async(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`; returns the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -179,10 +190,6 @@ def start_worker(redis_url, tmp_path):
 
     yield start
     for proc in procs:
-        proc.terminate()
+        proc.terminate()  # all at once: they shut down in parallel
     for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -51,6 +51,12 @@ class Child:
             pass
 
 
+def worker_argv(queue: str, name: str) -> list[str]:
+    """A Celery worker in the production shape: one queue, one task at a time."""
+    return [PY, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue, "-n", f"{name}@%h",
+            "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO"]  # fmt: skip
+
+
 def redis_reachable(url: str) -> bool:
     import redis
 
@@ -169,56 +175,10 @@ def main() -> int:
                 env,
             )
         )
-        children.append(
-            Child(
-                "worker",
-                [
-                    PY,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "sparkpanel",
-                    "worker",
-                    "-Q",
-                    "default",
-                    "-n",
-                    "default@%h",
-                    "-c",
-                    "1",
-                    "--prefetch-multiplier",
-                    "1",
-                    "-l",
-                    "INFO",
-                ],
-                env,
-            )
-        )
+        children.append(Child("worker", worker_argv("default", "default"), env))
         # The simulated Spark's own worker: its queue only, one task at a time.
         demo = env_str("DEMO_HOST", "local-sim")
-        children.append(
-            Child(
-                f"worker-{demo}",
-                [
-                    PY,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "sparkpanel",
-                    "worker",
-                    "-Q",
-                    f"host.{demo}",
-                    "-n",
-                    f"{demo}@%h",
-                    "-c",
-                    "1",
-                    "--prefetch-multiplier",
-                    "1",
-                    "-l",
-                    "INFO",
-                ],
-                env,
-            )
-        )
+        children.append(Child(f"worker-{demo}", worker_argv(f"host.{demo}", demo), env))
         children.append(
             Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)
         )

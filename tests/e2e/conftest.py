@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, wait_for
+from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, stop_process, wait_for
 
 ARTIFACTS = ROOT / "var" / "test-artifacts"
 CHROMIUM_ARGS = [
@@ -89,11 +89,7 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
         wait_for(healthy, 60, f"the live server (log: {log})", proc)
         yield LiveServer(url=url, env=env, log=log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=15)
 
 
 @pytest.fixture(scope="session")
@@ -117,11 +113,7 @@ def demo_worker(live_server_asgi):
         )
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=20)
 
 
 @pytest.fixture(scope="package")

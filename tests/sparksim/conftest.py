@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, free_port, stop_process, wait_for
 
 NEMOTRON = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 NEMOTRON_FLAGS = [
@@ -60,13 +60,7 @@ class Sim:
         return out
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
+        return stop_process(self.proc, timeout=10)
 
 
 def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, load_scale: float = 100_000,

@@ -1,10 +1,13 @@
+import os
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create
 
-DEMO_HOST = "local-sim"
+# The same name tools/devrun.py gives the simulated host's worker queue.
+DEMO_HOST = os.environ.get("DEMO_HOST", "local-sim")
 
 
 class Command(BaseCommand):
