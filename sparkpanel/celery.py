@@ -11,6 +11,7 @@ import os
 import re
 
 from celery import Celery
+from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sparkpanel.settings")
 
@@ -30,3 +31,20 @@ def host_queue(host_name: str) -> str:
             "(at most 63 characters), as in a DNS label"
         )
     return f"host.{host_name}"
+
+
+@worker_ready.connect
+def _reconcile_on_start(sender=None, **kwargs) -> None:
+    """A (re)started Spark worker first checks its hosts' runs against their servers."""
+    try:
+        names = [queue.name for queue in sender.task_consumer.queues]
+    except AttributeError:
+        return
+    host_names = [name.removeprefix("host.") for name in names if name.startswith("host.")]
+    if not host_names:
+        return
+    from apps.hosts.models import Host
+    from apps.runs.tasks import reconcile
+
+    for host in Host.objects.filter(name__in=host_names):
+        reconcile.apply_async(args=[host.pk], queue=host.queue)

@@ -140,7 +140,12 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    # Which hosts have a live worker (shown as online/offline).
+    "hosts-check-workers": {"task": "hosts.check_workers", "schedule": 30.0},
+    # Runs whose server vanished are marked failed with their last log lines.
+    "runs-reconcile": {"task": "runs.reconcile_all", "schedule": 60.0},
+}
 
 # --- Auth --------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

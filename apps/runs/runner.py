@@ -238,3 +238,30 @@ def stop(run_id: int) -> None:
         engine.remove(handle)
     run.transition(S.STOPPED, step="Stopped", percent=0)
     pusher.push(force=True)
+
+
+def reconcile(host_id: int) -> list[int]:
+    """Compare the host's active runs with its servers: a run whose server is gone is
+    marked failed with the last log lines (a crash, an OOM kill, a stop from outside).
+    Runs still starting are left to their start task, which a restarted worker resumes."""
+    from apps.hosts.models import Host
+
+    host = Host.objects.get(pk=host_id)
+    failed = []
+    engine = engine_for(host)
+    for run in Run.objects.active().filter(host=host, state=S.READY).exclude(handle=""):
+        handle = Handle.parse(run.handle)
+        status = engine.status(handle)
+        if status.state is State.RUNNING:
+            continue
+        lines, _ = engine.read_logs(handle, 0)
+        code = "unknown" if status.exit_code is None else status.exit_code
+        _fail(
+            run,
+            f"the server exited with code {code} while ready",
+            _Pusher(run),
+            log_lines=lines[-40:],
+        )
+        engine.remove(handle)
+        failed.append(run.pk)
+    return failed

@@ -14,3 +14,18 @@ def start_run(run_id: int) -> None:
 @shared_task(name="runs.stop", acks_late=True)
 def stop_run(run_id: int) -> None:
     runner.stop(run_id)
+
+
+@shared_task(name="runs.reconcile", acks_late=True)
+def reconcile(host_id: int) -> list[int]:
+    return runner.reconcile(host_id)
+
+
+@shared_task(name="runs.reconcile_all")
+def reconcile_all() -> None:
+    """Periodic (beat): each host's reconcile runs on that host's own queue, where its
+    servers are."""
+    from apps.hosts.models import Host
+
+    for host in Host.objects.all():
+        reconcile.apply_async(args=[host.pk], queue=host.queue)

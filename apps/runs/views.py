@@ -65,6 +65,12 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Not started: {exc}")
         return redirect(request.POST.get("next") or "runs")
     messages.success(request, f"Starting “{recipe}” on {host}.")
+    if not host.online:
+        messages.warning(
+            request,
+            f"No worker has been seen for {host.name} lately: the run waits in the queue until "
+            f"one consumes {host.queue} (see the Hosts page).",
+        )
     return redirect(run)
 
 

@@ -1,0 +1,66 @@
+"""Hosts seen by their workers, and runs whose server vanished."""
+
+import os
+import signal
+
+import pytest
+from django.db import connection
+
+from apps.hosts.models import Host
+from apps.hosts.tasks import hosts_check_workers
+from apps.runs import runner
+from apps.runs.models import Run, RunState
+from apps.runs.services import run_start
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_server_killed_from_outside_fails_its_run_with_the_last_log_lines(
+    sim_host, qwen, operator
+):
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY
+    assert runner.reconcile(sim_host.pk) == []  # alive: nothing to do
+    os.kill(int(run.handle.split(":")[1]), signal.SIGKILL)  # an OOM kill, say
+    wait_for(lambda: runner.reconcile(sim_host.pk) == [run.pk], 10, "reconcile sees the exit")
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED
+    assert "exited with code -9 while ready" in run.failure_reason
+    assert "Application startup complete." in run.failure_log
+
+
+@pytest.mark.services
+def test_hosts_with_a_live_worker_show_online_and_others_do_not(start_worker, sim_host, tmp_path):
+    other = Host.objects.create(name="spark-nobody", engine=Host.Engine.PROCESS, simulated=True)
+    shared = {
+        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "SPARKPANEL_VAR_DIR": str(tmp_path),
+    }
+    node = start_worker(sim_host.queue, sim_host.name, **shared)
+    seen = hosts_check_workers(timeout=2)
+    assert seen == {sim_host.name: node}
+    assert Host.objects.get(pk=sim_host.pk).online
+    assert not Host.objects.get(pk=other.pk).online
+
+
+@pytest.mark.services
+def test_a_restarted_worker_reconciles_its_host_on_start(
+    start_worker, sim_host, qwen, operator, tmp_path, settings
+):
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    pid = int(Run.objects.get(pk=run.pk).handle.split(":")[1])
+    os.kill(pid, signal.SIGKILL)
+    shared = {
+        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "SPARKPANEL_VAR_DIR": str(settings.VAR_DIR),
+    }
+    start_worker(sim_host.queue, sim_host.name, **shared)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).state == RunState.FAILED,
+        30,
+        "reconciled by the new worker",
+    )
