@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import OPERATE_RUNS
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
+from apps.runs.forms import RunStartForm
 from apps.runs.models import Run
 from apps.runs.services import RunRefused, run_start, run_stop
 
@@ -54,11 +55,11 @@ def _log_tail(run: Run) -> str:
 @require_POST
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def run_start_view(request: HttpRequest) -> HttpResponse:
-    recipe = Recipe.objects.filter(pk=request.POST.get("recipe")).first()
-    host = Host.objects.filter(pk=request.POST.get("host")).first()
-    if recipe is None or host is None:
+    form = RunStartForm(request.POST)
+    if not form.is_valid():
         messages.error(request, "Choose a recipe and a host.")
         return redirect("runs")
+    recipe, host = form.cleaned_data["recipe"], form.cleaned_data["host"]
     try:
         run = run_start(recipe=recipe, host=host, user=request.user)
     except RunRefused as exc:

@@ -1,0 +1,59 @@
+"""Runs and hosts pages: who may see and do what, and what a refused start says."""
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from apps.hosts.models import Host
+from apps.runs.models import Run, RunState
+
+pytestmark = pytest.mark.django_db
+
+
+def test_members_see_runs_and_hosts_but_cannot_start_or_stop(client_as, member, sim_host, qwen):
+    client = client_as(member)
+    assert client.get(reverse("runs")).status_code == 200
+    assert b'id="start-form"' not in client.get(reverse("runs")).content
+    response = client.post(reverse("run-start"), {"recipe": qwen.pk, "host": sim_host.pk})
+    assert response.status_code == 403
+    assert not Run.objects.exists()
+    run = Run.objects.create(
+        recipe=qwen, host=sim_host, port=20001, image="x", state=RunState.READY
+    )
+    assert client.get(run.get_absolute_url()).status_code == 200
+    assert client.post(reverse("run-stop", args=[run.pk])).status_code == 403
+    assert Run.objects.get(pk=run.pk).state == RunState.READY
+
+
+def test_hosts_page_shows_memory_worker_status_and_the_worker_command(client_as, member, sim_host):
+    html = client_as(member).get(reverse("hosts")).content.decode()
+    assert sim_host.name in html and "simulated" in html
+    assert "122.0 of 128 GB" in html  # an idle simulated Spark: all but the OS reserve
+    assert "no worker" in html and f"-Q host.{sim_host.name}" in html
+    Host.objects.filter(pk=sim_host.pk).update(
+        last_heartbeat=timezone.now(), heartbeat_worker="w@spark"
+    )
+    html = client_as(member).get(reverse("hosts")).content.decode()
+    assert "online" in html and "w@spark" in html
+
+
+def test_a_refused_start_says_why_and_starts_nothing(client_as, operator, sim_host, qwen, tmp_path):
+    meminfo = tmp_path / "low.meminfo"
+    meminfo.write_text("MemTotal:       125000000 kB\nMemAvailable:     8000000 kB\n")
+    sim_host.meminfo_path = str(meminfo)
+    sim_host.save()
+    response = client_as(operator).post(
+        reverse("run-start"), {"recipe": qwen.pk, "host": sim_host.pk}, follow=True
+    )
+    assert (
+        "Not started:" in response.content.decode()
+        and "8.2 GB available" in response.content.decode()
+    )
+    assert not Run.objects.exists()
+
+
+def test_garbage_start_input_is_refused_clearly(client_as, operator):
+    response = client_as(operator).post(
+        reverse("run-start"), {"recipe": "nope", "host": ""}, follow=True
+    )
+    assert "Choose a recipe and a host." in response.content.decode()
