@@ -102,22 +102,14 @@ async def one_level(url: str, streams: int, seconds: float) -> dict:
 
 
 def expected_rate(streams: int, time_scale: float) -> float:
-    """Tokens/s per stream the timing model schedules for `streams` decoding together."""
-    sys.path.insert(0, str(ROOT))
-    from apps.recipes.planner import kv_bytes_per_sequence, kv_element_bytes
-    from sparksim.engine import BANDWIDTH_GBS, GB, MIB
-    from sparksim.profiles import NEMOTRON_SUPER as p
+    """Tokens/s per stream the timing model schedules for `streams` decoding together (each
+    stream at the middle of its 128-token prompt + 200-token answer)."""
+    from apps.recipes.planner import kv_element_bytes
+    from sparksim.engine import decode_step_seconds
+    from sparksim.profiles import NEMOTRON_SUPER as profile
 
-    arch = p.architecture
-    active = arch.active_params_b * 1e9 * 0.5625
-    weights = min(
-        active * (1 + p.moe_batch_growth * (streams - 1)), arch.total_params_b * 1e9 * 0.5625
-    )
-    kv = (
-        kv_bytes_per_sequence(arch, kv_element_bytes(arch, "auto"), 228)
-        + arch.recurrent_state_mib * MIB
-    )
-    step = (weights + streams * kv) / (BANDWIDTH_GBS * GB * p.decode_efficiency) + p.step_overhead_s
+    arch = profile.architecture
+    step = decode_step_seconds(profile, arch, kv_element_bytes(arch, "auto"), [228] * streams)
     return time_scale / step
 
 

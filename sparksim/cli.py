@@ -172,9 +172,7 @@ def memory_plan(profile: Profile, args) -> Plan:
     graphs = 0.0 if args.enforce_eager else CUDA_GRAPHS_GB * GB
     context = CUDA_CONTEXT_GB * GB
     kv_available = pool - context - graphs - weights
-    element = kv_element_bytes(
-        arch, "fp8" if args.kv_cache_dtype.startswith("fp8") else args.kv_cache_dtype
-    )
+    element = kv_element_bytes(arch, args.kv_cache_dtype)
     split = kv_bytes_per_token_split(arch, element) or (0.0, 0.0)
     per_token = max(sum(split), 1.0)
     per_seq = kv_bytes_per_sequence(arch, element, args.max_model_len) or 0.0

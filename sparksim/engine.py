@@ -189,12 +189,7 @@ class Engine:
         self.free_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
         self.element = kv_element_bytes(architecture, kv_cache_dtype)
-        self.active_bytes = active_weight_bytes(architecture) or 0.0
-        self.total_weight_bytes = weight_bytes(architecture) or self.active_bytes
-        self.state_bytes = (architecture.recurrent_state_mib or 0.0) * MIB
-        self.bandwidth = BANDWIDTH_GBS * GB * profile.decode_efficiency
-        # Without CUDA graphs every step pays kernel launches from Python.
-        self.step_overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0)
+        self.enforce_eager = enforce_eager
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.prefix_cache: collections.OrderedDict[bytes, None] = collections.OrderedDict()
@@ -298,19 +293,10 @@ class Engine:
 
     # --- one step ---------------------------------------------------------------------
     def _decode_seconds(self, decoding: list[SimRequest]) -> float:
-        if not decoding:
-            return 0.0
-        n = len(decoding)
-        weights = min(
-            self.active_bytes * (1 + self.profile.moe_batch_growth * (n - 1)),
-            max(self.total_weight_bytes, self.active_bytes),
-        )
-        kv = sum(
-            (kv_bytes_per_sequence(self.arch, self.element, r.context_len) or 0.0)
-            + self.state_bytes
-            for r in decoding
-        )
-        return (weights + kv) / self.bandwidth + self.step_overhead
+        return decode_step_seconds(
+            self.profile, self.arch, self.element, [r.context_len for r in decoding],
+            enforce_eager=self.enforce_eager,
+        )  # fmt: skip
 
     def _plan_step(self) -> tuple[float, list[SimRequest], list[tuple[SimRequest, int]]]:
         decoding = [r for r in self.running if r.to_compute == 0]
@@ -448,6 +434,34 @@ class Engine:
             "%d running); emitted timings are distorted by that much",
             late * 1000, stats.get("late_p99_ms", 0.0), stats["steps"], len(self.running),
         )  # fmt: skip
+
+
+def decode_step_seconds(
+    profile: Profile,
+    arch: Architecture,
+    element_bytes: int,
+    context_lens: list[int],
+    *,
+    enforce_eager: bool = False,
+) -> float:
+    """Simulated seconds of one decode step for sequences at these context lengths: the
+    active weights once (more for a batch of a MoE model, up to the whole checkpoint) plus
+    each sequence's KV and recurrent state, at the profile's share of 273 GB/s, plus the
+    per-step overhead (2.5× without CUDA graphs: kernel launches from Python)."""
+    if not context_lens:
+        return 0.0
+    n = len(context_lens)
+    active = active_weight_bytes(arch) or 0.0
+    weights = min(
+        active * (1 + profile.moe_batch_growth * (n - 1)), max(weight_bytes(arch) or active, active)
+    )
+    state = (arch.recurrent_state_mib or 0.0) * MIB
+    kv = sum(
+        (kv_bytes_per_sequence(arch, element_bytes, length) or 0.0) + state
+        for length in context_lens
+    )
+    overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0)
+    return (weights + kv) / (BANDWIDTH_GBS * GB * profile.decode_efficiency) + overhead
 
 
 async def _sleep_until(target: float) -> None:

@@ -41,6 +41,8 @@ class ProcessEngine(Engine):
         self.simulated = simulated
         self.sim_args = list(sim_args or [])
         self.vllm_executable = vllm_executable
+        # Handle → run directory, so following a log does not rescan every pid file.
+        self._dirs: dict[Handle, Path] = {}
 
     def command(self, argv: list[str]) -> list[str]:
         """The same vector vLLM gets; only the executable differs."""
@@ -79,6 +81,7 @@ class ProcessEngine(Engine):
         _children[proc.pid] = proc
         created = psutil.Process(proc.pid).create_time()
         handle = Handle(self.name, f"{proc.pid}:{created:.2f}")
+        self._dirs[handle] = run_dir
         (run_dir / "pid.json").write_text(
             json.dumps(
                 {"pid": proc.pid, "create_time": created, "run_id": spec.run_id, "command": command}
@@ -116,11 +119,13 @@ class ProcessEngine(Engine):
         return Status(State.EXITED, None)
 
     def log_path(self, handle: Handle) -> Path | None:
-        for pidfile in self.runs_dir.glob("*/pid.json"):
-            found = self._handle_from_pidfile(pidfile.parent)
-            if found == handle:
-                return pidfile.parent / "server.log"
-        return None
+        run_dir = self._dirs.get(handle)
+        if run_dir is None:
+            for pidfile in self.runs_dir.glob("*/pid.json"):
+                if self._handle_from_pidfile(pidfile.parent) == handle:
+                    run_dir = self._dirs[handle] = pidfile.parent
+                    break
+        return None if run_dir is None else run_dir / "server.log"
 
     def read_logs(self, handle: Handle, cursor: int) -> tuple[list[str], int]:
         path = self.log_path(handle)
@@ -169,6 +174,7 @@ class ProcessEngine(Engine):
         path = self.log_path(handle)
         if path is not None:
             (path.parent / "pid.json").unlink(missing_ok=True)
+        self._dirs.pop(handle, None)
         _children.pop(int(handle.ref.partition(":")[0]), None)
 
     def list_managed(self) -> list[Managed]:
