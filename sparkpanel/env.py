@@ -63,6 +63,18 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfiguredEnv(f"{name}={raw!r} is not an integer") from None
 
 
+def env_secret(name: str) -> str:
+    """A secret from NAME, or from the file NAME_FILE names (Docker/compose secrets)."""
+    value = os.environ.get(name, "")
+    path = os.environ.get(f"{name}_FILE", "")
+    if not value and path:
+        try:
+            value = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfiguredEnv(f"{name}_FILE={path!r} cannot be read: {exc}") from None
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import dj_database_url
 
-from sparkpanel.env import env_bool, env_int, env_list, env_str, load_dotenv, secret_key
+from sparkpanel.env import (
+    env_bool,
+    env_int,
+    env_list,
+    env_secret,
+    env_str,
+    load_dotenv,
+    secret_key,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(BASE_DIR / ".env")
@@ -116,6 +124,11 @@ CHANNEL_LAYERS = {
         },
     }
 }
+
+# --- Hosts -----------------------------------------------------------------------------
+# Given to vLLM containers as HF_TOKEN (gated models). Read by each Spark's worker from
+# its own environment; never stored in the database, shown on a page or logged.
+HF_TOKEN = env_secret("HF_TOKEN")
 
 # --- Celery ----------------------------------------------------------------------------
 # The longest task (a model's first load plus warm-up, or a long benchmark suite) must

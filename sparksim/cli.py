@@ -39,7 +39,7 @@ from apps.recipes.spark import (
     OS_RESERVE_GB,
     PHYSICAL_MEMORY_GB,
 )
-from sparksim import __version__
+from sparksim import __version__, registry
 from sparksim.corpus import TextStream
 from sparksim.engine import Clock, Engine
 from sparksim.faults import FAULT_HELP, Faults, FaultSpecError, fail_start_error, parse_faults
@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a /proc/meminfo-format file with the simulated memory use",
     )
     s.add_argument("--log-level", default="INFO")
+    registry.add_parser(sub)
     return parser
 
 
@@ -454,6 +455,8 @@ async def _quietly(task: asyncio.Task) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "registry":
+        return registry.run(args)
     try:
         parse_faults(args.fault)
     except FaultSpecError as exc:

@@ -110,6 +110,51 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def docker_url() -> str:
+    """The Docker engine `make test` starts (DOCKER_HOST); tests never use another."""
+    import docker
+
+    url = os.environ.get("DOCKER_HOST", "")
+    ok = False
+    if url:
+        try:
+            client = docker.DockerClient(base_url=url, timeout=10)
+            ok = bool(client.ping())
+            client.close()
+        except docker.errors.DockerException:
+            ok = False
+    require_service(ok, f"a Docker engine (DOCKER_HOST={url or 'unset'})")
+    return url
+
+
+@pytest.fixture
+def docker_sim_host(db, docker_url, settings, tmp_path):
+    """A simulated Spark on the Docker engine: sparksim in a container (an empty image
+    with read-only mounts of this Python and repo), host networking. Its containers are
+    removed after the test."""
+    import uuid
+
+    import docker
+
+    from apps.hosts.engines.docker import LABEL_HOST
+    from apps.hosts.models import Host
+
+    settings.VAR_DIR = tmp_path
+    host = Host.objects.create(
+        name=f"dsim-{uuid.uuid4().hex[:6]}", engine=Host.Engine.DOCKER, simulated=True,
+        docker_url=docker_url, docker_network=Host.DockerNetwork.HOST, gpus=False,
+        sim_time_scale=50, port_min=23000, port_max=23999,
+    )  # fmt: skip
+    yield host
+    client = docker.DockerClient(base_url=docker_url)
+    for container in client.containers.list(
+        all=True, filters={"label": f"{LABEL_HOST}={host.name}"}
+    ):
+        container.remove(force=True)
+    client.close()
+
+
+@pytest.fixture(scope="session")
 def chromium_path() -> str:
     path = shutil.which("chromium") or (
         "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
@@ -180,6 +225,7 @@ def start_worker(redis_url, tmp_path):
             argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
         )
         procs.append(proc)
+        start.processes[node] = proc
         wait_for(
             lambda: bool(app.control.ping(destination=[node], timeout=0.5)),
             60,
@@ -188,6 +234,7 @@ def start_worker(redis_url, tmp_path):
         )
         return node
 
+    start.processes = {}
     yield start
     for proc in procs:
         proc.terminate()  # all at once: they shut down in parallel

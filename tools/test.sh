@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# redis-server: broker + channel layer; chromium: browser tests;
-# docker-compose: validates docker-compose.yml.
-if ! tools/bootstrap.sh redis-server chromium docker-compose; then
+# redis-server: broker + channel layer; chromium: browser tests; docker.io: the Docker
+# engine the DockerEngine tests drive; docker-compose: validates docker-compose.yml.
+if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose; then
   if [ "${CI:-}" = "true" ]; then
     echo "!! CI=true and the test services could not be installed" >&2
     exit 1
@@ -26,6 +26,27 @@ if command -v redis-server >/dev/null; then
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export REDIS_URL="redis://127.0.0.1:$port/0"
   echo ">> test Redis on port $port"
+fi
+
+# A private Docker engine (its own socket, data and state under var/docker), started as
+# the host's network rules require: no bridge network and no iptables changes. Tests
+# make their images themselves (an empty `docker import` and a local registry).
+if command -v dockerd >/dev/null && [ "$(id -u)" = 0 ]; then
+  dk="$PWD/var/docker"
+  mkdir -p "$dk"
+  if [ -f "$dk/dockerd.pid" ]; then kill "$(cat "$dk/dockerd.pid")" 2>/dev/null || true; sleep 1; fi
+  rm -f "$dk/docker.sock" "$dk/dockerd.pid"
+  dockerd --bridge=none --iptables=false --ip6tables=false \
+    --host "unix://$dk/docker.sock" --data-root "$dk/data" --exec-root "$dk/exec" \
+    --pidfile "$dk/dockerd.pid" >"$dk/dockerd.log" 2>&1 &
+  trap 'kill "$(cat var/redis-test.pid 2>/dev/null)" 2>/dev/null || true; kill "$(cat var/docker/dockerd.pid 2>/dev/null)" 2>/dev/null || true' EXIT
+  export DOCKER_HOST="unix://$dk/docker.sock"
+  for _ in $(seq 100); do docker -H "$DOCKER_HOST" version >/dev/null 2>&1 && break; sleep 0.2; done
+  if docker -H "$DOCKER_HOST" version >/dev/null 2>&1; then
+    echo ">> test Docker engine at $DOCKER_HOST"
+  else
+    echo "!! the test Docker engine did not start; its log:" >&2; tail -20 "$dk/dockerd.log" >&2
+  fi
 fi
 
 echo ">> ruff check"; .venv/bin/ruff check .

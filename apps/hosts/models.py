@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
 from apps.hosts.meminfo import Memory, read_meminfo
 from apps.recipes import planner, spark
 from apps.recipes.flags import IMAGE
@@ -47,6 +48,10 @@ class Host(models.Model):
         DOCKER = "docker", "Docker (vLLM container)"
         PROCESS = "process", "Local process (sparksim, or a native vllm)"
 
+    class DockerNetwork(models.TextChoices):
+        BRIDGE = "bridge", "Own network, port published"
+        HOST = "host", "The host's network"
+
     name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME])
     description = models.CharField(max_length=200, blank=True)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.DOCKER)
@@ -62,6 +67,22 @@ class Host(models.Model):
         "Docker endpoint", max_length=200, default="unix:///var/run/docker.sock", blank=True
     )
     gpus = models.BooleanField("request GPUs", default=True)
+    docker_network = models.CharField(
+        "container network", max_length=8, choices=DockerNetwork.choices,
+        default=DockerNetwork.BRIDGE,
+        help_text="Bridge: the container has its own network and the run's port is published. "
+        "Host: the container shares the Spark's network (vLLM binds the address for clients).",
+    )  # fmt: skip
+    shm_size_gib = models.FloatField(
+        "shared memory (GiB)", default=16,
+        validators=[MinValueValidator(0.5), MaxValueValidator(MAX_SHM_GIB)],
+        help_text="The container's /dev/shm (never the host's IPC namespace).",
+    )  # fmt: skip
+    sim_image = models.CharField(
+        "simulation image", max_length=255, blank=True, default=SIM_BASE_IMAGE,
+        help_text="Simulated Docker hosts run sparksim in this image instead of the recipe's "
+        f"(the default, {SIM_BASE_IMAGE}, is an empty image the panel creates itself).",
+    )  # fmt: skip
     hf_cache_path = models.CharField(
         "Hugging Face cache on the host", max_length=300, blank=True,
         help_text="Mounted into vLLM containers at /root/.cache/huggingface. Set by an admin; "
@@ -91,6 +112,10 @@ class Host(models.Model):
     watchdog_act_gib = models.FloatField(default=3.0)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     heartbeat_worker = models.CharField(max_length=200, blank=True)
+    # What the host's worker last found running there that the panel did not start.
+    unmanaged = models.JSONField(default=list, blank=True)
+    inventory_at = models.DateTimeField(null=True, blank=True)
+    inventory_error = models.CharField(max_length=300, blank=True)
 
     objects = HostQuerySet.as_manager()
 
@@ -106,8 +131,6 @@ class Host(models.Model):
         return self.name
 
     def clean(self) -> None:
-        if self.simulated and self.engine != self.Engine.PROCESS:
-            raise ValidationError({"simulated": "Simulated hosts use the process engine."})
         if self.watchdog_act_gib >= self.watchdog_warn_gib:
             raise ValidationError({"watchdog_act_gib": "Act below a lower level than the warning."})
 
@@ -138,7 +161,7 @@ class Host(models.Model):
         if self.meminfo_path:
             return Path(self.meminfo_path)
         if self.simulated:
-            return Path(settings.VAR_DIR) / "hosts" / self.name / "meminfo"
+            return self.sim_state_dir() / "meminfo"
         return Path("/proc/meminfo")
 
     def memory(self) -> Memory:
@@ -158,9 +181,8 @@ class Host(models.Model):
         return read_meminfo(path)
 
     def image_allowed(self, image: str) -> bool:
-        if not self.image_allowlist:
-            return True
-        for pattern in self.image_allowlist:
-            if (pattern.endswith("*") and image.startswith(pattern[:-1])) or image == pattern:
-                return True
-        return False
+        return image_allowed(self.image_allowlist, image)
+
+    def sim_state_dir(self) -> Path:
+        """Where sparksim writes this simulated host's memory (mounted into its container)."""
+        return Path(settings.VAR_DIR) / "hosts" / self.name

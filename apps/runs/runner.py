@@ -4,17 +4,20 @@ so tests can drive them directly too."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
 import httpx
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from apps.core.events import BROADCAST_GROUP, fragment_push
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
+from apps.recipes.spark import GB
 from apps.runs.logparse import LogFollower, Phase
-from apps.runs.models import TRANSITIONS, InvalidTransition, Run, RunState
+from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 
 log = logging.getLogger(__name__)
 S = RunState
@@ -84,7 +87,7 @@ def start(run_id: int) -> None:
     if run.state == S.STOPPING and not run.handle:
         run.transition(S.STOPPED, step="Stopped before it started")
         return
-    if run.state not in (S.QUEUED, S.STARTING, S.LOADING, S.COMPILING, S.WARMING):
+    if run.state not in STARTING_STATES:
         log.info("run %s is %s: nothing to start", run.pk, run.state)
         return
     pusher = _Pusher(run)
@@ -92,11 +95,13 @@ def start(run_id: int) -> None:
     handle: Handle | None = None
     try:
         engine = engine_for(run.host)
-        if run.state == S.QUEUED:
-            run.transition(S.STARTING, step="Starting the server", percent=0)
-            pusher.push(force=True)
         spec = LaunchSpec(run_id=run.pk, host_name=run.host.name, argv=list(run.argv),
                           image=run.image, port=run.port)  # fmt: skip
+        if run.state in (S.QUEUED, S.PULLING) and engine.needs_pull(spec):
+            _pull(run, engine, spec, pusher)
+        if run.state in (S.QUEUED, S.PULLING):
+            run.transition(S.STARTING, step="Starting the server", percent=0)
+            pusher.push(force=True)
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))
         if run.state != S.WARMING:
@@ -107,20 +112,66 @@ def start(run_id: int) -> None:
     except StopRequested:
         stop(run.pk)
     except (StartFailed, EngineError, httpx.HTTPError) as exc:
-        if (
-            engine is not None
-            and handle is not None
-            and engine.status(handle).state is State.RUNNING
-        ):
-            engine.stop(handle, timeout=10)
+        log_lines = exc.log_lines if isinstance(exc, StartFailed) else []
+        if engine is not None and handle is not None:
+            with contextlib.suppress(EngineError):
+                if not log_lines:
+                    log_lines = engine.tail(handle, 40)
+                if engine.status(handle).state is State.RUNNING:
+                    engine.stop(handle, timeout=10)
+                engine.remove(handle)  # its log lines are kept on the run
         if isinstance(exc, StartFailed):
-            _fail(run, exc.reason, pusher, advice=exc.advice, log_lines=exc.log_lines)
+            _fail(run, exc.reason, pusher, advice=exc.advice, log_lines=log_lines)
         elif isinstance(exc, httpx.HTTPError):
-            _fail(run, f"the warm-up request failed: {exc}", pusher)
+            _fail(run, f"the warm-up request failed: {exc}", pusher, log_lines=log_lines)
         else:
-            _fail(run, str(exc), pusher)
+            _fail(run, str(exc), pusher, log_lines=log_lines)
     except InvalidTransition as exc:
         log.warning("%s", exc)
+
+
+def _size(n: int) -> str:
+    return f"{n / GB:.2f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
+
+
+def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: _Pusher) -> None:
+    """Pull the image with live progress (layers and bytes); a stop ends the pull."""
+    if run.state == S.QUEUED:
+        run.transition(S.PULLING, step=f"Pulling {engine.image_for(spec)}", percent=0)
+        pusher.push(force=True)
+    last_save = 0.0
+    stop_seen = False
+
+    def progress(p) -> None:
+        nonlocal last_save
+        now = time.monotonic()
+        if now - last_save < PUSH_EVERY_S and p.layers_done < p.layers:
+            return
+        last_save = now
+        size = f"{_size(p.bytes_done)} of {_size(p.bytes_total)}" if p.bytes_total else ""
+        if not p.layers:
+            step = f"Pulling: {p.status or 'resolving the image'}"
+        else:
+            step = f"Pulling: {p.layers_done}/{p.layers} layers" + (f", {size}" if size else "")
+        _save(run, step=step, percent=round(p.percent, 1))
+        pusher.push()
+
+    def should_stop() -> bool:
+        nonlocal stop_seen
+        if time.monotonic() - last_save >= PUSH_EVERY_S or not stop_seen:
+            state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
+            stop_seen = state == S.STOPPING
+        return stop_seen
+
+    try:
+        engine.pull(spec, progress=progress, should_stop=should_stop)
+    except EngineError as exc:
+        raise StartFailed(
+            str(exc),
+            advice="Check the image name and tag, and that this Spark can reach the registry "
+            "(`docker pull` on the Spark shows the same error).",
+        ) from None
+    _check_stop(run)
 
 
 def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
@@ -165,9 +216,8 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
                 raise StartFailed(
                     follower.error.error, advice=follower.error.advice, log_lines=follower.tail()
                 )
-            code = "unknown" if status.exit_code is None else status.exit_code
             raise StartFailed(
-                f"the server exited with code {code} while {run.get_state_display().lower()}",
+                f"{status.describe()} while {run.get_state_display().lower()}",
                 log_lines=follower.tail(),
             )
         if time.monotonic() - phase_started > _scaled(run, PHASE_TIMEOUT_S.get(run.state, 1800)):
@@ -241,27 +291,57 @@ def stop(run_id: int) -> None:
 
 
 def reconcile(host_id: int) -> list[int]:
-    """Compare the host's active runs with its servers: a run whose server is gone is
-    marked failed with the last log lines (a crash, an OOM kill, a stop from outside).
-    Runs still starting are left to their start task, which a restarted worker resumes."""
+    """Compare the host's runs with its servers, on the host's own queue (so no start task
+    of this host is running meanwhile):
+
+    - a ready run whose server is gone (a crash, an OOM kill, a stop from outside) is marked
+      failed with the exit code and the last log lines;
+    - a run caught half-started (its worker died mid-start) is resumed: its server, if still
+      there, is adopted and followed to ready — never started a second time;
+    - servers the panel started for runs that are over are stopped and removed;
+    - what else runs on the host (unmanaged containers) is recorded for the host page.
+
+    Returns the runs it marked failed.
+    """
     from apps.hosts.models import Host
 
     host = Host.objects.get(pk=host_id)
     failed = []
     engine = engine_for(host)
-    for run in Run.objects.active().filter(host=host, state=S.READY).exclude(handle=""):
+    for run in Run.objects.filter(host=host, state=S.READY).exclude(handle=""):
         handle = Handle.parse(run.handle)
         status = engine.status(handle)
         if status.state is State.RUNNING:
             continue
-        lines, _ = engine.read_logs(handle, 0)
-        code = "unknown" if status.exit_code is None else status.exit_code
-        _fail(
-            run,
-            f"the server exited with code {code} while ready",
-            _Pusher(run),
-            log_lines=lines[-40:],
-        )
+        _fail(run, f"{status.describe()} while ready", _Pusher(run), log_lines=engine.tail(handle))
         engine.remove(handle)
         failed.append(run.pk)
+    for run in Run.objects.filter(host=host, state__in=STARTING_STATES).exclude(state=S.QUEUED):
+        log.warning("run %s was left %s by a worker that died: resuming it", run.pk, run.state)
+        start(run.pk)
+        if Run.objects.filter(pk=run.pk, state=S.FAILED).exists():
+            failed.append(run.pk)
+    _sweep(host, engine)
     return failed
+
+
+def _sweep(host, engine: Engine) -> None:
+    """Stop leftovers of finished runs; record what the panel did not start."""
+    from apps.hosts.models import Host
+
+    finished = set(
+        Run.objects.filter(host=host, state__in=[S.STOPPED, S.FAILED]).values_list("pk", flat=True)
+    )
+    for item in engine.list_managed():
+        if item.run_id in finished:
+            log.warning("removing the leftover server of run %s on %s", item.run_id, host.name)
+            if item.status.state is State.RUNNING:
+                engine.stop(item.handle, timeout=30)
+            engine.remove(item.handle)
+    try:
+        unmanaged, error = engine.list_unmanaged(), ""
+    except EngineError as exc:
+        unmanaged, error = [], str(exc)[:300]
+    Host.objects.filter(pk=host.pk).update(
+        unmanaged=unmanaged, inventory_at=timezone.now(), inventory_error=error
+    )

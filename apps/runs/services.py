@@ -8,7 +8,8 @@ from django.db import IntegrityError, transaction
 
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
-from apps.recipes.command import serve_argv
+from apps.recipes.command import UnsafeCommand, serve_argv
+from apps.recipes.flags import FlagError, check_utilization
 from apps.recipes.models import Recipe
 from apps.recipes.spark import GB, GIB
 from apps.runs.models import STARTING_STATES, Run, RunState
@@ -23,8 +24,10 @@ def _free_port(host: Host) -> int:
     for port in range(host.port_min, host.port_max + 1):
         if port in taken:
             continue
-        if host.engine == Host.Engine.PROCESS:
-            # A local server: the port must also be free on this machine.
+        if host.engine == Host.Engine.PROCESS or (
+            host.docker_network == Host.DockerNetwork.HOST and host.advertise_host == "127.0.0.1"
+        ):
+            # A server on this machine's network: the port must also be free here.
             with socket.socket() as probe:
                 try:
                     probe.bind(("127.0.0.1", port))
@@ -35,12 +38,18 @@ def _free_port(host: Host) -> int:
 
 
 def _bind_address(host: Host) -> str:
-    # In a container vLLM listens on all of the container's interfaces (Docker publishes
-    # the port); a local process listens only where the panel reaches it.
-    return "0.0.0.0" if host.engine == Host.Engine.DOCKER else host.advertise_host  # noqa: S104
+    # In a container with its own network vLLM listens on all of the container's
+    # interfaces (Docker publishes the port); a local process, or a container on the host's
+    # network, listens only where the panel reaches it.
+    bridged = host.engine == Host.Engine.DOCKER and host.docker_network == Host.DockerNetwork.BRIDGE
+    return "0.0.0.0" if bridged else host.advertise_host  # noqa: S104
 
 
 def admission_check(*, recipe: Recipe, host: Host) -> None:
+    try:
+        check_utilization(recipe.gpu_memory_utilization)
+    except FlagError as exc:  # a recipe row changed behind the validators' back
+        raise RunRefused(f"this recipe cannot be started: {exc}") from None
     active = Run.objects.active().filter(host=host).select_related("recipe").first()
     if active is not None:
         raise RunRefused(
@@ -73,10 +82,14 @@ def run_start(*, recipe: Recipe, host: Host, user) -> Run:
     admission_check(recipe=recipe, host=host)
     port = _free_port(host)
     try:
+        argv = serve_argv(recipe, host=_bind_address(host), port=port)
+    except UnsafeCommand as exc:  # a recipe row changed behind the validators' back
+        raise RunRefused(f"this recipe cannot be started: {exc}") from None
+    try:
         with transaction.atomic():
             run = Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
-                argv=serve_argv(recipe, host=_bind_address(host), port=port),
+                argv=argv,
                 step="Waiting for the host's worker",
             )  # fmt: skip
             transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))

@@ -3,6 +3,7 @@ from decimal import Decimal
 
 import pytest
 
+from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.recipes.presets import RECIPES
@@ -11,10 +12,21 @@ from apps.recipes.presets import RECIPES
 @pytest.fixture
 def sim_host(db, settings, tmp_path):
     settings.VAR_DIR = tmp_path
-    return Host.objects.create(
+    host = Host.objects.create(
         name=f"sim-{uuid.uuid4().hex[:6]}", engine=Host.Engine.PROCESS, simulated=True,
         sim_time_scale=50, port_min=20000, port_max=20999,
     )  # fmt: skip
+    yield host
+    engine = engine_for(host)  # no server outlives its test
+    for managed in engine.list_managed():
+        engine.stop(managed.handle, timeout=5)
+
+
+@pytest.fixture(params=["process", "docker"])
+def engine_host(request):
+    """The same lifecycle on both engines: a sparksim process, and sparksim in a container
+    on the real Docker engine."""
+    return request.getfixturevalue("sim_host" if request.param == "process" else "docker_sim_host")
 
 
 @pytest.fixture

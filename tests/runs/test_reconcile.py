@@ -3,9 +3,11 @@
 import os
 import signal
 
+import docker
 import pytest
 from django.db import connection
 
+from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.hosts.tasks import hosts_check_workers
 from apps.runs import runner
@@ -16,20 +18,31 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _kill(run) -> None:
+    """SIGKILL the server from outside the panel (an OOM kill, say)."""
+    engine, _, ref = run.handle.partition(":")
+    if engine == "process":
+        os.kill(int(ref.split(":")[0]), signal.SIGKILL)
+    else:
+        docker.DockerClient(base_url=run.host.docker_url).containers.get(ref).kill()
+
+
 def test_a_server_killed_from_outside_fails_its_run_with_the_last_log_lines(
-    sim_host, qwen, operator
+    engine_host, qwen, operator
 ):
-    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
     runner.start(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.READY
-    assert runner.reconcile(sim_host.pk) == []  # alive: nothing to do
-    os.kill(int(run.handle.split(":")[1]), signal.SIGKILL)  # an OOM kill, say
-    wait_for(lambda: runner.reconcile(sim_host.pk) == [run.pk], 10, "reconcile sees the exit")
+    assert runner.reconcile(engine_host.pk) == []  # alive: nothing to do
+    _kill(run)
+    wait_for(lambda: runner.reconcile(engine_host.pk) == [run.pk], 10, "reconcile sees the exit")
     run.refresh_from_db()
     assert run.state == RunState.FAILED
-    assert "exited with code -9 while ready" in run.failure_reason
+    code = -9 if engine_host.engine == "process" else 137
+    assert f"exited with code {code} while ready" in run.failure_reason
     assert "Application startup complete." in run.failure_log
+    assert engine_for(engine_host).list_managed() == []  # removed, its log kept on the run
 
 
 @pytest.mark.services

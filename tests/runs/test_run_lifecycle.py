@@ -1,4 +1,5 @@
-"""Runs from queued to ready to stopped, against real sparksim processes (process engine)."""
+"""Runs from queued to ready to stopped, against real sparksim servers: local processes
+(process engine) and containers on a real Docker engine (Docker engine)."""
 
 import threading
 import time
@@ -7,6 +8,7 @@ import httpx
 import pytest
 from django.db import IntegrityError, transaction
 
+from apps.hosts.engines import engine_for
 from apps.runs import runner
 from apps.runs.models import InvalidTransition, Run, RunState
 from apps.runs.services import RunRefused, run_start, run_stop
@@ -15,8 +17,8 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_run_starts_loads_warms_up_is_ready_and_stops(sim_host, qwen, operator):
-    run = run_start(recipe=qwen, host=sim_host, user=operator)
+def test_a_run_starts_loads_warms_up_is_ready_and_stops(engine_host, qwen, operator):
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
     assert run.state == RunState.QUEUED
     assert run.argv[:3] == ["vllm", "serve", "nvidia/Qwen3.5-35B-A3B-NVFP4"]
     assert "--gpu-memory-utilization" in run.argv
@@ -32,14 +34,15 @@ def test_a_run_starts_loads_warms_up_is_ready_and_stops(sim_host, qwen, operator
     runner.stop(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.STOPPED
+    assert engine_for(engine_host).list_managed() == []  # the container is removed
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{run.port}/v1/models", timeout=1)
 
 
 def test_a_server_that_dies_at_startup_fails_the_run_with_its_reason_and_log(
-    sim_host, too_long, operator
+    engine_host, too_long, operator
 ):
-    run = run_start(recipe=too_long, host=sim_host, user=operator)
+    run = run_start(recipe=too_long, host=engine_host, user=operator)
     runner.start(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.FAILED
@@ -48,10 +51,10 @@ def test_a_server_that_dies_at_startup_fails_the_run_with_its_reason_and_log(
     assert "Available KV cache memory" in run.failure_log
 
 
-def test_stopping_while_loading_stops_the_server(sim_host, qwen, operator):
-    sim_host.sim_time_scale = 20  # ~10 s of loading
-    sim_host.save()
-    run = run_start(recipe=qwen, host=sim_host, user=operator)
+def test_stopping_while_loading_stops_the_server(engine_host, qwen, operator):
+    engine_host.sim_time_scale = 20  # ~10 s of loading
+    engine_host.save()
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
     worker = threading.Thread(target=runner.start, args=[run.pk])
     worker.start()
     wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.LOADING, 30, "loading")
@@ -93,14 +96,12 @@ def test_the_state_machine_refuses_going_backwards(sim_host, qwen, operator):
         stale.transition(RunState.LOADING)
 
 
-def test_a_redelivered_start_task_does_not_start_a_second_server(sim_host, qwen, operator):
-    run = run_start(recipe=qwen, host=sim_host, user=operator)
+def test_a_redelivered_start_task_does_not_start_a_second_server(engine_host, qwen, operator):
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
     runner.start(run.pk)
     runner.start(run.pk)  # redelivered after success: nothing to do
     run.refresh_from_db()
     assert run.state == RunState.READY
-    from apps.hosts.engines import engine_for
-
-    assert len(engine_for(sim_host).list_managed()) == 1
+    assert len(engine_for(engine_host).list_managed()) == 1
     runner.stop(run.pk)
     time.sleep(0.1)

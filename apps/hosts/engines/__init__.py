@@ -1,6 +1,6 @@
 """Engines start and stop a vLLM server on a host. One interface, two implementations:
-DockerEngine (the real thing on a Spark; not built yet) and ProcessEngine (a local
-subprocess: sparksim, or a native vllm). Both receive the same `vllm serve` vector."""
+DockerEngine (a vLLM container on a Spark) and ProcessEngine (a local subprocess:
+sparksim, or a native vllm). Both receive the same `vllm serve` vector."""
 
 from apps.hosts.engines.base import Engine, EngineError, Handle, LaunchSpec, Managed, Status
 
@@ -10,20 +10,34 @@ __all__ = ["Engine", "EngineError", "Handle", "LaunchSpec", "Managed", "Status",
 def engine_for(host) -> Engine:
     from django.conf import settings
 
-    from apps.hosts.engines.process import ProcessEngine
-
+    sim_args = [
+        "--time-scale",
+        f"{host.sim_time_scale:g}",
+        "--meminfo-file",
+        str(host.meminfo_file()),
+    ]
     if host.engine == host.Engine.PROCESS:
+        from apps.hosts.engines.process import ProcessEngine
+
         return ProcessEngine(
             runs_dir=settings.VAR_DIR / "runs",
             simulated=host.simulated,
-            sim_args=[
-                "--time-scale",
-                f"{host.sim_time_scale:g}",
-                "--meminfo-file",
-                str(host.meminfo_file()),
-            ],
+            sim_args=sim_args,
+            host_name=host.name,
         )
-    raise EngineError(
-        f"host {host.name!r} uses the Docker engine, which is not built yet in this version of "
-        "SparkPanel; use a process-engine host (sparksim or a native vllm) for now"
+    from apps.hosts.engines.docker import DockerEngine
+
+    return DockerEngine(
+        host_name=host.name,
+        base_url=host.docker_url,
+        gpus=host.gpus and not host.simulated,
+        network=host.docker_network,
+        hf_cache=host.hf_cache_path,
+        hf_token=settings.HF_TOKEN,  # from the worker's environment; never stored
+        shm_size_gib=host.shm_size_gib,
+        image_allowlist=host.image_allowlist,
+        simulated=host.simulated,
+        sim_image=host.sim_image,
+        sim_args=sim_args,
+        sim_state_dir=str(host.sim_state_dir()) if host.simulated else "",
     )

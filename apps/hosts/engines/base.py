@@ -46,6 +46,14 @@ class State(StrEnum):
 class Status:
     state: State
     exit_code: int | None = None
+    reason: str = ""  # e.g. "killed by the kernel's out-of-memory killer"
+
+    def describe(self) -> str:
+        code = "unknown" if self.exit_code is None else self.exit_code
+        if self.state is State.MISSING:
+            return "the server's container is gone"
+        text = f"the server exited with code {code}"
+        return f"{text} ({self.reason})" if self.reason else text
 
 
 @dataclass(frozen=True)
@@ -80,3 +88,21 @@ class Engine(abc.ABC):
 
     def log_path(self, handle: Handle) -> Path | None:
         return None
+
+    def tail(self, handle: Handle, lines: int = 40) -> list[str]:
+        """The last log lines (for a failure report)."""
+        return self.read_logs(handle, 0)[0][-lines:]
+
+    def image_for(self, spec: LaunchSpec) -> str:
+        return spec.image
+
+    def needs_pull(self, spec: LaunchSpec) -> bool:
+        """Whether `pull` must run before `start` (only containers have images)."""
+        return False
+
+    def pull(self, spec: LaunchSpec, progress=None, should_stop=None) -> None:
+        return None
+
+    def list_unmanaged(self) -> list[dict]:
+        """Servers on the host that the panel did not start: {id, name, image, status}."""
+        return []

@@ -36,7 +36,9 @@ class ProcessEngine(Engine):
         simulated: bool = True,
         sim_args: list[str] | None = None,
         vllm_executable: str = "vllm",
+        host_name: str = "",
     ):
+        self.host_name = host_name
         self.runs_dir = Path(runs_dir)
         self.simulated = simulated
         self.sim_args = list(sim_args or [])
@@ -84,7 +86,13 @@ class ProcessEngine(Engine):
         self._dirs[handle] = run_dir
         (run_dir / "pid.json").write_text(
             json.dumps(
-                {"pid": proc.pid, "create_time": created, "run_id": spec.run_id, "command": command}
+                {
+                    "pid": proc.pid,
+                    "create_time": created,
+                    "run_id": spec.run_id,
+                    "host": spec.host_name,
+                    "command": command,
+                }
             )
         )
         return handle
@@ -95,6 +103,13 @@ class ProcessEngine(Engine):
         except (OSError, ValueError):
             return None
         return Handle(self.name, f"{data['pid']}:{data['create_time']:.2f}")
+
+    @staticmethod
+    def _pid_host(pidfile: Path) -> str:
+        try:
+            return json.loads(pidfile.read_text()).get("host", "")
+        except (OSError, ValueError):
+            return ""
 
     def _process(self, handle: Handle) -> psutil.Process | None:
         pid_text, _, created = handle.ref.partition(":")
@@ -183,6 +198,8 @@ class ProcessEngine(Engine):
             handle = self._handle_from_pidfile(pidfile.parent)
             if handle is None:
                 continue
+            if self.host_name and self._pid_host(pidfile) not in ("", self.host_name):
+                continue  # another host's server (hosts may share one machine)
             try:
                 run_id = int(pidfile.parent.name)
             except ValueError:

@@ -1,0 +1,484 @@
+"""The Docker engine: vLLM in a container on a Spark, through the Docker SDK.
+
+The container is built here, from a fixed server-side template; nothing from a recipe
+reaches it except the `vllm serve` argument vector (checked by `assert_safe_argv`) and the
+image (checked against the host's allowlist). The template:
+
+- the GPUs (`--gpus all`) when the host requests them, nothing else from /dev;
+- the host's network settings: its own network namespace with the run's port published,
+  or the host network when an admin chose it;
+- one mount: the host's Hugging Face cache, set by an admin;
+- `HF_TOKEN` from the worker's environment (a secret never stored, shown or logged);
+- a bounded `shm_size` instead of the host IPC namespace;
+- labels `sparkpanel.run=<id>` and `sparkpanel.host=<name>`, and the name
+  `sparkpanel-<host>-run-<id>`, which Docker keeps unique: a redelivered start can never create a
+  second container for one run.
+
+Never privileged, never added capabilities, never the host's PID or IPC namespace.
+
+A *simulated* Docker host runs sparksim inside the container instead of vLLM (for demos
+and tests on machines without a GPU): the panel's own Python runtime and code are mounted
+read-only, again by this template, never by a recipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+import tarfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from apps.hosts.engines.base import Engine, EngineError, Handle, LaunchSpec, Managed, State, Status
+from apps.recipes.command import UnsafeCommand, assert_safe_argv
+
+ROOT = Path(__file__).resolve().parents[3]
+LABEL_RUN = "sparkpanel.run"
+LABEL_HOST = "sparkpanel.host"
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
+# An empty image the panel can make itself (`docker import` of an empty tar): simulated
+# hosts run sparksim from read-only mounts of the panel's own runtime, so no image needs
+# pulling on a machine without internet.
+SIM_BASE_IMAGE = "sparkpanel/sparksim-base:empty"
+MAX_SHM_GIB = 64
+_TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?")
+
+
+@dataclass(frozen=True)
+class PullProgress:
+    """Where an image pull stands, summed over its layers."""
+
+    layers: int
+    layers_done: int
+    bytes_done: int
+    bytes_total: int
+    status: str
+
+    @property
+    def percent(self) -> float:
+        if self.bytes_total:
+            return min(100.0, 100.0 * self.bytes_done / self.bytes_total)
+        return 100.0 * self.layers_done / self.layers if self.layers else 0.0
+
+
+@dataclass
+class _PullState:
+    total: dict[str, int] = field(default_factory=dict)
+    done: dict[str, int] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    seen: list[str] = field(default_factory=list)
+
+    def feed(self, event: dict) -> str:
+        layer = event.get("id", "")
+        status = event.get("status", "")
+        if not layer or layer.startswith(("sha256:", "latest")) or ":" in layer:
+            return status
+        first = ("Pulling fs layer", "Waiting", "Downloading", "Already exists")
+        if layer not in self.seen and status.startswith(first):
+            self.seen.append(layer)
+        detail = event.get("progressDetail") or {}
+        if status == "Downloading" and detail.get("total"):
+            self.total[layer] = int(detail["total"])
+            self.done[layer] = int(detail.get("current", 0))
+        elif status in ("Download complete", "Verifying Checksum"):
+            if layer in self.total:
+                self.done[layer] = self.total[layer]
+        elif status in ("Pull complete", "Already exists"):
+            self.finished.add(layer)
+            if layer in self.total:
+                self.done[layer] = self.total[layer]
+        return status
+
+    def progress(self, status: str) -> PullProgress:
+        return PullProgress(
+            layers=len(self.seen),
+            layers_done=len(self.finished),
+            bytes_done=sum(self.done.values()),
+            bytes_total=sum(self.total.values()),
+            status=status,
+        )
+
+
+def split_image(image: str) -> tuple[str, str]:
+    """("repo", "tag") — the tag after the last colon that is not part of a registry port."""
+    name, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag:
+        return image, "latest"
+    return name, tag
+
+
+def image_allowed(allowlist: list[str], image: str) -> bool:
+    if not allowlist:
+        return True
+    return any(
+        (pattern.endswith("*") and image.startswith(pattern[:-1])) or image == pattern
+        for pattern in allowlist
+    )
+
+
+def sim_runtime_mounts() -> list[str]:
+    """What sparksim needs inside an empty image: the system libraries, this Python and the
+    panel's code — all read-only, at the same paths."""
+    paths = ["/usr", "/lib", "/lib64", sys.base_prefix, sys.prefix, str(ROOT)]
+    seen: list[str] = []
+    for path in paths:
+        if Path(path).exists() and not any(path == s or path.startswith(s + "/") for s in seen):
+            seen.append(path)
+    return seen
+
+
+class DockerEngine(Engine):
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        host_name: str,
+        base_url: str = "",
+        gpus: bool = True,
+        network: str = "bridge",
+        publish_address: str = "",
+        hf_cache: str = "",
+        hf_token: str = "",
+        shm_size_gib: float = 16,
+        image_allowlist: list[str] | None = None,
+        simulated: bool = False,
+        sim_image: str = SIM_BASE_IMAGE,
+        sim_args: list[str] | None = None,
+        sim_state_dir: str = "",
+        client: docker.DockerClient | None = None,
+    ):
+        if network not in ("bridge", "host"):
+            raise EngineError(f"unknown network mode {network!r}: use 'bridge' or 'host'")
+        if not 0 < shm_size_gib <= MAX_SHM_GIB:
+            raise EngineError(f"shm size must be between 0 and {MAX_SHM_GIB} GiB")
+        self.host_name = host_name
+        self.base_url = base_url or "unix:///var/run/docker.sock"
+        self.gpus = gpus
+        self.network = network
+        self.publish_address = publish_address
+        self.hf_cache = hf_cache
+        self._hf_token = hf_token
+        self.shm_size_gib = shm_size_gib
+        self.image_allowlist = list(image_allowlist or [])
+        self.simulated = simulated
+        self.sim_image = sim_image or SIM_BASE_IMAGE
+        self.sim_args = list(sim_args or [])
+        self.sim_state_dir = sim_state_dir
+        self._client = client
+
+    def __repr__(self) -> str:  # never the token
+        return f"DockerEngine(host={self.host_name!r}, base_url={self.base_url!r})"
+
+    # --- the Docker API ------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = docker.DockerClient(base_url=self.base_url, timeout=60)
+                self._client.ping()
+            except docker.errors.DockerException as exc:
+                self._client = None
+                raise EngineError(
+                    f"cannot reach the Docker engine at {self.base_url}: {_short(exc)}"
+                ) from None
+        return self._client
+
+    def _container(self, handle: Handle):
+        try:
+            return self.client.containers.get(handle.ref)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+
+    # --- images ----------------------------------------------------------------------------
+
+    def image_for(self, spec: LaunchSpec) -> str:
+        return self.sim_image if self.simulated else spec.image
+
+    def has_image(self, image: str) -> bool:
+        try:
+            self.client.images.get(image)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+
+    def needs_pull(self, spec: LaunchSpec) -> bool:
+        image = self.image_for(spec)
+        return image != SIM_BASE_IMAGE and not self.has_image(image)
+
+    def pull(
+        self,
+        spec: LaunchSpec,
+        progress: Callable[[PullProgress], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        """Pull the run's image, reporting layers and bytes as Docker streams them."""
+        image = self.image_for(spec)
+        self._check_image(image)
+        repo, tag = split_image(image)
+        state = _PullState()
+        try:
+            stream = self.client.api.pull(repo, tag=tag, stream=True, decode=True)
+            try:
+                for event in stream:
+                    if "error" in event:
+                        raise EngineError(f"pulling {image} failed: {event['error']}")
+                    status = state.feed(event)
+                    if progress is not None:
+                        progress(state.progress(status))
+                    if should_stop is not None and should_stop():
+                        return
+            finally:
+                with contextlib.suppress(Exception):
+                    stream.close()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"pulling {image} failed: {_short(exc)}") from None
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"pulling {image} failed: {_short(exc)}") from None
+        if not self.has_image(image):
+            raise EngineError(f"pulling {image} ended without the image")
+
+    def _ensure_sim_base(self) -> None:
+        if self.has_image(SIM_BASE_IMAGE):
+            return
+        empty = io.BytesIO()
+        tarfile.open(fileobj=empty, mode="w").close()
+        repo, tag = split_image(SIM_BASE_IMAGE)
+        try:
+            self.client.api.import_image_from_data(empty.getvalue(), repository=repo, tag=tag)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"could not create {SIM_BASE_IMAGE}: {_short(exc)}") from None
+
+    def _check_image(self, image: str) -> None:
+        if not image_allowed(self.image_allowlist, image):
+            raise EngineError(
+                f"the image {image} is not on {self.host_name}'s allowlist "
+                f"({', '.join(self.image_allowlist)})"
+            )
+
+    # --- the container template ------------------------------------------------------------
+
+    def container_config(self, spec: LaunchSpec) -> dict:
+        """Keyword arguments for `containers.create`: the whole, fixed template."""
+        try:
+            assert_safe_argv(spec.argv)  # the last line of defence, whoever built the vector
+        except UnsafeCommand as exc:
+            raise EngineError(f"refused to start: {exc}") from None
+        image = self.image_for(spec)
+        self._check_image(image)
+        env = {key: value for key, value in spec.env.items() if key != "HF_TOKEN"}
+        if self._hf_token:
+            env["HF_TOKEN"] = self._hf_token
+        mounts: dict[str, dict[str, str]] = {}
+        if self.hf_cache:
+            mounts[self.hf_cache] = {"bind": HF_CACHE_IN_CONTAINER, "mode": "rw"}
+        if self.simulated:
+            python = str(Path(sys.executable))
+            entrypoint = [python]
+            command = ["-m", "sparksim", *spec.argv[1:], *self.sim_args]
+            for path in sim_runtime_mounts():
+                mounts[path] = {"bind": path, "mode": "ro"}
+            if self.sim_state_dir:
+                Path(self.sim_state_dir).mkdir(parents=True, exist_ok=True)
+                mounts[self.sim_state_dir] = {"bind": self.sim_state_dir, "mode": "rw"}
+            env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME="/tmp")  # noqa: S108
+            working_dir = str(ROOT)
+        else:
+            # `vllm serve …` exactly as the recipe page shows it, whatever the image's
+            # own entrypoint is.
+            entrypoint = [spec.argv[0]]
+            command = list(spec.argv[1:])
+            working_dir = None
+        config: dict = {
+            "image": image,
+            "entrypoint": entrypoint,
+            "command": command,
+            "name": container_name(self.host_name, spec.run_id),
+            "labels": {LABEL_RUN: str(spec.run_id), LABEL_HOST: self.host_name},
+            "environment": env,
+            "volumes": mounts,
+            "shm_size": f"{int(self.shm_size_gib * 1024)}m",
+            "privileged": False,
+            "cap_add": [],
+            "security_opt": ["no-new-privileges"],
+            "detach": True,
+            "stdin_open": False,
+            "tty": False,
+            "init": True,
+            "log_config": {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}},
+        }
+        if working_dir:
+            config["working_dir"] = working_dir
+        if self.gpus:
+            config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if self.network == "host":
+            config["network_mode"] = "host"
+        else:
+            port = f"{spec.port}/tcp"
+            config["ports"] = (
+                {port: (self.publish_address, spec.port)}
+                if self.publish_address
+                else {port: spec.port}
+            )
+        return config
+
+    # --- the Engine interface -------------------------------------------------------------
+
+    def start(self, spec: LaunchSpec) -> Handle:
+        config = self.container_config(spec)  # refuses before touching Docker
+        existing = self._by_name(spec.run_id)
+        if existing is not None:
+            # A redelivered start task: the container of this run already exists.
+            if existing.status == "created":
+                self._start(existing)
+            return Handle(self.name, existing.id)
+        if self.simulated:
+            self._ensure_sim_base()
+        try:
+            container = self.client.containers.create(**config)
+        except docker.errors.ImageNotFound:
+            raise EngineError(f"the image {config['image']} is not on {self.host_name}") from None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # a concurrent start made it first: use that one
+                existing = self._by_name(spec.run_id)
+                if existing is not None:
+                    return Handle(self.name, existing.id)
+            raise EngineError(f"Docker refused the container: {_short(exc)}") from None
+        self._start(container)
+        return Handle(self.name, container.id)
+
+    def _start(self, container) -> None:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker could not start the container: {_short(exc)}") from None
+
+    def _by_name(self, run_id: int):
+        try:
+            return self.client.containers.get(container_name(self.host_name, run_id))
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+
+    def status(self, handle: Handle) -> Status:
+        container = self._container(handle)
+        if container is None:
+            return Status(State.MISSING)
+        state = container.attrs.get("State", {})
+        if state.get("Status") in ("created", "running", "restarting"):
+            return Status(State.RUNNING)
+        reason = "killed by the kernel's out-of-memory killer" if state.get("OOMKilled") else ""
+        return Status(State.EXITED, state.get("ExitCode"), reason)
+
+    def read_logs(self, handle: Handle, cursor: int) -> tuple[list[str], int]:
+        """Lines after `cursor`, the Docker timestamp (ns) of the last line already read."""
+        container = self._container(handle)
+        if container is None:
+            return [], cursor
+        since = cursor / 1e9 if cursor else None
+        try:
+            raw = container.logs(stdout=True, stderr=True, timestamps=True, since=since)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+        lines = []
+        for entry in raw.split(b"\n"):
+            match = _TS.match(entry)
+            if not match:
+                continue
+            stamp = _ns(match)
+            if stamp <= cursor:
+                continue
+            lines.append(entry[match.end() :].decode("utf-8", "replace"))
+            cursor = stamp
+        return lines, cursor
+
+    def tail(self, handle: Handle, lines: int = 40) -> list[str]:
+        container = self._container(handle)
+        if container is None:
+            return []
+        try:
+            raw = container.logs(stdout=True, stderr=True, tail=lines)
+        except docker.errors.APIError:
+            return []
+        return raw.decode("utf-8", "replace").splitlines()
+
+    def stop(self, handle: Handle, *, timeout: float = 30.0) -> None:
+        container = self._container(handle)
+        if container is None:
+            return
+        try:
+            container.stop(timeout=int(timeout))  # SIGTERM, then SIGKILL after `timeout`
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker could not stop the container: {_short(exc)}") from None
+
+    def remove(self, handle: Handle) -> None:
+        container = self._container(handle)
+        if container is None:
+            return
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                container.remove(force=True)
+            except docker.errors.APIError as exc:
+                raise EngineError(f"Docker could not remove the container: {_short(exc)}") from None
+
+    def list_managed(self) -> list[Managed]:
+        managed = []
+        for container in self._list({"label": [LABEL_RUN, f"{LABEL_HOST}={self.host_name}"]}):
+            try:
+                run_id = int(container.labels.get(LABEL_RUN, ""))
+            except ValueError:
+                continue
+            handle = Handle(self.name, container.id)
+            managed.append(Managed(run_id, handle, self.status(handle)))
+        return managed
+
+    def list_unmanaged(self) -> list[dict]:
+        """Running containers this panel did not start (they hold memory all the same)."""
+        out = []
+        for container in self._list({"status": "running"}):
+            if LABEL_RUN in container.labels:
+                continue
+            image = container.attrs.get("Config", {}).get("Image", "")
+            out.append(
+                {"id": container.short_id, "name": container.name, "image": image,
+                 "status": container.status}
+            )  # fmt: skip
+        return out
+
+    def _list(self, filters: dict) -> Iterable:
+        try:
+            return self.client.containers.list(all=True, filters=filters)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+
+
+def container_name(host_name: str, run_id: int) -> str:
+    return f"sparkpanel-{host_name}-run-{run_id}"
+
+
+def _ns(match: re.Match) -> int:
+    seconds = datetime.fromisoformat(match.group(1).decode() + "+00:00").timestamp()
+    fraction = (match.group(2) or b"0").decode()[:9].ljust(9, "0")
+    return int(seconds) * 1_000_000_000 + int(fraction)
+
+
+def _short(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    text = str(explanation or exc)
+    return text if len(text) < 300 else text[:300] + "…"
