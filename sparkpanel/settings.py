@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.accounts.context_processors.role",
             ],
+            "builtins": ["apps.core.templatetags.sparkpanel"],
         },
     },
 ]

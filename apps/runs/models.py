@@ -71,6 +71,12 @@ class Run(models.Model):
     failure_advice = models.TextField(blank=True)
     failure_log = models.TextField(blank=True)
     log_cursor = models.BigIntegerField(default=0)
+    # The server log's last lines as the worker saw them (a container's log lives on the
+    # Spark; pages read it from here).
+    log_tail = models.TextField(blank=True)
+    restart_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="restarts"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -128,6 +134,24 @@ class Run(models.Model):
         self.transition(
             S.FAILED, failure_reason=reason[:2000], failure_advice=advice, failure_log=log[-20000:]
         )
+
+    def elapsed_seconds(self) -> float:
+        """Since the run was created (the time a user has been waiting)."""
+        end = timezone.now() if self.is_active else self.updated_at
+        return max(0.0, (end - self.created_at).total_seconds())
+
+    def remaining_seconds(self) -> float | None:
+        """An estimate for the phases whose progress is a real percentage (pulling and
+        loading weights): the phase's pace so far. None when there is no honest estimate."""
+        from datetime import datetime
+
+        if self.state not in (RunState.PULLING, RunState.LOADING) or not 3 <= self.percent < 100:
+            return None
+        span = self.timings.get(self.state)
+        if not span:
+            return None
+        spent = (timezone.now() - datetime.fromisoformat(span["start"])).total_seconds()
+        return spent * (100 - self.percent) / self.percent
 
     def phase_seconds(self) -> dict[str, float]:
         from datetime import datetime

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import deque
 
 import httpx
 from django.template.loader import render_to_string
@@ -27,6 +28,7 @@ PUSH_EVERY_S = 0.5
 # a simulated host divides them by its time scale.
 PHASE_TIMEOUT_S = {S.STARTING: 600, S.LOADING: 1800, S.COMPILING: 1200, S.WARMING: 600}
 WARMUP_MAX_REQUESTS = 6
+LOG_TAIL_LINES = 200
 PHASE_STATE = {Phase.LOADING: S.LOADING, Phase.COMPILING: S.COMPILING}
 
 
@@ -177,6 +179,7 @@ def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: _Pusher) -> None:
 def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
     follower = LogFollower()
     cursor = 0  # re-read from the start: the follower rebuilds its state
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     phase_started = time.monotonic()
     models_ok_since: float | None = None
     while True:
@@ -194,6 +197,9 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
             phase_started = time.monotonic()
         fields = {"percent": round(follower.percent, 1), "step": follower.step or run.step,
                   "facts": {**run.facts, **follower.facts}, "log_cursor": cursor}  # fmt: skip
+        if lines:
+            tail.extend(lines)
+            fields["log_tail"] = "\n".join(tail)
         if any(getattr(run, key) != value for key, value in fields.items()):
             _save(run, **fields)
         pusher.push(lines=lines or None)
@@ -288,6 +294,25 @@ def stop(run_id: int) -> None:
         engine.remove(handle)
     run.transition(S.STOPPED, step="Stopped", percent=0)
     pusher.push(force=True)
+
+
+def restart(run_id: int, user_id: int | None) -> int | None:
+    """Stop the run, then start its recipe again on the same host as a new run (on the
+    host's queue, so the old server is gone before the new one is admitted)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.runs.services import RunRefused, run_start
+
+    stop(run_id)
+    old = Run.objects.select_related("host", "recipe").get(pk=run_id)
+    user = get_user_model().objects.filter(pk=user_id).first()
+    try:
+        new = run_start(recipe=old.recipe, host=old.host, user=user, restart_of=old)
+    except RunRefused as exc:
+        _save(old, step=f"Restart refused: {exc}"[:200])
+        _Pusher(old).push(force=True)
+        return None
+    return new.pk
 
 
 def reconcile(host_id: int) -> list[int]:

@@ -76,7 +76,7 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
         )
 
 
-def run_start(*, recipe: Recipe, host: Host, user) -> Run:
+def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
     from apps.runs.tasks import start_run
 
     admission_check(recipe=recipe, host=host)
@@ -90,7 +90,7 @@ def run_start(*, recipe: Recipe, host: Host, user) -> Run:
             run = Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
                 argv=argv,
-                step="Waiting for the host's worker",
+                step="Waiting for the host's worker", restart_of=restart_of,
             )  # fmt: skip
             transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
     except IntegrityError:
@@ -110,4 +110,20 @@ def run_stop(*, run: Run) -> Run:
     run.transition(RunState.STOPPING, step="Stopping")
     if not was_starting:
         transaction.on_commit(lambda: stop_run.apply_async(args=[run.pk], queue=run.host.queue))
+    return run
+
+
+def run_restart(*, run: Run, user) -> Run:
+    """Restart a run: an active one is stopped and its recipe started again as a new run by
+    a task on the host's queue; a finished one is simply started again (admission applies)."""
+    from apps.runs.tasks import restart_run
+
+    run.refresh_from_db()
+    if not run.is_active:
+        return run_start(recipe=run.recipe, host=run.host, user=user, restart_of=run)
+    if run.state != RunState.STOPPING:
+        run.transition(RunState.STOPPING, step="Stopping to restart")
+    transaction.on_commit(
+        lambda: restart_run.apply_async(args=[run.pk, user.pk], queue=run.host.queue)
+    )
     return run

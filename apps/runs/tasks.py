@@ -16,6 +16,11 @@ def stop_run(run_id: int) -> None:
     runner.stop(run_id)
 
 
+@shared_task(name="runs.restart", acks_late=True)
+def restart_run(run_id: int, user_id: int | None) -> int | None:
+    return runner.restart(run_id, user_id)
+
+
 @shared_task(name="runs.reconcile", acks_late=True)
 def reconcile(host_id: int) -> list[int]:
     return runner.reconcile(host_id)

@@ -7,4 +7,5 @@ urlpatterns = [
     path("start/", views.run_start_view, name="run-start"),
     path("<int:pk>/", views.run_detail, name="run-detail"),
     path("<int:pk>/stop/", views.run_stop_view, name="run-stop"),
+    path("<int:pk>/restart/", views.run_restart_view, name="run-restart"),
 ]

@@ -11,7 +11,7 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.forms import RunStartForm
 from apps.runs.models import Run
-from apps.runs.services import RunRefused, run_start, run_stop
+from apps.runs.services import RunRefused, run_restart, run_start, run_stop
 
 LOG_TAIL_BYTES = 20_000
 
@@ -44,12 +44,12 @@ def _log_tail(run: Run) -> str:
     from django.conf import settings
 
     path = settings.VAR_DIR / "runs" / str(run.pk) / "server.log"
-    try:
+    try:  # a local server's log file, live
         with path.open("rb") as fh:
             fh.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
             return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    except OSError:  # a container's log lives on its Spark: the lines its worker saw
+        return run.log_tail
 
 
 @require_POST
@@ -81,4 +81,22 @@ def run_stop_view(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run, pk=pk)
     run_stop(run=run)
     messages.success(request, f"Stopping run {run.pk}.")
+    return redirect(run)
+
+
+@require_POST
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_restart_view(request: HttpRequest, pk: int) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("recipe", "host"), pk=pk)
+    try:
+        result = run_restart(run=run, user=request.user)
+    except RunRefused as exc:
+        messages.error(request, f"Not restarted: {exc}")
+        return redirect(run)
+    if result.pk != run.pk:
+        messages.success(request, f"Starting “{run.recipe}” on {run.host} again.")
+        return redirect(result)
+    messages.success(
+        request, f"Restarting: run {run.pk} stops, then its recipe starts again as a new run."
+    )
     return redirect(run)

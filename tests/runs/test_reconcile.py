@@ -77,3 +77,49 @@ def test_a_restarted_worker_reconciles_its_host_on_start(
         30,
         "reconciled by the new worker",
     )
+
+
+def test_a_restart_stops_the_run_and_starts_its_recipe_again_as_a_new_run(sim_host, qwen, operator):
+    from apps.runs.services import run_restart
+
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    run_restart(run=Run.objects.get(pk=run.pk), user=operator)
+    assert Run.objects.get(pk=run.pk).state == RunState.STOPPING
+    new_id = runner.restart(run.pk, operator.pk)  # what the host's worker runs
+    assert Run.objects.get(pk=run.pk).state == RunState.STOPPED
+    runner.start(new_id)
+    new = Run.objects.get(pk=new_id)
+    assert new.state == RunState.READY and new.restart_of_id == run.pk
+    assert new.handle != Run.objects.get(pk=run.pk).handle
+    runner.stop(new_id)
+
+
+def test_reconcile_removes_servers_of_finished_runs(engine_host, qwen, operator):
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
+    runner.start(run.pk)
+    Run.objects.filter(pk=run.pk).update(state=RunState.FAILED)  # its server outlived it
+    assert len(engine_for(engine_host).list_managed()) == 1
+    runner.reconcile(engine_host.pk)
+    assert engine_for(engine_host).list_managed() == []
+
+
+def test_reconcile_records_servers_the_panel_did_not_start(sim_host, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, free_port, stop_process
+
+    port = free_port()
+    stray = subprocess.Popen(
+        [sys.executable, "-m", "sparksim", "serve", "someone/else", "--port", str(port),
+         "--gpu-memory-utilization", "0.5", "--time-scale", "50"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        runner.reconcile(sim_host.pk)
+        host = Host.objects.get(pk=sim_host.pk)
+        assert host.inventory_at is not None
+        assert str(stray.pid) in [item["id"] for item in host.unmanaged]
+    finally:
+        stop_process(stray)

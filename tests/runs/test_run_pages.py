@@ -57,3 +57,43 @@ def test_garbage_start_input_is_refused_clearly(client_as, operator):
         reverse("run-start"), {"recipe": "nope", "host": ""}, follow=True
     )
     assert "Choose a recipe and a host." in response.content.decode()
+
+
+def test_members_cannot_restart_and_operators_start_a_finished_run_again(
+    client_as, member, operator, sim_host, qwen
+):
+    old = Run.objects.create(recipe=qwen, host=sim_host, port=20001, image="x",
+                             state=RunState.FAILED)  # fmt: skip
+    assert client_as(member).post(reverse("run-restart", args=[old.pk])).status_code == 403
+    assert Run.objects.count() == 1
+    response = client_as(operator).post(reverse("run-restart", args=[old.pk]), follow=True)
+    new = Run.objects.exclude(pk=old.pk).get()
+    assert new.restart_of == old and new.state == RunState.QUEUED
+    html = response.content.decode()
+    assert f'A restart of <a href="{old.get_absolute_url()}">run {old.pk}</a>' in html
+    html = client_as(member).get(old.get_absolute_url()).content.decode()
+    assert f'Restarted as <a href="{new.get_absolute_url()}">run {new.pk}</a>' in html
+
+
+def test_hosts_page_lists_what_the_panel_did_not_start(client_as, member, sim_host):
+    Host.objects.filter(pk=sim_host.pk).update(
+        unmanaged=[{"id": "abc", "name": "alices-vllm", "image": "vllm/vllm-openai:nightly",
+                    "status": "running"}],
+        inventory_at=timezone.now(),
+    )  # fmt: skip
+    html = client_as(member).get(reverse("hosts")).content.decode()
+    assert "alices-vllm" in html and "vllm/vllm-openai:nightly" in html
+    assert "planner cannot count them" in html
+
+
+def test_the_progress_shows_elapsed_time_and_an_estimate_while_loading(
+    client_as, member, sim_host, qwen
+):
+    run = Run.objects.create(recipe=qwen, host=sim_host, port=20001, image="x")
+    run.transition(RunState.STARTING)
+    run.transition(RunState.LOADING, percent=50)
+    html = client_as(member).get(run.get_absolute_url()).content.decode()
+    assert "elapsed" in html and "left" in html
+    run.transition(RunState.COMPILING, percent=0)  # named steps: no honest estimate
+    html = client_as(member).get(run.get_absolute_url()).content.decode()
+    assert "elapsed" in html and " left" not in html

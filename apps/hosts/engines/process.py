@@ -206,3 +206,24 @@ class ProcessEngine(Engine):
                 continue
             managed.append(Managed(run_id, handle, self.status(handle)))
         return managed
+
+    def list_unmanaged(self) -> list[dict]:
+        """vLLM or sparksim servers on this machine that no run of the panel started."""
+        ours = set()
+        for pidfile in self.runs_dir.glob("*/pid.json"):
+            handle = self._handle_from_pidfile(pidfile.parent)
+            if handle is not None:
+                ours.add(int(handle.ref.partition(":")[0]))
+        out = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            cmdline = proc.info["cmdline"] or []
+            if proc.info["pid"] in ours or "serve" not in cmdline[:4]:
+                continue
+            words = " ".join(cmdline[:4])
+            if "vllm" not in words and "sparksim" not in words:
+                continue
+            out.append(
+                {"id": str(proc.info["pid"]), "name": f"pid {proc.info['pid']}",
+                 "image": " ".join(cmdline[:5])[:120], "status": proc.info["status"]}
+            )  # fmt: skip
+        return out
