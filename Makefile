@@ -4,7 +4,7 @@
 help:
 	@echo "make run    set everything up and serve the panel (http://127.0.0.1:8000)"
 	@echo "make test   set everything up and run lint + the whole test suite"
-	@echo "make bench  measure sparksim capacity (see docs/BENCHMARKS.md)"
+	@echo "make bench  measure sparksim and the benchmark harness (see docs/BENCHMARKS.md)"
 	@echo "make lint   ruff check + format check only"
 	@echo "make format apply ruff's formatting and safe fixes"
 
@@ -33,3 +33,4 @@ bench:
 	@bash tools/bootstrap.sh
 	.venv/bin/python -m bench.sparksim_calibration
 	.venv/bin/python -m bench.sparksim_capacity
+	.venv/bin/python -m bench.harness_accuracy

@@ -3,7 +3,10 @@
 from django.urls import path
 
 from apps.core.consumers import EventsConsumer
+from apps.telemetry.consumers import TelemetryConsumer
 
 websocket_urlpatterns = [
     path("ws/events/", EventsConsumer.as_asgi()),
+    path("ws/telemetry/host/<str:host>/", TelemetryConsumer.as_asgi()),
+    path("ws/telemetry/run/<int:run>/", TelemetryConsumer.as_asgi()),
 ]

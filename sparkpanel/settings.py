@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "apps.recipes",
     "apps.hosts",
     "apps.runs",
+    "apps.benchmarks",
+    "apps.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +132,8 @@ CHANNEL_LAYERS = {
 # Given to vLLM containers as HF_TOKEN (gated models). Read by each Spark's worker from
 # its own environment; never stored in the database, shown on a page or logged.
 HF_TOKEN = env_secret("HF_TOKEN")
+# How long the host agents' 10-second telemetry history is kept.
+TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 7)
 
 # --- Celery ----------------------------------------------------------------------------
 # The longest task (a model's first load plus warm-up, or a long benchmark suite) must

@@ -7,6 +7,7 @@ urlpatterns = [
     path("recipes/", include("apps.recipes.urls")),
     path("runs/", include("apps.runs.urls")),
     path("hosts/", include("apps.hosts.urls")),
+    path("benchmarks/", include("apps.benchmarks.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -2,17 +2,20 @@
 
 Endpoints as vLLM V1 serves them: /health, /v1/models (ready only after start-up),
 /version, /load, /metrics, /tokenize, /detokenize, /v1/chat/completions and
-/v1/completions (streaming and not), plus /sparksim/stats (timing accuracy). Errors use
-vLLM's JSON shape and status codes.
+/v1/completions (streaming and not), plus /sparksim/stats (timing accuracy) and
+/sparksim/trace (ground truth for load generators: when each token-bearing SSE chunk of a
+streamed request was written). Errors use vLLM's JSON shape and status codes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import os
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 
@@ -26,6 +29,54 @@ log = logging.getLogger("sparksim.api")
 VLLM_VERSION = "0.11.0"
 MAX_BODY = 16 * 1024 * 1024
 REASONING_SHARE = 4  # with a reasoning parser, the first quarter of the output (≤ 64)
+TRACE_LIMIT = 10_000  # streamed requests whose chunk times /sparksim/trace keeps
+TRACE_IDS_MAX = 1_000  # ids per /sparksim/trace?ids=... query
+
+
+class Trace:
+    """When the server wrote each token-bearing SSE chunk of one streamed request.
+
+    Times are `time.monotonic()` taken right after the chunk was handed to the transport
+    (CLOCK_MONOTONIC is system-wide on Linux, so a client on the same machine can compare
+    its own receive times with them); `chunks` holds `[t, tokens in the chunk]` pairs and
+    `started_at` is when the response began (the request parsed and queued).
+    """
+
+    __slots__ = ("chunks", "started_at")
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+        self.chunks: list[list] = []
+
+    def to_dict(self, request_id: str) -> dict:
+        chunks = self.chunks
+        return {
+            "id": request_id,
+            "started_at": self.started_at,
+            "chunks": chunks,
+            "first_token_at": chunks[0][0] if chunks else None,
+            "last_token_at": chunks[-1][0] if chunks else None,
+        }
+
+
+class TraceStore:
+    """The traces of the last `limit` streamed requests, by response id (oldest dropped)."""
+
+    def __init__(self, limit: int = TRACE_LIMIT):
+        self.limit = limit
+        self._traces: collections.OrderedDict[str, Trace] = collections.OrderedDict()
+
+    def start(self, request_id: str) -> Trace:
+        trace = self._traces[request_id] = Trace()
+        if len(self._traces) > self.limit:
+            self._traces.popitem(last=False)
+        return trace
+
+    def get(self, request_id: str) -> Trace | None:
+        return self._traces.get(request_id)
+
+    def __len__(self) -> int:
+        return len(self._traces)
 
 
 class ApiError(Exception):
@@ -58,6 +109,7 @@ class ServerState:
     gate: Http500Gate = field(init=False)
     crash: TokenCrashCounter = field(init=False)
     time_scale: float = 1.0
+    traces: TraceStore = field(default_factory=TraceStore)
 
     def __post_init__(self) -> None:
         self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
@@ -137,6 +189,35 @@ class App:
         if "reset=1" in query:
             engine.timing.reset()
         await _json(send, 200, {"simulated": True, "time_scale": self.state.time_scale, **summary})
+
+    async def trace(self, scope, receive, send) -> None:
+        """`?id=X` → one trace (404 if unknown); `?ids=a,b,c` → `{"traces": {id: trace},
+        "missing": [ids]}`."""
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode())
+        store = self.state.traces
+        if "ids" in query:
+            ids = [i for value in query["ids"] for i in value.split(",") if i]
+            if len(ids) > TRACE_IDS_MAX:
+                raise ApiError(400, f"At most {TRACE_IDS_MAX} ids per query.", param="ids")
+            found, missing = {}, []
+            for request_id in ids:
+                trace = store.get(request_id)
+                if trace is None:
+                    missing.append(request_id)
+                else:
+                    found[request_id] = trace.to_dict(request_id)
+            await _json(send, 200, {"traces": found, "missing": missing})
+            return
+        if "id" not in query:
+            raise ApiError(400, "Give ?id=<response id> or ?ids=a,b,c.", param="id")
+        request_id = query["id"][0]
+        trace = store.get(request_id)
+        if trace is None:
+            raise ApiError(
+                404, f"No trace for {request_id!r} (unknown, not streamed, or evicted).",
+                "NotFoundError", "id",
+            )  # fmt: skip
+        await _json(send, 200, trace.to_dict(request_id))
 
     async def tokenize(self, scope, receive, send) -> None:
         body = await _body(receive)
@@ -272,6 +353,8 @@ class App:
         continuous = bool(options.get("continuous_usage_stats"))
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
+        stamps = self.state.traces.start(request.request_id).chunks
+        monotonic = time.monotonic
         await send(
             {
                 "type": "http.response.start",
@@ -283,14 +366,16 @@ class App:
             }
         )
 
-        def usage() -> dict:
+        def usage(completion: int) -> dict:
+            # Counted as streamed, like vLLM's per-output counts: the engine may already
+            # have produced tokens this stream has not sent yet.
             return {
                 "prompt_tokens": request.prompt_len,
-                "completion_tokens": request.generated,
-                "total_tokens": request.prompt_len + request.generated,
+                "completion_tokens": completion,
+                "total_tokens": request.prompt_len + completion,
             }
 
-        async def chunk(choice: dict | None, with_usage: bool = False) -> None:
+        async def chunk(choice: dict | None, with_usage: bool = False, tokens: int = 0) -> None:
             payload = {
                 "id": request.request_id,
                 "object": obj,
@@ -299,7 +384,7 @@ class App:
                 "choices": [choice] if choice is not None else [],
             }
             if with_usage:
-                payload["usage"] = usage()
+                payload["usage"] = usage(sent + tokens)
             await send(
                 {
                     "type": "http.response.body",
@@ -307,6 +392,8 @@ class App:
                     "more_body": True,
                 }
             )
+            if tokens:
+                stamps.append([monotonic(), tokens])
 
         sent = 0
         role_sent = False
@@ -336,7 +423,7 @@ class App:
                 choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
-            await chunk(choice, continuous)
+            await chunk(choice, continuous, len(event.token_ids))
             sent += len(event.token_ids)
             self._count_tokens(len(event.token_ids))
             if faults.stall_seconds and not stalled and sent >= faults.stall_after_tokens:
@@ -445,6 +532,7 @@ ROUTES = {
     ("GET", "/load"): App.load,
     ("GET", "/metrics"): App.metrics,
     ("GET", "/sparksim/stats"): App.stats,
+    ("GET", "/sparksim/trace"): App.trace,
     ("POST", "/tokenize"): App.tokenize,
     ("POST", "/detokenize"): App.detokenize,
     ("POST", "/v1/chat/completions"): App.chat,

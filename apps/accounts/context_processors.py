@@ -3,6 +3,8 @@ from apps.accounts.roles import (
     MANAGE_HOSTS,
     OPERATE_RUNS,
     POST_NOTICES,
+    QUEUE_BENCHMARKS,
+    USE_CHAT,
 )
 from apps.accounts.services import user_role
 
@@ -22,5 +24,7 @@ def role(request):
             "edit_recipes": user.has_perm(EDIT_RECIPES),
             "post_notices": user.has_perm(POST_NOTICES),
             "manage_hosts": user.has_perm(MANAGE_HOSTS),
+            "queue_benchmarks": user.has_perm(QUEUE_BENCHMARKS),
+            "use_chat": user.has_perm(USE_CHAT),
         },
     }

@@ -17,7 +17,6 @@ from apps.core.services import notice_post
 # Sections the navigation shows before their capability has landed. Each page says so
 # plainly rather than pretending; the entries disappear as the apps arrive.
 SECTIONS = {
-    "benchmarks": ("Benchmarks", "A team queue of benchmark jobs and their results."),
     "chat": ("Chat", "A streamed chat playground against a running model."),
 }
 

@@ -20,7 +20,7 @@ class HostAdmin(admin.ModelAdmin):
                        "image_allowlist"],
         }),
         ("Simulation (sparksim instead of vLLM)", {
-            "fields": ["simulated", "sim_time_scale", "sim_image"],
+            "fields": ["simulated", "sim_time_scale", "sim_image", "sim_faults"],
         }),
         ("Memory and bandwidth (the planner's inputs)", {
             "fields": ["physical_memory_gb", "cuda_visible_gib", "bandwidth_gbs", "os_reserve_gb",

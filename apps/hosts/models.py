@@ -22,6 +22,7 @@ HOST_NAME = RegexValidator(
     "Use lowercase letters, digits and dashes (like a DNS name): it names the host's Celery queue.",
 )
 HEARTBEAT_STALE = timedelta(seconds=90)
+AGENT_STALE = timedelta(seconds=5)
 SIM_MEMINFO_FRESH_S = 5.0
 
 
@@ -78,6 +79,13 @@ class Host(models.Model):
         validators=[MinValueValidator(0.5), MaxValueValidator(MAX_SHM_GIB)],
         help_text="The container's /dev/shm (never the host's IPC namespace).",
     )  # fmt: skip
+    sim_faults = models.CharField(
+        "simulated faults",
+        max_length=300,
+        blank=True,
+        help_text="sparksim --fault specs, comma-separated, for demos and drills — e.g. "
+        "“mem-growth:2” (a leak that trips the memory watchdog). Simulated hosts only.",
+    )
     sim_image = models.CharField(
         "simulation image", max_length=255, blank=True, default=SIM_BASE_IMAGE,
         help_text="Simulated Docker hosts run sparksim in this image instead of the recipe's "
@@ -112,6 +120,10 @@ class Host(models.Model):
     watchdog_act_gib = models.FloatField(default=3.0)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     heartbeat_worker = models.CharField(max_length=200, blank=True)
+    # The host agent (manage.py hostagent): when it last reported, and its last sample.
+    agent_seen_at = models.DateTimeField(null=True, blank=True)
+    agent_sample = models.JSONField(default=dict, blank=True)
+    agent_error = models.CharField(max_length=300, blank=True)
     # What the host's worker last found running there that the panel did not start.
     unmanaged = models.JSONField(default=list, blank=True)
     inventory_at = models.DateTimeField(null=True, blank=True)
@@ -131,6 +143,13 @@ class Host(models.Model):
         return self.name
 
     def clean(self) -> None:
+        if self.sim_faults:
+            from sparksim.faults import FaultSpecError, parse_faults
+
+            try:
+                parse_faults(self.fault_specs())
+            except FaultSpecError as exc:
+                raise ValidationError({"sim_faults": str(exc)}) from None
         if self.watchdog_act_gib >= self.watchdog_warn_gib:
             raise ValidationError({"watchdog_act_gib": "Act below a lower level than the warning."})
 
@@ -139,6 +158,10 @@ class Host(models.Model):
         from sparkpanel.celery import host_queue
 
         return host_queue(self.name)
+
+    @property
+    def agent_live(self) -> bool:
+        return self.agent_seen_at is not None and timezone.now() - self.agent_seen_at < AGENT_STALE
 
     @property
     def online(self) -> bool:
@@ -179,6 +202,9 @@ class Host(models.Model):
                 total = int(self.physical_memory_gb * GB)
                 return Memory(total, total - int(self.os_reserve_gb * GB))
         return read_meminfo(path)
+
+    def fault_specs(self) -> list[str]:
+        return [spec.strip() for spec in self.sim_faults.split(",") if spec.strip()]
 
     def image_allowed(self, image: str) -> bool:
         return image_allowed(self.image_allowlist, image)

@@ -347,6 +347,9 @@ def reconcile(host_id: int) -> list[int]:
         if Run.objects.filter(pk=run.pk, state=S.FAILED).exists():
             failed.append(run.pk)
     _sweep(host, engine)
+    from apps.benchmarks.runner import reap
+
+    reap(host)  # jobs marked running here lost their worker: interrupted, results kept
     return failed
 
 

@@ -76,9 +76,8 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
         )
 
 
-def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
-    from apps.runs.tasks import start_run
-
+def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
+    """Admission control, then the queued run row. Whoever calls this starts it."""
     admission_check(recipe=recipe, host=host)
     port = _free_port(host)
     try:
@@ -87,14 +86,20 @@ def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None
         raise RunRefused(f"this recipe cannot be started: {exc}") from None
     try:
         with transaction.atomic():
-            run = Run.objects.create(
+            return Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
-                argv=argv,
-                step="Waiting for the host's worker", restart_of=restart_of,
+                argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
             )  # fmt: skip
-            transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
     except IntegrityError:
         raise RunRefused(f"{host.name} already has an active run: stop it first.") from None
+
+
+def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
+    """Admit and queue a run: the host's own worker starts it."""
+    from apps.runs.tasks import start_run
+
+    run = run_create(recipe=recipe, host=host, user=user, restart_of=restart_of)
+    transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
     return run
 
 

@@ -10,7 +10,7 @@ from apps.accounts.roles import OPERATE_RUNS
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.forms import RunStartForm
-from apps.runs.models import Run
+from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_restart, run_start, run_stop
 
 LOG_TAIL_BYTES = 20_000
@@ -24,10 +24,30 @@ def start_form_context(selected_recipe: int | None = None) -> dict:
     }
 
 
+LIST_LIMIT = 100
+
+
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("recipe", "host", "started_by")[:100]
-    return render(request, "runs/list.html", {"runs": runs, **start_form_context()})
+    runs = Run.objects.select_related("recipe", "host", "started_by")
+    host, state = request.GET.get("host", ""), request.GET.get("state", "")
+    if host:
+        runs = runs.filter(host__name=host)
+    if state == "active":
+        runs = runs.active()
+    elif state in RunState.values:
+        runs = runs.filter(state=state)
+    else:
+        state = ""
+    context = {
+        "runs": runs[:LIST_LIMIT],
+        "limit": LIST_LIMIT,
+        "filter_host": host,
+        "filter_state": state,
+        "states": RunState.choices,
+        **start_form_context(),
+    }
+    return render(request, "runs/list.html", context)
 
 
 @require_GET

@@ -97,3 +97,21 @@ def test_the_progress_shows_elapsed_time_and_an_estimate_while_loading(
     run.transition(RunState.COMPILING, percent=0)  # named steps: no honest estimate
     html = client_as(member).get(run.get_absolute_url()).content.decode()
     assert "elapsed" in html and " left" not in html
+
+
+def test_the_runs_list_filters_by_host_and_state(client_as, member, sim_host, qwen):
+    other = Host.objects.create(name="spark-other", engine=Host.Engine.PROCESS, simulated=True)
+    a = Run.objects.create(recipe=qwen, host=sim_host, port=1, image="x", state=RunState.FAILED)
+    b = Run.objects.create(recipe=qwen, host=other, port=2, image="x", state=RunState.READY)
+    client = client_as(member)
+
+    def shown(query: str) -> set[int]:
+        html = client.get(reverse("runs") + query).content.decode()
+        return {r.pk for r in (a, b) if f'href="{r.get_absolute_url()}"' in html}
+
+    assert shown("") == {a.pk, b.pk}
+    assert shown(f"?host={sim_host.name}") == {a.pk}
+    assert shown("?state=active") == {b.pk}
+    assert shown("?state=failed&host=spark-other") == set()
+    assert "No runs match." in client.get(reverse("runs") + "?state=stopped").content.decode()
+    assert shown("?state=<script>") == {a.pk, b.pk}  # garbage is ignored, not an error

@@ -16,6 +16,9 @@ def engine_for(host) -> Engine:
         "--meminfo-file",
         str(host.meminfo_file()),
     ]
+    if host.simulated:
+        for spec in host.fault_specs():
+            sim_args += ["--fault", spec]
     if host.engine == host.Engine.PROCESS:
         from apps.hosts.engines.process import ProcessEngine
 

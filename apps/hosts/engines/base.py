@@ -80,6 +80,10 @@ class Engine(abc.ABC):
     def stop(self, handle: Handle, *, timeout: float = 30.0) -> None:
         """Graceful stop (SIGTERM), then kill after `timeout` seconds."""
 
+    def kill(self, handle: Handle) -> None:
+        """Stop at once (SIGKILL): the memory watchdog has no 30 s to spare."""
+        self.stop(handle, timeout=0)
+
     @abc.abstractmethod
     def remove(self, handle: Handle) -> None: ...
 

@@ -427,6 +427,19 @@ class DockerEngine(Engine):
         except docker.errors.APIError as exc:
             raise EngineError(f"Docker could not stop the container: {_short(exc)}") from None
 
+    def kill(self, handle: Handle) -> None:
+        container = self._container(handle)
+        if container is None:
+            return
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                container.kill()
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: not running any more
+                    raise EngineError(
+                        f"Docker could not kill the container: {_short(exc)}"
+                    ) from None
+
     def remove(self, handle: Handle) -> None:
         container = self._container(handle)
         if container is None:

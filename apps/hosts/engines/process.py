@@ -174,6 +174,15 @@ class ProcessEngine(Engine):
             os.killpg(pid, signal.SIGKILL)
         self._reap(pid, wait=5)
 
+    def kill(self, handle: Handle) -> None:
+        """SIGKILL the whole process group at once."""
+        if self._process(handle) is None:
+            return
+        pid = int(handle.ref.partition(":")[0])
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self._reap(pid, wait=5)
+
     def _reap(self, pid: int, wait: float = 0) -> bool:
         child = _children.get(pid)
         if child is None:

@@ -1,0 +1,96 @@
+from django import forms
+
+from apps.benchmarks.models import Suite, validate_levels, validate_scenarios
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+
+
+class JobQueueForm(forms.Form):
+    suite = forms.ModelChoiceField(queryset=Suite.objects.all(), empty_label=None)
+    recipe = forms.ModelChoiceField(queryset=Recipe.objects.all(), empty_label=None)
+    host = forms.ModelChoiceField(queryset=Host.objects.all(), empty_label=None)
+    note = forms.CharField(max_length=200, required=False,
+                           help_text="Why (e.g. “after the nightly image update”).")  # fmt: skip
+
+
+class CompareForm(forms.Form):
+    jobs = forms.TypedMultipleChoiceField(coerce=int, choices=())
+
+    def __init__(self, *args, job_ids: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["jobs"].choices = [(pk, pk) for pk in job_ids]
+
+
+class SuiteForm(forms.ModelForm):
+    """Scenarios as lines of `name: prompt/output`, levels as `1, 2, 4`: easy to type."""
+
+    scenarios_text = forms.CharField(
+        label="Single-stream scenarios",
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="One per line: name: prompt tokens/generated tokens, e.g. "
+        "“long prompt, short gen: 7234/32”.",
+    )
+    levels_text = forms.CharField(
+        label="Concurrency levels",
+        required=False,
+        help_text="e.g. 1, 2, 4, 8, 16 — empty means 1, 2, 4, … up to twice the recipe's "
+        "max-num-seqs.",
+    )
+
+    class Meta:
+        model = Suite
+        fields = ["name", "description", "repetitions", "warmup_requests", "warm_prefix",
+                  "sweep_enabled", "sweep_prompt_tokens", "sweep_output_tokens",
+                  "requests_per_level", "slo_ttft_s", "slo_tpot_s"]  # fmt: skip
+        widgets = {"description": forms.Textarea(attrs={"rows": 2})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and not self.is_bound:
+            self.initial["scenarios_text"] = "\n".join(
+                f"{s['name']}: {s['prompt_tokens']}/{s['output_tokens']}"
+                for s in self.instance.scenarios
+            )
+            self.initial["levels_text"] = ", ".join(str(c) for c in self.instance.sweep_levels)
+
+    def clean_scenarios_text(self) -> list[dict]:
+        scenarios = []
+        for number, line in enumerate(self.cleaned_data["scenarios_text"].splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, shape = line.rpartition(":")
+            prompt, slash, output = shape.strip().partition("/")
+            if not sep or not slash or not prompt.strip().isdigit() or not output.strip().isdigit():
+                raise forms.ValidationError(
+                    f"Line {number} (“{line.strip()[:60]}”): write it as name: prompt/generated, "
+                    "e.g. “judge call: 58/2”."
+                )
+            scenarios.append(
+                {
+                    "name": name.strip() or shape.strip(),
+                    "prompt_tokens": int(prompt),
+                    "output_tokens": int(output),
+                }
+            )
+        if not scenarios:
+            raise forms.ValidationError("Give at least one scenario.")
+        validate_scenarios(scenarios)
+        return scenarios
+
+    def clean_levels_text(self) -> list[int]:
+        text = self.cleaned_data["levels_text"].replace(" ", "")
+        if not text:
+            return []
+        try:
+            levels = [int(v) for v in text.split(",") if v]
+        except ValueError:
+            raise forms.ValidationError(
+                "Whole numbers separated by commas, e.g. 1, 2, 4, 8."
+            ) from None
+        validate_levels(levels)
+        return levels
+
+    def save(self, commit: bool = True) -> Suite:
+        self.instance.scenarios = self.cleaned_data["scenarios_text"]
+        self.instance.sweep_levels = self.cleaned_data["levels_text"]
+        return super().save(commit)

@@ -1,0 +1,229 @@
+"""Benchmark suites, the team's queue of jobs, and their results."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+MAX_LEVEL = 1024
+
+
+def validate_scenarios(value) -> None:
+    if not isinstance(value, list) or not value:
+        raise ValidationError("At least one scenario: [{name, prompt_tokens, output_tokens}].")
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"name", "prompt_tokens", "output_tokens"}:
+            raise ValidationError(
+                "Each scenario is {name, prompt_tokens, output_tokens}: " + repr(item)[:80]
+            )
+        p, o = item["prompt_tokens"], item["output_tokens"]
+        if not (
+            isinstance(p, int) and isinstance(o, int) and 1 <= p <= 1_000_000 and 1 <= o <= 100_000
+        ):
+            raise ValidationError(f"{item['name']}: token counts must be positive integers.")
+
+
+def validate_levels(value) -> None:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and 1 <= v <= MAX_LEVEL for v in value
+    ):
+        raise ValidationError(f"Concurrency levels are integers from 1 to {MAX_LEVEL}.")
+    if value != sorted(set(value)):
+        raise ValidationError("Concurrency levels must be increasing, without repeats.")
+
+
+class Suite(models.Model):
+    """What a job measures: single-stream scenarios, then a concurrency sweep."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    scenarios = models.JSONField(default=list, validators=[validate_scenarios])
+    repetitions = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(50)],
+        help_text="Measured requests per single-stream scenario.",
+    )
+    warmup_requests = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MaxValueValidator(100)],
+        help_text="Unmeasured requests before each scenario and level (a sweep level warms up "
+        "with at least its concurrency).",
+    )
+    sweep_enabled = models.BooleanField("concurrency sweep", default=True)
+    sweep_prompt_tokens = models.PositiveIntegerField(default=1834)
+    sweep_output_tokens = models.PositiveIntegerField(default=108)
+    sweep_levels = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_levels],
+        help_text="Concurrency levels; empty means 1, 2, 4, … up to twice the recipe's "
+        "max-num-seqs.",
+    )
+    requests_per_level = models.PositiveSmallIntegerField(
+        default=8,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="Measured requests per level (at least the level's concurrency).",
+    )
+    slo_ttft_s = models.FloatField(
+        "SLO: TTFT p95 at most (s)", default=2.0, validators=[MinValueValidator(0.001)]
+    )
+    slo_tpot_s = models.FloatField(
+        "SLO: time per output token at most (s)",
+        default=0.1,
+        validators=[MinValueValidator(0.0001)],
+        help_text="0.1 s per token is 10 tok/s per user.",
+    )
+    warm_prefix = models.BooleanField(
+        "warm prefix cache",
+        default=False,
+        help_text="Off: every request has a unique prefix (cold prefill, the honest default).",
+    )
+    is_default = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-is_default", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def levels_for(self, max_num_seqs: int) -> list[int]:
+        if self.sweep_levels:
+            return list(self.sweep_levels)
+        levels, c = [], 1
+        while c <= 2 * max(1, max_num_seqs):
+            levels.append(c)
+            c *= 2
+        if levels[-1] != 2 * max_num_seqs:
+            levels.append(2 * max_num_seqs)
+        return levels
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PREPARING = "preparing", "Preparing the model"
+    RUNNING = "running", "Running"
+    CANCELLING = "cancelling", "Cancelling"
+    DONE = "done", "Done"
+    CANCELLED = "cancelled", "Cancelled"
+    INTERRUPTED = "interrupted", "Interrupted"
+    FAILED = "failed", "Failed"
+
+
+J = JobState
+ACTIVE_JOB_STATES = [J.QUEUED, J.PREPARING, J.RUNNING, J.CANCELLING]
+FINISHED_JOB_STATES = [J.DONE, J.CANCELLED, J.INTERRUPTED, J.FAILED]
+
+
+class JobQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(state__in=ACTIVE_JOB_STATES)
+
+
+class Job(models.Model):
+    """A benchmark job one member queued: a suite against a recipe on a host."""
+
+    suite = models.ForeignKey(Suite, on_delete=models.PROTECT, related_name="jobs")
+    recipe = models.ForeignKey("recipes.Recipe", on_delete=models.PROTECT, related_name="jobs")
+    host = models.ForeignKey("hosts.Host", on_delete=models.PROTECT, related_name="jobs")
+    run = models.ForeignKey(
+        "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    queued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    state = models.CharField(
+        max_length=16, choices=JobState.choices, default=J.QUEUED, db_index=True
+    )
+    note = models.CharField(max_length=200, blank=True)
+    # The suite as it was when queued (editing a suite never changes a queued job).
+    plan = models.JSONField(default=dict)
+    progress = models.JSONField(default=dict, blank=True)
+    context = models.JSONField(default=dict, blank=True)  # image, argv, host, versions…
+    summary = models.JSONField(default=dict, blank=True)  # capacity answer, headline numbers
+    error = models.TextField(blank=True)
+    queued_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-queued_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"job {self.pk}: {self.suite} on {self.recipe} @ {self.host}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("benchmark-job", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_JOB_STATES
+
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    def move(self, frm: list[str] | str, to: str, **fields) -> bool:
+        """Conditional state change: applied only if the row is still in `frm` (so a
+        redelivered task or a racing cancel cannot apply the same change twice)."""
+        frm = [frm] if isinstance(frm, str) else frm
+        updated = Job.objects.filter(pk=self.pk, state__in=frm).update(state=to, **fields)
+        if updated:
+            self.state = to
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return bool(updated)
+
+
+class Result(models.Model):
+    """One measured level: a single-stream scenario, or one concurrency of the sweep."""
+
+    class Kind(models.TextChoices):
+        SCENARIO = "scenario", "Single-stream scenario"
+        SWEEP = "sweep", "Concurrency sweep level"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="results")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    scenario = models.CharField(max_length=100)
+    prompt_tokens = models.PositiveIntegerField()
+    output_tokens = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    ok = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    complete = models.BooleanField(default=True, help_text="False: cut short by a cancel or crash.")
+    # Headline numbers (simulated seconds on a simulated host), also in `metrics`.
+    ttft_p50_s = models.FloatField(null=True)
+    ttft_p95_s = models.FloatField(null=True)
+    ttft_p99_s = models.FloatField(null=True)
+    e2e_p50_s = models.FloatField(null=True)
+    decode_tps_p50 = models.FloatField(null=True)
+    prefill_tps_p50 = models.FloatField(null=True)
+    output_tps = models.FloatField(null=True)
+    request_rps = models.FloatField(null=True)
+    goodput_rps = models.FloatField(null=True)
+    metrics = models.JSONField(default=dict)  # everything the harness measured
+    requests = models.JSONField(default=list)  # compact per-request rows
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "kind", "concurrency", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.scenario} at {self.concurrency} (job {self.job_id})"

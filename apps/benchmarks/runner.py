@@ -1,0 +1,349 @@
+"""What a Spark's worker does for a benchmark job: make sure the recipe is being served,
+run the suite level by level with the harness, store each level as it finishes, and push
+progress to open pages. The Celery task calls `run_job`; tests can call it directly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from django.db import close_old_connections, connection
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from apps.benchmarks import harness, selectors
+from apps.benchmarks.harness import SLO, LevelSpec, Scenario
+from apps.benchmarks.models import J, Job, Result
+from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.runs import runner as run_runner
+from apps.runs.models import STARTING_STATES, Run, RunState
+
+log = logging.getLogger(__name__)
+MONITOR_EVERY_S = 0.5
+INTERRUPTED = (
+    "Interrupted: the worker running this job stopped in the middle (killed, restarted or "
+    "lost). The levels measured before that are kept; queue the job again for the rest."
+)
+
+
+class JobFailed(Exception):
+    pass
+
+
+def push(job: Job, *, results: bool = False) -> None:
+    """Live progress (and, after a level, the results) for every open page."""
+    from apps.benchmarks.views import job_context
+
+    html = render_to_string("benchmarks/partials/job_progress.html", {"job": job})
+    if results:
+        html += render_to_string("benchmarks/partials/job_results.html", job_context(job))
+    fragment_push(group=BROADCAST_GROUP, html=html)
+
+
+def run_job(job_id: int) -> None:
+    job = Job.objects.select_related("recipe", "host", "suite").get(pk=job_id)
+    if job.state in (J.PREPARING, J.RUNNING, J.CANCELLING):
+        # Delivered again: the worker that had it died mid-job. Never run it twice.
+        interrupt(job)
+        return
+    if job.state != J.QUEUED or not job.move(J.QUEUED, J.PREPARING, started_at=timezone.now()):
+        return  # cancelled (or already handled)
+    _progress(job, step="Preparing the model")
+    push(job)
+    try:
+        run = _ensure_run(job)
+        context = {
+            "run": run.pk,
+            "image": run.image,
+            "argv": run.argv,
+            "host": job.host.name,
+            "simulated": job.host.simulated,
+            "time_scale": job.host.sim_time_scale if job.host.simulated else 1.0,
+            "recipe": job.recipe.name,
+            "model_id": job.recipe.model_id,
+            "server_version": _server_version(run),
+        }
+        if not job.move(J.PREPARING, J.RUNNING, run=run, context=context):
+            _finish_cancelled(job)
+            return
+        push(job)
+        stopped = _measure(job, run)
+    except JobFailed as exc:
+        _finish(job, J.FAILED, error=str(exc))
+        return
+    except Exception as exc:  # never leave a job "running" forever
+        log.exception("benchmark job %s crashed", job.pk)
+        _finish(job, J.FAILED, error=f"the job crashed: {type(exc).__name__}: {exc}")
+        return
+    if stopped:
+        _finish_cancelled(job)
+    else:
+        _finish(job, J.DONE)
+
+
+def interrupt(job: Job) -> bool:
+    """Mark a job whose worker died as interrupted (its results stay)."""
+    moved = job.move(
+        [J.PREPARING, J.RUNNING, J.CANCELLING],
+        J.INTERRUPTED,
+        finished_at=timezone.now(),
+        error=INTERRUPTED,
+    )
+    if moved:
+        _summarise(job)
+        push(job, results=True)
+    return moved
+
+
+def reap(host) -> list[int]:
+    """On the host's own queue no job of this host can be running now: any job still
+    marked running there lost its worker."""
+    reaped = []
+    for job in Job.objects.filter(host=host, state__in=[J.PREPARING, J.RUNNING, J.CANCELLING]):
+        if interrupt(job):
+            reaped.append(job.pk)
+    return reaped
+
+
+def _ensure_run(job: Job) -> Run:
+    """A ready run of the recipe on the host, reused; else start one here (on the host's
+    queue, so it cannot wait for a start task queued behind this job)."""
+    from apps.runs.services import RunRefused, run_create
+
+    active = Run.objects.active().filter(host=job.host).select_related("recipe").first()
+    if active is not None and active.recipe_id != job.recipe_id:
+        raise JobFailed(
+            f"{job.host.name} is serving “{active.recipe}” (run {active.pk}, "
+            f"{active.get_state_display().lower()}); benchmarking “{job.recipe}” would mean "
+            "stopping it. Stop that run first (or ask who started it), then queue again."
+        )
+    if active is not None and active.state == RunState.READY:
+        _progress(job, step=f"Reusing the ready run {active.pk}")
+        return active
+    if active is None:
+        try:
+            active = run_create(recipe=job.recipe, host=job.host, user=job.queued_by)
+        except RunRefused as exc:
+            raise JobFailed(f"could not start the recipe: {exc}") from None
+        _progress(job, step=f"Starting run {active.pk} (a first load can take 15 minutes)")
+    else:
+        _progress(job, step=f"Waiting for run {active.pk} to be ready")
+    push(job)
+    if active.state in STARTING_STATES:
+        run_runner.start(active.pk)  # idempotent: adopts a server already starting
+    active.refresh_from_db()
+    if active.state != RunState.READY:
+        reason = active.failure_reason or f"it is {active.get_state_display().lower()}"
+        raise JobFailed(f"run {active.pk} did not become ready: {reason}")
+    return active
+
+
+def _server_version(run: Run) -> str:
+    import httpx
+
+    try:
+        response = httpx.get(run_runner._local(run.endpoint) + "/version", timeout=5)
+        data = response.json()
+        version = str(data.get("version", ""))
+        return f"{version} (sparksim)" if data.get("simulated") else version
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return ""
+
+
+def _levels(job: Job, run: Run) -> list[tuple[str, LevelSpec]]:
+    plan = job.plan
+    levels = []
+    for item in plan["scenarios"]:
+        scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
+        levels.append(
+            (
+                Result.Kind.SCENARIO,
+                LevelSpec(
+                    scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"]
+                ),
+            )
+        )
+    sweep = plan["sweep"]
+    if sweep["enabled"]:
+        shape = Scenario(
+            f"sweep {sweep['prompt_tokens']}/{sweep['output_tokens']}",
+            sweep["prompt_tokens"],
+            sweep["output_tokens"],
+        )
+        suite_levels = sweep["levels"] or job.suite.levels_for(job.recipe.max_num_seqs)
+        for c in suite_levels:
+            requests = max(sweep["requests_per_level"], c)
+            levels.append(
+                (
+                    Result.Kind.SWEEP,
+                    LevelSpec(
+                        shape, c, requests, max(plan["warmup_requests"], c), plan["warm_prefix"]
+                    ),
+                )
+            )
+    return levels
+
+
+class _Monitor(threading.Thread):
+    """Beside the event loop: watches for a cancel and saves/pushes progress twice a second
+    (the ORM stays out of the harness's loop)."""
+
+    def __init__(self, job: Job):
+        super().__init__(daemon=True, name=f"job-{job.pk}-monitor")
+        self.job = job
+        self.cancel = threading.Event()
+        self.done = threading.Event()
+        self.progress: dict = dict(job.progress)
+        self.dirty = False
+        self.lock = threading.Lock()
+
+    def update(self, **values) -> None:
+        with self.lock:
+            self.progress.update(values)
+            self.dirty = True
+
+    def run(self) -> None:
+        try:
+            while not self.done.wait(MONITOR_EVERY_S):
+                self.tick()
+            self.tick()
+        finally:
+            connection.close()
+
+    def tick(self) -> None:
+        state = Job.objects.filter(pk=self.job.pk).values_list("state", flat=True).first()
+        if state != J.RUNNING:
+            self.cancel.set()
+        with self.lock:
+            if not self.dirty:
+                return
+            progress, self.dirty = dict(self.progress), False
+        Job.objects.filter(pk=self.job.pk).update(progress=progress)
+        self.job.progress = progress
+        self.job.state = state or self.job.state
+        push(self.job)
+
+
+def _measure(job: Job, run: Run) -> bool:
+    """Run every level; returns True when a cancel stopped it early."""
+    plan = job.plan
+    slo = SLO(plan["slo"]["ttft_s"], plan["slo"]["tpot_s"])
+    scale = job.context["time_scale"]
+    levels = _levels(job, run)
+    total = sum(spec.requests + spec.warmup for _, spec in levels)
+    base_url, model = run_runner._local(run.endpoint), run.served_name  # no ORM in the loop
+    monitor = _Monitor(job)
+    monitor.update(step="Running", done=0, total=total, percent=0)
+    monitor.start()
+    finished_before = 0
+    try:
+        for kind, spec in levels:
+            if monitor.cancel.is_set():
+                return True
+            label = (
+                f"{spec.scenario.prompt_tokens}/{spec.scenario.output_tokens}, single stream"
+                if kind == Result.Kind.SCENARIO
+                else f"sweep at {spec.concurrency} concurrent"
+            )
+
+            def on_progress(done: int, _total: int, base=finished_before, label=label) -> None:
+                monitor.update(
+                    done=base + done,
+                    percent=round(100 * (base + done) / total, 1),
+                    level=label,
+                    step=f"Measuring {label}",
+                )
+
+            monitor.update(level=label, step=f"Measuring {label}")
+            result = asyncio.run(
+                _run_level(base_url, model, spec, slo, scale, on_progress, monitor.cancel.is_set)
+            )
+            finished_before += spec.requests + spec.warmup
+            if result.error:
+                raise JobFailed(f"{label}: {result.error}")
+            if result.sent:
+                _store(job, kind, result)
+                job.refresh_from_db(fields=["progress"])
+                push(job, results=True)
+            if result.stopped:
+                return True
+    finally:
+        monitor.done.set()
+        monitor.join(timeout=10)
+        close_old_connections()
+    return False
+
+
+async def _run_level(base_url: str, model: str, spec, slo, scale, on_progress, should_stop):
+    async with await harness.Client.create(
+        base_url, model=model, max_connections=max(64, spec.concurrency * 2)
+    ) as client:
+        return await harness.run_level(
+            client, spec, slo, time_scale=scale, on_progress=on_progress, should_stop=should_stop
+        )
+
+
+def _p95(values: list[float]) -> float | None:
+    return harness.percentiles(values, (95,))["p95"]
+
+
+def _store(job: Job, kind: str, level: harness.LevelResult) -> Result:
+    spec = level.spec
+    metrics = level.to_dict()
+    metrics.pop("requests", None)
+    return Result.objects.create(
+        job=job,
+        kind=kind,
+        scenario=spec.scenario.name,
+        prompt_tokens=spec.scenario.prompt_tokens,
+        output_tokens=spec.scenario.output_tokens,
+        concurrency=spec.concurrency,
+        ok=level.ok,
+        failed=level.failed,
+        complete=not level.stopped and level.sent == spec.requests,
+        ttft_p50_s=level.ttft.get("p50"),
+        ttft_p95_s=_p95([r["ttft"] for r in level.requests if r["ok"] and r["ttft"] is not None]),
+        ttft_p99_s=level.ttft.get("p99"),
+        e2e_p50_s=level.e2e.get("p50"),
+        decode_tps_p50=level.decode_tok_s.get("p50"),
+        prefill_tps_p50=level.prefill_tok_s.get("p50"),
+        output_tps=level.output_throughput,
+        request_rps=level.request_throughput,
+        goodput_rps=level.goodput,
+        metrics=metrics,
+        requests=level.requests,
+    )
+
+
+def _progress(job: Job, **values) -> None:
+    job.progress = {**job.progress, **values}
+    Job.objects.filter(pk=job.pk).update(progress=job.progress)
+
+
+def _summarise(job: Job) -> None:
+    answer = selectors.capacity_answer(job)
+    summary = {
+        "capacity_users": answer["users"] if answer else None,
+        "capacity_text": answer["text"] if answer else "",
+    }
+    Job.objects.filter(pk=job.pk).update(summary=summary)
+    job.summary = summary
+
+
+def _finish(job: Job, state: str, error: str = "") -> None:
+    steps = {J.DONE: "Finished", J.FAILED: "Failed", J.CANCELLED: "Cancelled"}
+    job.move(
+        [J.PREPARING, J.RUNNING, J.CANCELLING],
+        state,
+        finished_at=timezone.now(),
+        error=error,
+        progress={**job.progress, "step": steps.get(state, state)},
+    )
+    job.refresh_from_db()
+    _summarise(job)
+    push(job, results=True)
+
+
+def _finish_cancelled(job: Job) -> None:
+    _finish(job, J.CANCELLED, error="Cancelled: the levels measured before the cancel are kept.")

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from apps.benchmarks import views
+
+urlpatterns = [
+    path("", views.queue_page, name="benchmarks"),
+    path("queue/", views.queue_job_view, name="benchmark-queue"),
+    path("suites/", views.suite_list, name="benchmark-suites"),
+    path("suites/new/", views.suite_edit, name="benchmark-suite-new"),
+    path("suites/<int:pk>/", views.suite_edit, name="benchmark-suite-edit"),
+    path("compare/", views.compare, name="benchmark-compare"),
+    path("jobs/<int:pk>/", views.job_detail, name="benchmark-job"),
+    path("jobs/<int:pk>/cancel/", views.job_cancel_view, name="benchmark-cancel"),
+    path("jobs/<int:pk>/results.csv", views.job_export, {"fmt": "csv"}, name="benchmark-csv"),
+    path("jobs/<int:pk>/results.json", views.job_export, {"fmt": "json"}, name="benchmark-json"),
+]

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
+from apps.benchmarks import selectors
+from apps.benchmarks.forms import JobQueueForm, SuiteForm
+from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
+from apps.benchmarks.services import (
+    JobRefused,
+    can_cancel,
+    host_queue_entries,
+    job_cancel,
+    job_queue,
+)
+from apps.hosts.models import Host
+
+MAX_COMPARE = 6
+
+
+def _queue_context(form: JobQueueForm) -> dict:
+    queues = [(host, host_queue_entries(host)) for host in Host.objects.all()]
+    finished = Job.objects.filter(state__in=FINISHED_JOB_STATES).select_related(
+        "recipe", "host", "suite", "queued_by"
+    )[:50]
+    return {"form": form, "queues": queues, "finished": finished}
+
+
+@require_GET
+def queue_page(request: HttpRequest) -> HttpResponse:
+    initial = {k: request.GET[k] for k in ("recipe", "host", "suite") if k in request.GET}
+    return render(request, "benchmarks/queue.html", _queue_context(JobQueueForm(initial=initial)))
+
+
+@require_POST
+@permission_required(QUEUE_BENCHMARKS, raise_exception=True)
+def queue_job_view(request: HttpRequest) -> HttpResponse:
+    form = JobQueueForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not queued: choose a suite, a recipe and a host.")
+        return render(request, "benchmarks/queue.html", _queue_context(form), status=400)
+    data = form.cleaned_data
+    try:
+        job = job_queue(
+            suite=data["suite"],
+            recipe=data["recipe"],
+            host=data["host"],
+            user=request.user,
+            note=data["note"],
+        )
+    except JobRefused as exc:
+        messages.error(request, f"Not queued: {exc}")
+        return render(request, "benchmarks/queue.html", _queue_context(form), status=400)
+    messages.success(request, f"Queued job {job.pk} on {job.host}.")
+    return redirect(job)
+
+
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(
+        Job.objects.select_related("recipe", "host", "suite", "queued_by", "run"), pk=pk
+    )
+    return render(
+        request,
+        "benchmarks/job.html",
+        {**job_context(job), "can_cancel": can_cancel(job, request.user)},
+    )
+
+
+def job_context(job: Job) -> dict:
+    entries = {e.job.pk: e for e in host_queue_entries(job.host)} if job.is_active else {}
+    return {
+        "job": job,
+        "entry": entries.get(job.pk),
+        "scenario_rows": selectors.scenario_rows(job),
+        "sweep": selectors.sweep_results(job),
+        "capacity": selectors.capacity_answer(job),
+        "ceiling": selectors.decode_ceiling(job),
+        "scenario_chart": selectors.scenario_chart(job),
+        "curve_chart": selectors.curve_chart([job]),
+        "ttft_chart": selectors.ttft_chart([job]),
+        "scenario_chart_id": f"job-{job.pk}-scenarios",
+        "curve_chart_id": f"job-{job.pk}-curve",
+        "ttft_chart_id": f"job-{job.pk}-ttft",
+    }
+
+
+@require_POST
+@permission_required(QUEUE_BENCHMARKS, raise_exception=True)
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    job = get_object_or_404(Job, pk=pk)
+    try:
+        job = job_cancel(job=job, user=request.user)
+    except JobRefused as exc:
+        messages.error(request, str(exc))
+        return redirect(job)
+    messages.success(
+        request,
+        "Cancelled."
+        if job.state == "cancelled"
+        else "Cancelling: the job stops after the requests in flight and keeps its results.",
+    )
+    return redirect(request.POST.get("next") or job.get_absolute_url())
+
+
+@require_GET
+def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    job = get_object_or_404(Job.objects.select_related("recipe", "host"), pk=pk)
+    if fmt == "json":
+        response = JsonResponse(selectors.export_json(job), json_dumps_params={"indent": 2})
+    else:
+        response = HttpResponse(selectors.export_csv([job]), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="sparkpanel-job-{job.pk}.{fmt}"'
+    return response
+
+
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    ids = []
+    for value in request.GET.getlist("jobs"):
+        ids += [int(v) for v in value.split(",") if v.strip().isdigit()]
+    jobs = list(
+        Job.objects.filter(pk__in=ids[:MAX_COMPARE]).select_related("recipe", "host", "suite")
+    )
+    jobs.sort(key=lambda j: ids.index(j.pk))
+    if len(jobs) < 2:
+        messages.error(request, "Choose at least two jobs to compare.")
+        return redirect("benchmarks")
+    if request.GET.get("format") == "csv":
+        response = HttpResponse(selectors.export_csv(jobs), content_type="text/csv")
+        response["Content-Disposition"] = 'attachment; filename="sparkpanel-compare.csv"'
+        return response
+    columns = [
+        {
+            "job": job,
+            "capacity": selectors.capacity_answer(job),
+            "rows": selectors.scenario_rows(job),
+            "sweep": selectors.sweep_results(job),
+        }
+        for job in jobs
+    ]
+    scenario_keys = sorted(
+        {(r.result.prompt_tokens, r.result.output_tokens) for c in columns for r in c["rows"]}
+    )
+    table = [
+        {
+            "shape": f"{p}/{o}",
+            "cells": [
+                next(
+                    (
+                        r
+                        for r in c["rows"]
+                        if (r.result.prompt_tokens, r.result.output_tokens) == (p, o)
+                    ),
+                    None,
+                )
+                for c in columns
+            ],
+        }
+        for p, o in scenario_keys
+    ]
+    return render(
+        request,
+        "benchmarks/compare.html",
+        {
+            "columns": columns,
+            "table": table,
+            "ids": ",".join(str(j.pk) for j in jobs),
+            "curve_chart": selectors.curve_chart(jobs),
+            "ttft_chart": selectors.ttft_chart(jobs),
+        },
+    )
+
+
+@require_GET
+def suite_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "benchmarks/suites.html", {"suites": Suite.objects.all()})
+
+
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def suite_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    suite = get_object_or_404(Suite, pk=pk) if pk else Suite(created_by=request.user)
+    if request.method == "POST":
+        form = SuiteForm(request.POST, instance=suite)
+        if form.is_valid():
+            form.save()
+            messages.success(request, f"Saved the suite “{suite.name}”. Queued jobs keep the "
+                             "version they were queued with.")  # fmt: skip
+            return redirect("benchmark-suites")
+        status = 400
+    else:
+        form, status = SuiteForm(instance=suite), 200
+    return render(request, "benchmarks/suite_form.html", {"form": form, "suite": suite},
+                  status=status)  # fmt: skip

@@ -1,0 +1,334 @@
+"""The host agent: one long-running process per Spark (`manage.py hostagent --host NAME`),
+independent of the Celery queue, so it keeps watching while a worker is busy loading a
+model for 15 minutes.
+
+Twice a second it reads the host's memory and feeds the watchdog; once a second it scrapes
+the active run's `/metrics`, derives rates and quantiles, publishes a sample to the
+Channels groups `host-<name>` and `run-<id>`, and records its heartbeat; every 10 s it
+stores a downsampled row. On the watchdog's "act" it kills the run's server at once,
+records an incident with the last minute of memory and pushes a banner to every browser.
+
+Every step is guarded: an error is logged, shown on the host (agent_error) and pushed as
+an alert, and the loop goes on — the watchdog never dies silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.hosts.engines import EngineError, Handle, engine_for
+from apps.hosts.meminfo import MeminfoError
+from apps.hosts.models import Host
+from apps.runs.models import Run, RunState
+from apps.telemetry import scrape
+from apps.telemetry.hostmem import read_psi
+from apps.telemetry.models import HostSample, Incident
+from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
+
+log = logging.getLogger("sparkpanel.hostagent")
+
+MEM_INTERVAL_S = 0.5
+SCRAPE_INTERVAL_S = 1.0
+BUCKET_S = 10.0
+SCRAPE_TIMEOUT_S = 0.8
+SCRAPE_MAX_BYTES = 2_000_000
+PRUNE_EVERY_S = 3600.0
+SCRAPED_STATES = (RunState.WARMING, RunState.READY, RunState.STOPPING)
+SAMPLE_EVENT = "telemetry.sample"
+AVERAGED = (
+    "kv_usage_pct", "running", "waiting", "prompt_tps", "generation_tps", "ttft_p50",
+    "ttft_p95", "itl_p50", "itl_p95", "prefix_hit_rate", "preemptions",
+)  # fmt: skip
+
+
+def host_group(name: str) -> str:
+    return f"host-{name}"
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+@dataclass
+class _Bucket:
+    started: float
+    run_id: int | None = None
+    mem_total: int | None = None
+    mem_available: list[int] = field(default_factory=list)
+    psi: list[float] = field(default_factory=list)
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, sample: dict) -> None:
+        self.run_id = sample.get("run") or self.run_id
+        if sample.get("mem_total") is not None:
+            self.mem_total = sample["mem_total"]
+        if sample.get("mem_available") is not None:
+            self.mem_available.append(sample["mem_available"])
+        if sample.get("psi_some_avg10") is not None:
+            self.psi.append(sample["psi_some_avg10"])
+        for key in AVERAGED:
+            if sample.get(key) is not None:
+                self.values.setdefault(key, []).append(sample[key])
+
+    def row(self, host: Host) -> HostSample:
+        mean = {key: statistics.fmean(v) for key, v in self.values.items() if v}
+        return HostSample(
+            host=host, run_id=self.run_id,
+            at=datetime.fromtimestamp(self.started, UTC),
+            mem_total=self.mem_total,
+            mem_available=min(self.mem_available) if self.mem_available else None,
+            psi_some_avg10=statistics.fmean(self.psi) if self.psi else None,
+            **mean,
+        )  # fmt: skip
+
+
+class HostAgent:
+    def __init__(
+        self,
+        host_name: str,
+        *,
+        mem_interval: float = MEM_INTERVAL_S,
+        scrape_interval: float = SCRAPE_INTERVAL_S,
+        bucket_s: float = BUCKET_S,
+        clock=time.time,
+    ):
+        self.host_name = host_name
+        self.mem_interval = mem_interval
+        self.scrape_interval = scrape_interval
+        self.bucket_s = bucket_s
+        self.clock = clock
+        self.host = Host.objects.get(name=host_name)
+        self.watchdog = self._watchdog()
+        self.deriver: scrape.Deriver | None = None
+        self.deriver_run: int | None = None
+        self.memory: tuple[int | None, int | None, str] = (None, None, "")
+        self.psi: float | None = None
+        self.last_decision: Decision | None = None
+        self.bucket: _Bucket | None = None
+        self.next_scrape = 0.0
+        self._last_poll = 0.0
+        self.next_prune = 0.0
+        self.errors: dict[str, str] = {}
+        self.stopped_runs: list[int] = []
+        self.layer = get_channel_layer()
+
+    def _watchdog(self) -> Watchdog:
+        return Watchdog(
+            warn_bytes=int(self.host.watchdog_warn_gib * GIB),
+            act_bytes=int(self.host.watchdog_act_gib * GIB),
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run_forever(self, stop: threading.Event | None = None) -> None:
+        stop = stop or threading.Event()
+        log.info("host agent for %s: memory every %.1f s, metrics every %.1f s",
+                 self.host_name, self.mem_interval, self.scrape_interval)  # fmt: skip
+        while not stop.is_set():
+            started = time.monotonic()
+            self.step()
+            stop.wait(max(0.0, self.mem_interval - (time.monotonic() - started)))
+
+    def step(self) -> None:
+        """One memory poll, plus a scrape and a heartbeat when one is due. Never raises."""
+        close_old_connections()
+        now = self.clock()
+        self._guard("memory", self.poll_memory, now)
+        if now >= self.next_scrape:
+            self.next_scrape = now + self.scrape_interval
+            self._guard("metrics", self.scrape_and_publish, now)
+        if now >= self.next_prune:
+            self.next_prune = now + PRUNE_EVERY_S
+            self._guard("history", self.prune, now)
+
+    def _guard(self, what: str, fn, *args) -> None:
+        try:
+            fn(*args)
+            if self.errors.pop(what, None) is not None:
+                log.info("%s works again", what)
+        except Exception as exc:  # the watchdog must outlive any one failure
+            text = f"{what}: {type(exc).__name__}: {exc}"[:300]
+            if self.errors.get(what) != text:
+                log.exception("host agent step failed (%s)", what)
+            self.errors[what] = text
+
+    # --- memory and the watchdog ----------------------------------------------------------
+
+    def poll_memory(self, now: float) -> None:
+        try:
+            memory = self.host.memory()
+            self.memory = (memory.total_bytes, memory.available_bytes, "")
+        except MeminfoError as exc:
+            self.memory = (None, None, str(exc))
+        if not self.host.simulated:
+            try:
+                psi = read_psi()
+                self.psi = psi.some.avg10 if psi else None
+            except MeminfoError:
+                self.psi = None
+        now = self._last_poll = max(now, self._last_poll)  # a wall clock can step back
+        decision = self.watchdog.observe(self.memory[1], now, error=self.memory[2] or None)
+        previous, self.last_decision = self.last_decision, decision
+        if decision.unknown and (previous is None or not previous.unknown):
+            self._incident(Incident.Kind.ALERT, decision.message, None)
+            self._banner("alert", decision.message)
+        if decision.stop_run:
+            self.act(decision)
+        elif decision.changed and decision.level == WARN:
+            self._incident(Incident.Kind.WARN, decision.message, self._active_run())
+            self._banner(WARN, decision.message)
+        elif decision.changed and decision.level == OK:
+            self._banner(OK, decision.message)
+
+    def _active_run(self) -> Run | None:
+        return Run.objects.active().filter(host=self.host).select_related("recipe").first()
+
+    def act(self, decision: Decision) -> None:
+        """Kill the host's active run now: the machine is about to freeze."""
+        run = self._active_run()
+        action = "no run was active: nothing to stop (something else is using the memory)"
+        if run is not None and run.handle:
+            engine = engine_for(self.host)
+            handle = Handle.parse(run.handle)
+            try:
+                tail = engine.tail(handle, 40)
+            except EngineError:
+                tail = []
+            engine.kill(handle)
+            action = f"killed run {run.pk} ({run.recipe}) — {handle}"
+            run.refresh_from_db()
+            if run.is_active:
+                run.mark_failed(
+                    f"stopped by the memory watchdog: {decision.message}",
+                    advice="The host ran out of memory. Lower --gpu-memory-utilization or "
+                    "--max-model-len (the planner shows what fits), or stop what else uses "
+                    "memory on the Spark.",
+                    log="\n".join(tail),
+                )
+            with contextlib.suppress(EngineError):
+                engine.remove(handle)
+            self.stopped_runs.append(run.pk)
+            self._interrupt_jobs(decision)
+        elif run is not None:
+            action = f"run {run.pk} had no server yet; marked failed"
+            run.mark_failed(f"stopped by the memory watchdog: {decision.message}")
+        log.warning("WATCHDOG %s: %s — %s", self.host_name, decision.message, action)
+        self._incident(Incident.Kind.ACT, decision.message, run, action=action)
+        self._banner(ACT, f"{decision.message}. {action[0].upper()}{action[1:]}.")
+
+    def _interrupt_jobs(self, decision: Decision) -> None:
+        from apps.benchmarks.models import J, Job
+
+        for job in Job.objects.filter(host=self.host, state__in=[J.PREPARING, J.RUNNING,
+                                                                 J.CANCELLING]):  # fmt: skip
+            job.move([J.PREPARING, J.RUNNING, J.CANCELLING], J.INTERRUPTED,
+                     finished_at=timezone.now(),
+                     error=f"Interrupted by the memory watchdog: {decision.message}. The "
+                     "levels measured before that are kept.")  # fmt: skip
+
+    def _incident(self, kind: str, message: str, run: Run | None, action: str = "") -> Incident:
+        curve = [[round(t, 1), v] for t, v in self.watchdog.history()]
+        return Incident.objects.create(
+            host=self.host, run=run, recipe_name=str(run.recipe) if run else "", kind=kind,
+            at=timezone.now(), message=message, action=action[:300], memory_curve=curve,
+        )  # fmt: skip
+
+    def _banner(self, level: str, message: str) -> None:
+        html = render_to_string(
+            "telemetry/partials/banner.html",
+            {"host": self.host, "level": level, "message": message, "at": timezone.now()},
+        )
+        fragment_push(group=BROADCAST_GROUP, html=html)
+
+    # --- metrics, heartbeat and history ---------------------------------------------------
+
+    def scrape_and_publish(self, now: float) -> dict:
+        run = (
+            Run.objects.filter(host=self.host, state__in=SCRAPED_STATES)
+            .select_related("host")
+            .first()
+        )
+        if run is None:
+            self.deriver, self.deriver_run = None, None
+            derived: dict = {}
+            scrape_error = ""
+        else:
+            if self.deriver is None or self.deriver_run != run.pk:
+                self.deriver, self.deriver_run = scrape.Deriver(), run.pk
+            url = run.endpoint.replace("//0.0.0.0:", "//127.0.0.1:") + "/metrics"
+            result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
+                                             max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip
+            self.deriver.feed(time.monotonic(), snapshot if result.ok else None)
+            derived = self.deriver.sample()
+            scrape_error = "" if result.ok else f"metrics: {result.error}"
+        total, available, mem_error = self.memory
+        decision = self.last_decision
+        sample = {
+            "host": self.host_name,
+            "run": run.pk if run else None,
+            "t": round(now, 3),
+            "mem_total": total,
+            "mem_available": available,
+            "mem_error": mem_error,
+            "mem_level": decision.level if decision else "unknown",
+            "warn_bytes": int(self.host.watchdog_warn_gib * GIB),
+            "act_bytes": int(self.host.watchdog_act_gib * GIB),
+            "psi_some_avg10": self.psi,
+            **{k: v for k, v in derived.items() if k != "errors"},
+            "scrape_error": scrape_error,
+        }
+        errors = "; ".join(self.errors.values()) or mem_error or scrape_error
+        Host.objects.filter(pk=self.host.pk).update(
+            agent_seen_at=timezone.now(), agent_sample=sample, agent_error=errors[:300]
+        )
+        self.publish(sample)
+        self._bucket(sample, now)
+        self._refresh_host()
+        return sample
+
+    def publish(self, sample: dict) -> None:
+        message = {"type": SAMPLE_EVENT, "sample": sample}
+        try:
+            async_to_sync(self.layer.group_send)(host_group(self.host_name), message)
+            if sample.get("run"):
+                async_to_sync(self.layer.group_send)(run_group(sample["run"]), message)
+        except Exception as exc:  # Redis down: the history and heartbeat still work
+            self.errors["publish"] = f"publish: {exc}"[:300]
+        else:
+            self.errors.pop("publish", None)
+
+    def _bucket(self, sample: dict, now: float) -> None:
+        if self.bucket is not None and now - self.bucket.started >= self.bucket_s:
+            self.bucket.row(self.host).save()
+            self.bucket = None
+        if self.bucket is None:
+            self.bucket = _Bucket(started=now)
+        self.bucket.add(sample)
+
+    def _refresh_host(self) -> None:
+        """Thresholds edited by an admin apply without restarting the agent."""
+        fresh = Host.objects.get(pk=self.host.pk)
+        if (fresh.watchdog_warn_gib, fresh.watchdog_act_gib) != (
+            self.host.watchdog_warn_gib, self.host.watchdog_act_gib
+        ):  # fmt: skip
+            self.watchdog = self._watchdog()
+        self.host = fresh
+
+    def prune(self, now: float) -> int:
+        cutoff = timezone.now() - timedelta(days=settings.TELEMETRY_RETENTION_DAYS)
+        deleted, _ = HostSample.objects.filter(host=self.host, at__lt=cutoff).delete()
+        return deleted

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from apps.accounts.roles import VIEW_PANEL
+from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from apps.telemetry.agent import host_group, run_group
+
+CLOSE_NOT_FOUND = 4404
+
+
+class TelemetryConsumer(AsyncWebsocketConsumer):
+    """Live samples of one host (/ws/telemetry/host/<name>/) or one run
+    (/ws/telemetry/run/<id>/), as JSON, straight from the host agent."""
+
+    group: str | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(user.has_perm)(VIEW_PANEL):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        kwargs = self.scope["url_route"]["kwargs"]
+        group = await database_sync_to_async(self._group)(kwargs)
+        if group is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.group = group
+        await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+
+    @staticmethod
+    def _group(kwargs: dict) -> str | None:
+        from apps.hosts.models import Host
+        from apps.runs.models import Run
+
+        if "host" in kwargs:
+            return (
+                host_group(kwargs["host"])
+                if Host.objects.filter(name=kwargs["host"]).exists()
+                else None
+            )
+        return run_group(kwargs["run"]) if Run.objects.filter(pk=kwargs["run"]).exists() else None
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        return  # push-only
+
+    async def telemetry_sample(self, event: dict) -> None:
+        await self.send(text_data=json.dumps({"type": "sample", "sample": event["sample"]}))

@@ -1,0 +1,51 @@
+"""`manage.py hostagent --host NAME`: the telemetry agent and memory watchdog of one Spark."""
+
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.hosts.models import Host
+from apps.telemetry.agent import MEM_INTERVAL_S, SCRAPE_INTERVAL_S, HostAgent
+
+
+class Command(BaseCommand):
+    help = "Watch one host: memory (and the watchdog), the active run's metrics, live samples."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", required=True, help="the host's name in the panel")
+        parser.add_argument(
+            "--memory-interval",
+            type=float,
+            default=MEM_INTERVAL_S,
+            help="seconds between memory polls (default %(default)s)",
+        )
+        parser.add_argument(
+            "--scrape-interval",
+            type=float,
+            default=SCRAPE_INTERVAL_S,
+            help="seconds between /metrics scrapes (default %(default)s)",
+        )
+
+    def handle(self, *args, **options):
+        name = options["host"]
+        if not Host.objects.filter(name=name).exists():
+            known = ", ".join(Host.objects.values_list("name", flat=True)) or "none yet"
+            raise CommandError(f"no host named {name!r} (hosts: {known}); add it in Django admin")
+        if (
+            not 0.05 <= options["memory_interval"] <= 10
+            or not 0.2 <= options["scrape_interval"] <= 60
+        ):
+            raise CommandError("memory interval must be 0.05–10 s and scrape interval 0.2–60 s")
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        agent = HostAgent(
+            name,
+            mem_interval=options["memory_interval"],
+            scrape_interval=options["scrape_interval"],
+        )
+        self.stdout.write(f"host agent for {name} started (Ctrl-C stops it)")
+        self.stdout.flush()
+        agent.run_forever(stop)
+        self.stdout.write(f"host agent for {name} stopped")

@@ -1,0 +1,329 @@
+"""The memory watchdog: a pure, deterministic state machine over MemAvailable readings.
+
+A DGX Spark has one 128 GB pool for CPU and GPU and no OOM kill that saves it: when the
+pool runs out the whole machine freezes and needs a power reset (SPEC §1, §6.1). The
+host agent polls /proc/meminfo and feeds each MemAvailable reading to `Watchdog.observe`;
+the decision says which level the host is at and whether to stop the run now.
+
+Rules (`polls` = N, 2 by default):
+
+* levels are "ok" < "warn" < "act";
+* "warn" once MemAvailable is below `warn_bytes` for N consecutive readings, "act" once
+  it is below `act_bytes` for N consecutive readings (straight from "ok" if need be);
+  one low reading is never enough, so a single bad sample does not kill a run;
+* entering "act" sets `stop_run` on that one decision only: once per episode, not on
+  every poll while memory stays low. An episode ends when the level leaves "act";
+* hysteresis: leaving "act" needs MemAvailable ≥ act + margin for N consecutive
+  readings, leaving "warn" (back to "ok") needs ≥ warn + margin for N readings, so a
+  reading that wobbles around a threshold does not flap the level;
+* an unreadable reading (None) is reported as `unknown`, with an alert message, and
+  never as a silent "ok". It keeps the level, does not break a run of low readings (low,
+  unknown, low counts as two low readings in a row) and breaks any run of recovering
+  ones (recovery must be seen, not assumed).
+
+No clocks, no I/O: the caller passes the reading and the time, so tests replay any
+memory curve exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+GIB = 2**30
+
+OK = "ok"
+WARN = "warn"
+ACT = "act"
+LEVELS = (OK, WARN, ACT)
+
+HISTORY_S = 60.0
+
+__all__ = [
+    "ACT",
+    "GIB",
+    "LEVELS",
+    "OK",
+    "WARN",
+    "Decision",
+    "Watchdog",
+    "predict_polls_to",
+]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one reading means.
+
+    level / previous: the level after and before this reading; changed: they differ.
+    stop_run: stop the run now (True on the reading that enters "act", once per episode).
+    unknown: the reading was missing (meminfo unreadable); level is then the last known.
+    message: one human sentence with the numbers, for the log, an alert or an incident.
+    available_bytes / at: the reading itself (None when unknown) and its time.
+    """
+
+    level: str
+    previous: str
+    changed: bool
+    stop_run: bool
+    unknown: bool
+    message: str
+    available_bytes: int | None
+    at: float
+
+
+def _gib(value: int, *others: int) -> str:
+    """Bytes as GiB with one decimal, or more where one would make two numbers in the
+    same sentence look equal ("2.96 GiB is below the 3.00 GiB", not "3.0 … 3.0")."""
+    for digits in (1, 2, 3):
+        text = f"{value / GIB:.{digits}f}"
+        if all(text != f"{other / GIB:.{digits}f}" for other in others if other != value):
+            return f"{text} GiB"
+    return f"{value / GIB:.3f} GiB"
+
+
+def _polls(n: int) -> str:
+    return f"{n} poll" if n == 1 else f"{n} polls"
+
+
+def _check_bytes(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int number of bytes, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+class Watchdog:
+    """One host's watchdog; call `observe` once per poll, in time order."""
+
+    def __init__(
+        self,
+        warn_bytes: int,
+        act_bytes: int,
+        polls: int = 2,
+        clear_margin_bytes: int = GIB,
+        *,
+        history_s: float = HISTORY_S,
+    ) -> None:
+        self.warn_bytes = _check_bytes("warn_bytes", warn_bytes, minimum=1)
+        self.act_bytes = _check_bytes("act_bytes", act_bytes, minimum=1)
+        if act_bytes >= warn_bytes:
+            raise ValueError(
+                f"act_bytes ({_gib(act_bytes)}) must be below warn_bytes ({_gib(warn_bytes)}): "
+                "the run is stopped at the lower, more urgent threshold"
+            )
+        if isinstance(polls, bool) or not isinstance(polls, int) or polls < 1:
+            raise ValueError(f"polls must be an int of at least 1, not {polls!r}")
+        self.polls = polls
+        self.clear_margin_bytes = _check_bytes("clear_margin_bytes", clear_margin_bytes, minimum=0)
+        if not (isinstance(history_s, int | float) and history_s > 0 and math.isfinite(history_s)):
+            raise ValueError(f"history_s must be a positive number of seconds, not {history_s!r}")
+        self.history_s = float(history_s)
+
+        self._level = OK
+        # Consecutive readable polls below each threshold ...
+        self._below_warn = 0
+        self._below_act = 0
+        # ... and at or above each threshold plus the margin (the way out).
+        self._clear_warn = 0
+        self._clear_act = 0
+        self._unknown = 0  # consecutive unknown readings
+        self._last_at: float | None = None
+        self._history: deque[tuple[float, int | None]] = deque()
+
+    @property
+    def level(self) -> str:
+        return self._level
+
+    @property
+    def warn_clear_bytes(self) -> int:
+        return self.warn_bytes + self.clear_margin_bytes
+
+    @property
+    def act_clear_bytes(self) -> int:
+        return self.act_bytes + self.clear_margin_bytes
+
+    def history(self) -> list[tuple[float, int | None]]:
+        """(time, MemAvailable) for the last `history_s` seconds, oldest first; None marks
+        an unreadable poll (a gap in an incident's memory curve, not a zero)."""
+        return list(self._history)
+
+    def observe(
+        self, available_bytes: int | None, now: float, *, error: str | None = None
+    ) -> Decision:
+        """Take one poll's MemAvailable (None: it could not be read; `error` says why)."""
+        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+            raise ValueError(f"now must be a finite number of seconds, not {now!r}")
+        if self._last_at is not None and now < self._last_at:
+            raise ValueError(f"time went backwards: {now} after {self._last_at}")
+        if available_bytes is not None:
+            _check_bytes("available_bytes", available_bytes, minimum=0)
+        self._last_at = now
+        self._remember(now, available_bytes)
+
+        previous = self._level
+        if available_bytes is None:
+            return self._observe_unknown(previous, now, error)
+
+        v = available_bytes
+        self._unknown = 0
+        self._below_warn = self._below_warn + 1 if v < self.warn_bytes else 0
+        self._below_act = self._below_act + 1 if v < self.act_bytes else 0
+        self._clear_warn = self._clear_warn + 1 if v >= self.warn_clear_bytes else 0
+        self._clear_act = self._clear_act + 1 if v >= self.act_clear_bytes else 0
+
+        level = self._next_level(previous)
+        self._level = level
+        stop_run = level == ACT and previous != ACT
+        return Decision(
+            level=level,
+            previous=previous,
+            changed=level != previous,
+            stop_run=stop_run,
+            unknown=False,
+            message=self._message(previous, level, v),
+            available_bytes=v,
+            at=now,
+        )
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _remember(self, now: float, available: int | None) -> None:
+        self._history.append((now, available))
+        cutoff = now - self.history_s
+        while self._history and self._history[0][0] < cutoff:
+            self._history.popleft()
+
+    def _next_level(self, level: str) -> str:
+        n = self.polls
+        if self._below_act >= n:
+            return ACT
+        if level == ACT:
+            if self._clear_warn >= n:
+                return OK
+            if self._clear_act >= n:
+                return WARN
+            return ACT
+        if self._below_warn >= n:
+            return WARN
+        if level == WARN and self._clear_warn < n:
+            return WARN
+        return OK
+
+    def _observe_unknown(self, previous: str, now: float, error: str | None) -> Decision:
+        self._unknown += 1
+        # A gap breaks a run of recovering readings but not a run of low ones.
+        self._clear_warn = 0
+        self._clear_act = 0
+        why = f" ({error})" if error else ""
+        message = (
+            f"MemAvailable is unknown{why} for {_polls(self._unknown)}: the watchdog cannot "
+            f"tell how close the host is to freezing; the level stays {previous}"
+        )
+        if previous == ACT:
+            message += " and the run was already told to stop"
+        return Decision(
+            level=previous,
+            previous=previous,
+            changed=False,
+            stop_run=False,
+            unknown=True,
+            message=message,
+            available_bytes=None,
+            at=now,
+        )
+
+    def _message(self, previous: str, level: str, v: int) -> str:
+        n = self.polls
+        warn, act = self.warn_bytes, self.act_bytes
+        warn_clear, act_clear = self.warn_clear_bytes, self.act_clear_bytes
+        mem = f"MemAvailable {_gib(v, warn, act, warn_clear, act_clear)}"
+
+        if level == ACT and previous != ACT:
+            return (
+                f"{mem} is below the {_gib(act, v)} act threshold for "
+                f"{_polls(self._below_act)}: stopping the run"
+            )
+        if level == ACT:
+            if v < act:
+                return (
+                    f"{mem} is still below the {_gib(act, v)} act threshold "
+                    f"({_polls(self._below_act)}); the run was already told to stop"
+                )
+            return (
+                f"{mem} is above the {_gib(act, v)} act threshold but has not recovered: "
+                f"it must stay at or above {_gib(act_clear, v)} for {_polls(n)} "
+                f"({self._clear_act} so far)"
+            )
+        if level == OK and previous != OK:
+            return (
+                f"{mem} has been at or above {_gib(warn_clear, v)} for "
+                f"{_polls(self._clear_warn)}: back to ok"
+            )
+        if level == WARN and previous == ACT:
+            return (
+                f"{mem} has been at or above {_gib(act_clear, v)} for "
+                f"{_polls(self._clear_act)}: down from act to warn (ok needs "
+                f"{_gib(warn_clear, v)} for {_polls(n)})"
+            )
+        if level == WARN and previous == OK:
+            return (
+                f"{mem} is below the {_gib(warn, v)} warn threshold for "
+                f"{_polls(self._below_warn)}: warning"
+            )
+
+        # No change: say where the reading stands and what is pending.
+        if v < act:
+            return (
+                f"{mem} is below the {_gib(act, v)} act threshold "
+                f"({self._below_act} of {_polls(n)} before the run is stopped)"
+            )
+        if v < warn:
+            if level == WARN:
+                return (
+                    f"{mem} is below the {_gib(warn, v)} warn threshold "
+                    f"({_polls(self._below_warn)}); act below {_gib(act, v)}"
+                )
+            return (
+                f"{mem} is below the {_gib(warn, v)} warn threshold "
+                f"({self._below_warn} of {_polls(n)} before warning)"
+            )
+        if level == WARN:
+            return (
+                f"{mem} is above the {_gib(warn, v)} warn threshold but has not recovered: "
+                f"it must stay at or above {_gib(warn_clear, v)} for {_polls(n)} "
+                f"({self._clear_warn} so far)"
+            )
+        return f"{mem} is ok (warn below {_gib(warn, v)}, act below {_gib(act, v)})"
+
+
+def predict_polls_to(
+    available_series: Sequence[int | float], threshold: int | float
+) -> float | None:
+    """Polls until a least-squares linear trend of the readings reaches `threshold`.
+
+    One value per poll, oldest first. 0.0 when the last reading is already at or below
+    the threshold; None with fewer than two readings or a flat or rising trend (it never
+    gets there). A hint for an alert ("about 12 polls to the act threshold"), never a
+    reason to act: the watchdog acts on readings, not on forecasts.
+    """
+    values = [float(v) for v in available_series]
+    if not values:
+        return None
+    last = values[-1]
+    if last <= threshold:
+        return 0.0
+    count = len(values)
+    if count < 2:
+        return None
+    mean_x = (count - 1) / 2
+    mean_y = sum(values) / count
+    sxx = sum((i - mean_x) ** 2 for i in range(count))
+    sxy = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(values))
+    slope = sxy / sxx
+    if slope >= 0:
+        return None
+    return (last - threshold) / -slope

@@ -1,0 +1,177 @@
+"""Benchmark jobs end to end against real sparksim servers: queue, run, results, cancel,
+interruption, and who may do what."""
+
+import csv
+import io
+import json
+import threading
+
+import pytest
+from django.urls import reverse
+
+from apps.benchmarks import runner, selectors
+from apps.benchmarks.models import J, Job, Result
+from apps.benchmarks.services import JobRefused, host_queue_entries, job_cancel, job_queue
+from apps.recipes.models import Recipe
+from apps.runs import runner as run_runner
+from apps.runs.models import Run, RunState
+from apps.runs.services import run_start
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_job_starts_the_recipe_runs_the_suite_and_answers_the_capacity_question(
+    sim_host, qwen_team, quick_suite, member
+):
+    qwen = qwen_team
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    assert job.state == J.QUEUED and job.plan["sweep"]["levels"] == [1, 2, 4]
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.DONE, job.error
+    assert job.run.state == RunState.READY and job.run.recipe == qwen  # it started the run
+    assert job.context["simulated"] is True and job.context["time_scale"] == 50
+    assert "sparksim" in job.context["server_version"]
+    [single] = job.results.filter(kind=Result.Kind.SCENARIO)
+    assert (single.prompt_tokens, single.output_tokens, single.ok) == (200, 16, 2)
+    sweep = list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
+    assert [r.concurrency for r in sweep] == [1, 2, 4]
+    assert all(r.complete and r.failed == 0 for r in sweep)
+    # The physics: more users, more tokens in total; never faster per user (a step reads the
+    # weights once for the whole batch, so at 4 users each is only slightly slower).
+    assert sweep[0].output_tps < sweep[1].output_tps < sweep[2].output_tps
+    assert sweep[2].decode_tps_p50 <= sweep[0].decode_tps_p50 * 1.03
+    answer = selectors.capacity_answer(job)
+    assert answer["users"] in (1, 2, 4) and answer["text"].startswith("This recipe serves")
+    assert job.summary["capacity_users"] == answer["users"]
+    # Roofline: measured decode as a share of the planner's ceiling, and plausible.
+    [row] = selectors.scenario_rows(job)
+    ceiling = qwen.plan(sim_host.spec()).decode_ceiling_tps
+    assert row.roofline_percent == pytest.approx(single.decode_tps_p50 / ceiling * 100)
+    assert 0 < row.roofline_percent < 100 and row.plausible
+
+    # A second job reuses the ready run instead of starting another.
+    again = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    runner.run_job(again.pk)
+    again.refresh_from_db()
+    assert again.state == J.DONE and again.run_id == job.run_id
+    assert Run.objects.count() == 1
+    run_runner.stop(job.run_id)
+
+
+def test_a_host_serving_another_recipe_is_not_taken_over(
+    sim_host, qwen, quick_suite, member, operator
+):
+    other = Recipe.objects.create(name="Other", model_id="Qwen/Qwen3-32B", total_params_b=32.8,
+                                  weight_format="bf16", num_layers=64, kv_heads=8, head_dim=128,
+                                  gpu_memory_utilization="0.50", max_model_len=4096, max_num_seqs=2)  # fmt: skip
+    run = run_start(recipe=other, host=sim_host, user=operator)
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.FAILED
+    assert f"is serving “Other” (run {run.pk}" in job.error and "Stop that run first" in job.error
+    assert Run.objects.get(pk=run.pk).state == RunState.QUEUED  # untouched
+
+
+def test_a_cancelled_running_job_keeps_what_it_measured(sim_host, qwen, quick_suite, member):
+    quick_suite.sweep_levels = [1, 2, 4, 8, 16]
+    quick_suite.requests_per_level = 16
+    quick_suite.save()
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    worker = threading.Thread(target=runner.run_job, args=[job.pk])
+    worker.start()
+    wait_for(lambda: Result.objects.filter(job=job, kind="sweep").exists(), 120, "a sweep level")
+    job_cancel(job=Job.objects.get(pk=job.pk), user=member)
+    worker.join(timeout=60)
+    job.refresh_from_db()
+    assert job.state == J.CANCELLED
+    assert "kept" in job.error
+    kept = job.results.filter(kind="sweep").count()
+    assert 1 <= kept < 5
+    run_runner.stop(job.run_id)
+
+
+def test_a_queued_job_is_cancelled_at_once_and_never_runs(sim_host, qwen, quick_suite, member):
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    job_cancel(job=job, user=member)
+    assert job.state == J.CANCELLED
+    runner.run_job(job.pk)  # its task arrives anyway
+    job.refresh_from_db()
+    assert job.state == J.CANCELLED and not job.results.exists() and not Run.objects.exists()
+
+
+def test_a_redelivered_job_is_interrupted_not_run_twice_and_keeps_its_results(
+    sim_host, qwen, quick_suite, member
+):
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    # As a worker dying mid-job leaves it: running, one level stored.
+    job.move(J.QUEUED, J.RUNNING)
+    Result.objects.create(job=job, kind="scenario", scenario="short", prompt_tokens=200,
+                          output_tokens=16, concurrency=1, ok=2)  # fmt: skip
+    runner.run_job(job.pk)  # Celery delivers it again to the next worker
+    job.refresh_from_db()
+    assert job.state == J.INTERRUPTED and "stopped in the middle" in job.error
+    assert job.results.count() == 1 and not Run.objects.exists()
+
+
+def test_reconcile_reaps_jobs_left_running_by_a_dead_worker(sim_host, qwen, quick_suite, member):
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    job.move(J.QUEUED, J.RUNNING)
+    run_runner.reconcile(sim_host.pk)
+    assert Job.objects.get(pk=job.pk).state == J.INTERRUPTED
+
+
+def test_queue_positions_and_permissions(
+    client_as, sim_host, qwen, quick_suite, member, operator, outsider
+):
+    from apps.accounts.roles import Role
+    from apps.accounts.services import user_create
+
+    a = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    b = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=operator)
+    assert [(e.job.pk, e.position) for e in host_queue_entries(sim_host)] == [(a.pk, 1), (b.pk, 2)]
+    html = client_as(member).get(reverse("benchmarks")).content.decode()
+    assert f"job {a.pk}" in html and f"job {b.pk}" in html
+    # Members may queue; outsiders (no role) may not even look.
+    assert client_as(outsider).get(reverse("benchmarks")).status_code == 403
+    response = client_as(outsider).post(reverse("benchmark-queue"),
+                                        {"suite": quick_suite.pk, "recipe": qwen.pk, "host": sim_host.pk})  # fmt: skip
+    assert response.status_code == 403
+    response = client_as(member).post(reverse("benchmark-queue"),
+                                      {"suite": quick_suite.pk, "recipe": qwen.pk, "host": sim_host.pk,
+                                       "note": "nightly"})  # fmt: skip
+    c = Job.objects.latest("pk")
+    assert response.status_code == 302 and c.note == "nightly" and c.queued_by == member
+    # A member cannot cancel someone else's job; the owner and operators can.
+    other, *_ = user_create(username="mallory", password="x" * 20, role=Role.MEMBER)
+    assert client_as(other).post(reverse("benchmark-cancel", args=[a.pk])).status_code == 302
+    assert Job.objects.get(pk=a.pk).state == J.QUEUED
+    with pytest.raises(JobRefused):
+        job_cancel(job=Job.objects.get(pk=a.pk), user=other)
+    client_as(operator).post(reverse("benchmark-cancel", args=[a.pk]))
+    assert Job.objects.get(pk=a.pk).state == J.CANCELLED
+    # Bad input keeps the form and says why.
+    response = client_as(member).post(reverse("benchmark-queue"), {"suite": "", "recipe": qwen.pk,
+                                                                   "note": "keep me"})  # fmt: skip
+    assert response.status_code == 400 and "keep me" in response.content.decode()
+
+
+def test_results_export_as_csv_and_json(client_as, sim_host, qwen, quick_suite, member):
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    job.move(J.QUEUED, J.DONE)
+    Result.objects.create(job=job, kind="sweep", scenario="s", prompt_tokens=200, output_tokens=16,
+                          concurrency=4, ok=4, ttft_p50_s=0.25, output_tps=120.0, decode_tps_p50=30.0,
+                          metrics={"tpot": {"p50": 0.033}})  # fmt: skip
+    client = client_as(member)
+    rows = list(
+        csv.DictReader(
+            io.StringIO(client.get(reverse("benchmark-csv", args=[job.pk])).content.decode())
+        )
+    )
+    assert rows[0]["max_concurrency"] == "4" and rows[0]["median_ttft_ms"] == "250.0"
+    assert rows[0]["output_throughput"] == "120.0" and rows[0]["median_tpot_ms"] == "33.0"
+    data = json.loads(client.get(reverse("benchmark-json", args=[job.pk])).content)
+    assert data["results"][0]["median_decode_tok_s"] == 30.0 and data["host"] == sim_host.name
+    assert data["decode_ceiling_tps"] > 0

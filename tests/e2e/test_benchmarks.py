@@ -1,0 +1,53 @@
+"""A member queues the default suite for the official Nemotron recipe on the simulated
+Spark, watches it progress live, and reads the curve and the capacity answer."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import login
+
+pytestmark = pytest.mark.e2e
+
+
+def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_page, demo_worker):
+    page = new_page()
+    login(page, "mia")
+    page.get_by_role("link", name="Benchmarks", exact=True).click()
+    page.get_by_label("Suite").select_option(label="Default: seed table + concurrency sweep")
+    page.get_by_label("Recipe").select_option(
+        label="Nemotron-3-Super 120B — official vLLM Spark recipe"
+    )
+    page.get_by_label("Host").select_option(label="local-sim")
+    page.get_by_label("Note").fill("first look")
+    page.get_by_role("button", name="Queue").click()
+    expect(
+        page.get_by_role("heading", name=re.compile(r"^Benchmark job \d+: Nemotron"))
+    ).to_be_visible()
+
+    badge = page.locator("[id$='-progress'] .state-badge")
+    # Live over /ws/events/: preparing (the model loads), running with a progress bar, done.
+    expect(badge).to_have_text(re.compile("Preparing the model|Running|Done"), timeout=30_000)
+    expect(badge).to_have_text("Running", timeout=180_000)
+    expect(page.get_by_role("progressbar", name="Benchmark progress")).to_be_visible()
+    expect(badge).to_have_text("Done", timeout=240_000)
+
+    # Single-stream results next to the published figures, with the roofline.
+    results = page.locator("[id$='-results']")
+    expect(results).to_contain_text("7234/124")
+    expect(results).to_contain_text("seed 22.9")
+    expect(results).to_contain_text(re.compile(r"\d+ %"))
+    # The capacity answer and the charts, drawn in the browser.
+    expect(page.locator(".capacity-answer")).to_contain_text(
+        re.compile(r"serves \d+ concurrent user|No measured level")
+    )
+    for kind in ("scenarios", "curve", "lines"):
+        chart = page.locator(f"[data-bench-chart='{kind}'] canvas").first
+        expect(chart).to_be_visible()
+        assert chart.bounding_box()["width"] > 100
+    expect(page.locator(".bench-chart").first).not_to_contain_text("Chart unavailable")
+    expect(page.get_by_role("button", name="Cancel")).to_be_hidden()  # nothing left to cancel
+    # The queue page lists it as finished, ready to compare.
+    page.get_by_role("link", name="Benchmarks", exact=True).click()
+    expect(page.get_by_role("cell", name=re.compile(r"user"))).to_be_visible()
