@@ -134,6 +134,10 @@ CHANNEL_LAYERS = {
 HF_TOKEN = env_secret("HF_TOKEN")
 # How long the host agents' 10-second telemetry history is kept.
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 7)
+# The panel's own /metrics for Prometheus: a bearer token, or (without one) only these
+# networks may scrape it.
+METRICS_TOKEN = env_secret("METRICS_TOKEN")
+METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.1/32", "::1/128"])
 
 # --- Celery ----------------------------------------------------------------------------
 # The longest task (a model's first load plus warm-up, or a long benchmark suite) must

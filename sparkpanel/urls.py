@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.telemetry.views import panel_metrics
+
 urlpatterns = [
     path("", include("apps.core.urls")),
     path("accounts/", include("apps.accounts.urls")),
@@ -9,6 +11,7 @@ urlpatterns = [
     path("hosts/", include("apps.hosts.urls")),
     path("benchmarks/", include("apps.benchmarks.urls")),
     path("admin/", admin.site.urls),
+    path("metrics", panel_metrics, name="panel-metrics"),
 ]
 
 handler403 = "apps.core.views.permission_denied"

@@ -48,7 +48,8 @@ def config(tmp_path) -> dict:
 
 
 def test_compose_has_the_spark_services(config):
-    assert {"redis", "postgres", "web", "worker", "beat"} <= set(config["services"])
+    assert {"redis", "postgres", "web", "worker", "hostagent", "beat"} <= set(config["services"])
+    assert config["services"]["hostagent"]["command"] == ["hostagent"]
 
 
 def test_redis_has_a_password_never_evicts_and_persists_queued_jobs(config):

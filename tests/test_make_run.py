@@ -46,7 +46,7 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
         assert "Sign in" in page.text
         started = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in started)
-        for part in ("redis-server", "uvicorn", "worker", "beat"):
+        for part in ("redis-server", "uvicorn", "worker", "beat", "hostagent --host local-sim"):
             assert part in names, f"{part} not started: {names}"
     finally:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers

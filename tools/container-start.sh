@@ -1,5 +1,5 @@
 #!/bin/sh
-# Entry point of the SparkPanel image: `web`, `worker`, `worker-default` or `beat`;
+# Entry point of the SparkPanel image: `web`, `worker`, `worker-default`, `hostagent` or `beat`;
 # anything else is run as given.
 set -eu
 case "${1:-web}" in
@@ -16,6 +16,11 @@ case "${1:-web}" in
     ;;
   worker-default)
     exec celery -A sparkpanel worker -Q default -n "default@%h" -c 2 --prefetch-multiplier 1 -l INFO
+    ;;
+  hostagent)
+    # The Spark's telemetry agent and memory watchdog (independent of the Celery queue).
+    : "${SPARK_NAME:?set SPARK_NAME to this Spark's host name in the panel}"
+    exec python manage.py hostagent --host "${SPARK_NAME}"
     ;;
   beat)
     exec celery -A sparkpanel beat -l INFO -s "${SPARKPANEL_VAR_DIR}/celerybeat-schedule"

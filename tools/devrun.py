@@ -1,7 +1,7 @@
 """Run the whole panel in the foreground: Redis (when none is running), the ASGI web
-server, a Celery worker and Celery beat. Ctrl-C (or SIGTERM/SIGHUP) stops every process
-this script started, Redis last; if any of them dies, the rest are stopped
-too and the exit status says so.
+server, a Celery worker, the simulated host's worker and host agent, and Celery beat.
+Ctrl-C (or SIGTERM/SIGHUP) stops every process this script started, Redis last; if any
+of them dies, the rest are stopped too and the exit status says so.
 
 Used by `make run`; not meant for production (see docker-compose.yml for that).
 """
@@ -179,6 +179,10 @@ def main() -> int:
         # The simulated Spark's own worker: its queue only, one task at a time.
         demo = env_str("DEMO_HOST", "local-sim")
         children.append(Child(f"worker-{demo}", worker_argv(f"host.{demo}", demo), env))
+        # Its host agent: live memory and metrics, and the memory watchdog.
+        children.append(
+            Child(f"hostagent-{demo}", [PY, "manage.py", "hostagent", "--host", demo], env)
+        )
         children.append(
             Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)
         )

@@ -22,10 +22,25 @@ SECTIONS = {
 
 
 def dashboard(request: HttpRequest) -> HttpResponse:
+    from apps.hosts.models import Host
+    from apps.runs.models import Run
+    from apps.telemetry.selectors import agent_state, backfill
+
+    hosts = [
+        {
+            "host": host,
+            "agent": agent_state(host),
+            "active": Run.objects.active().filter(host=host).select_related("recipe").first(),
+            "tele_id": f"tele-host-{host.pk}",
+            "backfill_id": f"tele-host-{host.pk}-data",
+            "backfill": backfill(host),
+        }
+        for host in Host.objects.all()
+    ]
     return render(
         request,
         "core/dashboard.html",
-        {"notices": Notice.objects.recent(), "notice_form": NoticeForm()},
+        {"notices": Notice.objects.recent(), "notice_form": NoticeForm(), "hosts": hosts},
     )
 
 

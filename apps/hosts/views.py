@@ -9,9 +9,16 @@ from apps.recipes.spark import GB
 
 @require_GET
 def host_list(request: HttpRequest) -> HttpResponse:
+    from apps.telemetry.selectors import agent_state, recent_incidents
+
     rows = []
     for host in Host.objects.all():
-        row = {"host": host, "active": host.runs.active().select_related("recipe").first()}
+        row = {
+            "host": host,
+            "active": host.runs.active().select_related("recipe").first(),
+            "agent": agent_state(host),
+            "incidents": recent_incidents(host),
+        }
         try:
             memory = host.memory()
             row["memory"] = (memory.available_bytes / GB, memory.total_bytes / GB)

@@ -53,11 +53,15 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("recipe", "host", "started_by"), pk=pk)
+    from apps.telemetry.selectors import backfill
+
     return render(
         request,
         "runs/detail.html",
-        {"run": run, "log_tail": _log_tail(run)},
-    )
+        {"run": run, "log_tail": _log_tail(run), "tele_id": f"tele-run-{run.pk}",
+         "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
+         "ws_path": f"/ws/telemetry/run/{run.pk}/"},
+    )  # fmt: skip
 
 
 def _log_tail(run: Run) -> str:

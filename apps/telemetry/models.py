@@ -60,3 +60,8 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} on {self.host_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def lowest_gib(self) -> float | None:
+        values = [v for _, v in self.memory_curve if v is not None]
+        return min(values) / 2**30 if values else None

@@ -17,3 +17,9 @@ def duration(seconds) -> str:
     if total < 3600:
         return f"{total // 60}:{total % 60:02d}"
     return f"{total // 3600} h {total % 3600 // 60:02d} min"
+
+
+@register.filter
+def split(value, sep: str = " ") -> list[str]:
+    """ "a b c"|split → ["a", "b", "c"] (for lists written in templates)."""
+    return [part for part in str(value).split(sep) if part]

@@ -1,0 +1,86 @@
+"""The panel's own Prometheus endpoint, for a team's existing Prometheus/Grafana."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = settings.METRICS_TOKEN
+    if token:
+        sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(sent.encode(), token.encode())
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(net) for net in settings.METRICS_ALLOWED_NETWORKS)
+
+
+class PanelCollector:
+    """Gauges read from the database at scrape time."""
+
+    def collect(self):
+        from apps.benchmarks.models import J, Job
+        from apps.hosts.models import Host
+        from apps.runs.models import Run, RunState
+        from apps.telemetry.models import Incident
+
+        runs = GaugeMetricFamily("sparkpanel_runs", "Runs by state.", labels=["state"])
+        counts = dict(Run.objects.values_list("state").annotate(n=Count("pk")))
+        for state in RunState.values:
+            runs.add_metric([state], counts.get(state, 0))
+        yield runs
+
+        def gauge(name: str, text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=["host"])
+
+        queue = gauge("sparkpanel_benchmark_queue_depth", "Benchmark jobs waiting, per host.")
+        running = gauge("sparkpanel_benchmark_jobs_running", "Benchmark jobs running, per host.")
+        available = gauge("sparkpanel_host_memory_available_bytes", "MemAvailable (host agent).")
+        total = gauge("sparkpanel_host_memory_total_bytes", "MemTotal (host agent).")
+        agent = gauge("sparkpanel_host_agent_up", "1 when the host agent reported in 5 s.")
+        worker = gauge("sparkpanel_host_worker_up", "1 when the host's Celery worker was seen.")
+        incidents = CounterMetricFamily(
+            "sparkpanel_incidents", "Watchdog incidents.", labels=["host", "kind"]
+        )
+        by_host = {
+            (h, k): n
+            for h, k, n in Incident.objects.values_list("host__name", "kind").annotate(
+                n=Count("pk")
+            )
+        }
+        for host in Host.objects.all():
+            queue.add_metric([host.name], Job.objects.filter(host=host, state=J.QUEUED).count())
+            running.add_metric([host.name], Job.objects.filter(host=host, state=J.RUNNING).count())
+            agent.add_metric([host.name], 1 if host.agent_live else 0)
+            worker.add_metric([host.name], 1 if host.online else 0)
+            sample = host.agent_sample or {}
+            if host.agent_live and sample.get("mem_available") is not None:
+                available.add_metric([host.name], sample["mem_available"])
+                total.add_metric([host.name], sample.get("mem_total") or 0)
+            for kind in ("act", "warn", "alert"):
+                incidents.add_metric([host.name, kind], by_host.get((host.name, kind), 0))
+        yield from (queue, running, available, total, agent, worker, incidents)
+
+
+@login_not_required
+@never_cache
+@require_GET
+def panel_metrics(request: HttpRequest) -> HttpResponse:
+    if not _allowed(request):
+        return HttpResponse("forbidden: set METRICS_TOKEN or scrape from an allowed network\n",
+                            status=403, content_type="text/plain")  # fmt: skip
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PanelCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
