@@ -471,8 +471,11 @@ class _Stream(httpcore.AsyncNetworkStream):
                 return self._at_eof()
             p.read_waiter = asyncio.get_running_loop().create_future()
             try:
-                async with asyncio.timeout(timeout):
+                if timeout is None:  # streams: no read timeout, and no timer per read
                     await p.read_waiter
+                else:
+                    async with asyncio.timeout(timeout):
+                        await p.read_waiter
             except TimeoutError:
                 raise httpcore.ReadTimeout("timed out reading from the server") from None
             finally:

@@ -17,13 +17,17 @@ def _families(text: str) -> dict:
 
 def test_loopback_scrapes_without_login_and_gets_host_and_run_gauges(sim_host, settings):
     Host.objects.filter(pk=sim_host.pk).update(
-        agent_seen_at=timezone.now(), agent_sample={"mem_available": 5 * 10**9, "mem_total": 128 * 10**9}
+        agent_seen_at=timezone.now(),
+        agent_sample={"mem_available": 5 * 10**9, "mem_total": 128 * 10**9},
     )
     Incident.objects.create(host=sim_host, kind="act", at=timezone.now(), message="x")
     response = Client(REMOTE_ADDR="127.0.0.1").get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     families = _families(response.content.decode())
-    memory = {s.labels["host"]: s.value for s in families["sparkpanel_host_memory_available_bytes"].samples}
+    memory = {
+        s.labels["host"]: s.value
+        for s in families["sparkpanel_host_memory_available_bytes"].samples
+    }
     assert memory[sim_host.name] == 5e9
     assert {s.labels["state"] for s in families["sparkpanel_runs"].samples} >= {"ready", "loading"}
     acts = [s for s in families["sparkpanel_incidents"].samples
