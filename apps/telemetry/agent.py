@@ -35,7 +35,7 @@ from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.telemetry import scrape
-from apps.telemetry.hostmem import read_psi
+from apps.telemetry.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 
@@ -47,6 +47,7 @@ BUCKET_S = 10.0
 SCRAPE_TIMEOUT_S = 0.8
 SCRAPE_MAX_BYTES = 2_000_000
 PRUNE_EVERY_S = 3600.0
+GPU_EVERY_S = 5.0
 SCRAPED_STATES = (RunState.WARMING, RunState.READY, RunState.STOPPING)
 SAMPLE_EVENT = "telemetry.sample"
 AVERAGED = (
@@ -122,6 +123,8 @@ class HostAgent:
         self.next_scrape = 0.0
         self._last_poll = 0.0
         self.next_prune = 0.0
+        self.next_gpu = 0.0
+        self.gpu: list[dict] | None = None
         self.errors: dict[str, str] = {}
         self.stopped_runs: list[int] = []
         self.layer = get_channel_layer()
@@ -275,6 +278,9 @@ class HostAgent:
             self.deriver.feed(time.monotonic(), snapshot if result.ok else None)
             derived = self.deriver.sample()
             scrape_error = "" if result.ok else f"metrics: {result.error}"
+        if now >= self.next_gpu:
+            self.next_gpu = now + GPU_EVERY_S
+            self.gpu = self._gpu_processes()
         total, available, mem_error = self.memory
         decision = self.last_decision
         sample = {
@@ -288,6 +294,7 @@ class HostAgent:
             "warn_bytes": int(self.host.watchdog_warn_gib * GIB),
             "act_bytes": int(self.host.watchdog_act_gib * GIB),
             "psi_some_avg10": self.psi,
+            "gpu_processes": self.gpu,
             **{k: v for k, v in derived.items() if k != "errors"},
             "scrape_error": scrape_error,
         }
@@ -299,6 +306,19 @@ class HostAgent:
         self._bucket(sample, now)
         self._refresh_host()
         return sample
+
+    def _gpu_processes(self) -> list[dict] | None:
+        """Per-process GPU memory from nvidia-smi, where it exists (None here and in
+        simulation; on GB10 its memory column may be "Not Supported": kept as None)."""
+        try:
+            found = gpu_processes()
+        except NvidiaSmiError as exc:
+            self.errors["nvidia-smi"] = f"nvidia-smi: {exc}"[:300]
+            return None
+        self.errors.pop("nvidia-smi", None)
+        if found is None:
+            return None
+        return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes} for p in found]
 
     def publish(self, sample: dict) -> None:
         message = {"type": SAMPLE_EVENT, "sample": sample}
