@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from apps.chat.consumers import ChatConsumer
 from apps.core.consumers import EventsConsumer
 from apps.telemetry.consumers import TelemetryConsumer
 
@@ -9,4 +10,5 @@ websocket_urlpatterns = [
     path("ws/events/", EventsConsumer.as_asgi()),
     path("ws/telemetry/host/<str:host>/", TelemetryConsumer.as_asgi()),
     path("ws/telemetry/run/<int:run>/", TelemetryConsumer.as_asgi()),
+    path("ws/chat/<int:pk>/", ChatConsumer.as_asgi()),
 ]

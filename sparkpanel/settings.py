@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.runs",
     "apps.benchmarks",
     "apps.telemetry",
+    "apps.chat",
 ]
 
 MIDDLEWARE = [
@@ -134,6 +135,8 @@ CHANNEL_LAYERS = {
 HF_TOKEN = env_secret("HF_TOKEN")
 # How long the host agents' 10-second telemetry history is kept.
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 7)
+# Chat: an answer whose stream sends nothing for this long ends with an error.
+CHAT_STALL_TIMEOUT_S = float(env_int("CHAT_STALL_TIMEOUT_SECONDS", 60))
 # The panel's own /metrics for Prometheus: a bearer token, or (without one) only these
 # networks may scrape it.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")

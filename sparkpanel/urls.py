@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/", include("apps.runs.urls")),
     path("hosts/", include("apps.hosts.urls")),
     path("benchmarks/", include("apps.benchmarks.urls")),
+    path("chat/", include("apps.chat.urls")),
     path("admin/", admin.site.urls),
     path("metrics", panel_metrics, name="panel-metrics"),
 ]

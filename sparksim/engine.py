@@ -83,6 +83,8 @@ class SimRequest:
     cache_salt: str | None = None
     seed: int | None = None
     reasoning_tokens: int = 0
+    # A reply given verbatim (the `/sparksim echo` test hook) instead of corpus text.
+    scripted: list[int] | None = None
     # --- engine state ---
     arrival_sim: float = 0.0
     admitted_sim: float | None = None
@@ -113,6 +115,8 @@ class SimRequest:
         self._reasoning = TextStream(stream_seed(seed, "r"), kind="reasoning")
         # Without ignore_eos a model stops on its own: a deterministic "natural" length.
         self.natural_length = 24 + stream_seed(seed, "len") % 360
+        if self.scripted:
+            self.natural_length = self.reasoning_tokens + len(self.scripted)
 
     @property
     def prompt_len(self) -> int:
@@ -125,6 +129,9 @@ class SimRequest:
     def next_token(self) -> tuple[int, bool]:
         if self.generated < self.reasoning_tokens:
             return self._reasoning.next_ids(1)[0], True
+        if self.scripted:
+            i = self.generated - self.reasoning_tokens
+            return self.scripted[i % len(self.scripted)], False
         return self._text.next_ids(1)[0], False
 
 

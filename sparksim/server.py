@@ -25,6 +25,8 @@ from sparksim.faults import Faults, Http500Gate, TokenCrashCounter, mangle_metri
 from sparksim.metrics import CONTENT_TYPE, VllmMetrics
 from sparksim.tokenizer import DEFAULT_TOKENIZER, apply_chat_template
 
+ECHO_PREFIX = "/sparksim echo "
+
 log = logging.getLogger("sparksim.api")
 VLLM_VERSION = "0.11.0"
 MAX_BODY = 16 * 1024 * 1024
@@ -294,6 +296,17 @@ class App:
             watcher.cancel()
             engine.abort(request)  # no-op when it finished
 
+    def _scripted(self, body: dict) -> list[int] | None:
+        """Test hook: a last user message "/sparksim echo TEXT" is answered with TEXT,
+        verbatim (tokenized as a model would), so tests can make the "model" say anything —
+        hostile markup included."""
+        messages = body.get("messages") or []
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        content = last.get("content") if last.get("role") == "user" else None
+        if isinstance(content, str) and content.startswith(ECHO_PREFIX):
+            return self.tokenizer.encode(content[len(ECHO_PREFIX) :]) or None
+        return None
+
     def _sim_request(self, body: dict, prompt_ids: list[int], *, chat: bool) -> SimRequest:
         limit = self.state.max_model_len
         n = body.get("n", 1)
@@ -335,6 +348,7 @@ class App:
             raise ApiError(400, "'cache_salt' must be a non-empty string.", param="cache_salt")
         seed = body.get("seed")
         reasoning = min(max_tokens // REASONING_SHARE, 64) if chat and self.state.reasoning else 0
+        scripted = self._scripted(body) if chat else None
         return SimRequest(
             request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
             prompt_ids=prompt_ids,
@@ -343,6 +357,7 @@ class App:
             ignore_eos=bool(body.get("ignore_eos", False)),
             cache_salt=salt,
             seed=seed if isinstance(seed, int) else None,
+            scripted=scripted,
             reasoning_tokens=reasoning,
         )
 

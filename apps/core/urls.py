@@ -7,5 +7,4 @@ urlpatterns = [
     path("status/", views.status_partial, name="status"),
     path("notices/", views.notice_create, name="notice-create"),
     path("healthz", views.healthz, name="healthz"),
-    *[path(f"{slug}/", views.section, {"slug": slug}, name=slug) for slug in views.SECTIONS],
 ]

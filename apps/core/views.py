@@ -16,9 +16,7 @@ from apps.core.services import notice_post
 
 # Sections the navigation shows before their capability has landed. Each page says so
 # plainly rather than pretending; the entries disappear as the apps arrive.
-SECTIONS = {
-    "chat": ("Chat", "A streamed chat playground against a running model."),
-}
+SECTIONS = {}
 
 
 def dashboard(request: HttpRequest) -> HttpResponse:
@@ -68,11 +66,6 @@ def notice_create(request: HttpRequest) -> HttpResponse:
         return trigger_client_event(response, "notice-posted")
     messages.success(request, "Notice posted.")
     return redirect("dashboard")
-
-
-def section(request: HttpRequest, slug: str) -> HttpResponse:
-    title, blurb = SECTIONS[slug]
-    return render(request, "core/section.html", {"title": title, "blurb": blurb, "slug": slug})
 
 
 @login_not_required

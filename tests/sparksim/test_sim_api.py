@@ -205,3 +205,12 @@ def test_prefix_cache_hits_unless_a_cache_salt_separates_requests(fast_sim):
 
 def _status(url: str) -> int:
     return httpx.get(url, timeout=2).status_code
+
+
+def test_the_echo_hook_replies_verbatim_so_tests_can_make_the_model_say_anything(fast_sim):
+    hostile = '<script>alert(1)</script> <img src=x onerror="alert(2)">'
+    body = {"model": fast_sim.model, "max_tokens": 200,
+            "messages": [{"role": "user", "content": "/sparksim echo " + hostile}]}  # fmt: skip
+    data = httpx.post(fast_sim.url + "/v1/chat/completions", json=body, timeout=30).json()
+    assert data["choices"][0]["message"]["content"] == hostile
+    assert data["choices"][0]["finish_reason"] == "stop"

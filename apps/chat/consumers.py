@@ -1,0 +1,350 @@
+"""The chat relay: browser ⇄ panel WebSocket ⇄ the run's OpenAI-compatible stream.
+
+The browser never talks to vLLM (which has no authentication); it talks to this consumer,
+which checks who it is and what they may touch, relays the answer as it streams, and saves
+it. Deltas are coalesced into one message every COALESCE_S (with a sequence number so a
+client can spot a gap and re-fetch the final text over HTTP). A client that does not read
+fast enough gets coarser batches (what piles up while a send is pending goes out in the
+next one), and one that stays stuck for SEND_TIMEOUT_S is closed and its upstream request
+cancelled. Closing the upstream connection makes vLLM abort the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import weakref
+
+import httpx
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from apps.accounts.roles import USE_CHAT
+from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+
+COALESCE_S = 0.04
+SEND_TIMEOUT_S = 5.0
+MAX_INPUT_CHARS = 100_000
+CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_SLOW = 4408
+
+_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def upstream_client() -> httpx.AsyncClient:
+    """One shared async client per event loop (the server runs one): connection reuse and
+    bounded pools. Connections belong to a loop, so a second loop gets its own client."""
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None or client.is_closed:
+        client = _clients[loop] = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=5.0, read=None, write=10.0, pool=5.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            trust_env=False,
+        )
+    return client
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    conversation_id: int
+    relay: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(user.has_perm)(USE_CHAT):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.conversation_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        owner = await database_sync_to_async(self._owner)()
+        if owner is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        if owner != user.pk:  # only its owner writes into a conversation
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        await self.accept()
+
+    def _owner(self) -> int | None:
+        from apps.chat.models import Conversation
+
+        return (
+            Conversation.objects.filter(pk=self.conversation_id)
+            .values_list("user_id", flat=True)
+            .first()
+        )
+
+    async def disconnect(self, code: int) -> None:
+        if self.relay is not None and not self.relay.done():
+            self.relay.cancel()  # the browser went away: abort upstream at once
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.relay
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        try:
+            message = json.loads(text_data or "")
+            kind = message["type"]
+        except (ValueError, KeyError, TypeError):
+            await self._send({"type": "error", "error": "malformed message"})
+            return
+        if kind == "stop":
+            if self.relay is not None and not self.relay.done():
+                self.relay.cancel()
+            return
+        if kind != "send":
+            await self._send({"type": "error", "error": f"unknown message type {kind!r}"})
+            return
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            await self._send({"type": "error", "error": "write a message first"})
+            return
+        if len(content) > MAX_INPUT_CHARS:
+            await self._send({"type": "error", "error": f"at most {MAX_INPUT_CHARS:,} characters"})
+            return
+        if self.relay is not None and not self.relay.done():
+            await self._send({"type": "error", "error": "wait for the answer, or stop it"})
+            return
+        prepared = await database_sync_to_async(_prepare)(self.conversation_id, content)
+        if "error" in prepared:
+            await self._send({"type": "error", "error": prepared["error"]})
+            return
+        await self._send(
+            {
+                "type": "start",
+                "user_message": prepared["user_message"],
+                "message": prepared["assistant_id"],
+            }
+        )
+        self.relay = asyncio.create_task(self._relay(prepared))
+
+    async def _send(self, payload: dict) -> None:
+        try:
+            await asyncio.wait_for(self.send(text_data=json.dumps(payload)), SEND_TIMEOUT_S)
+        except TimeoutError:
+            # A client that stays behind is closed; its upstream request is cancelled.
+            if self.relay is not None and not self.relay.done():
+                self.relay.cancel()
+            await self.close(code=CLOSE_TOO_SLOW)
+            raise ConnectionError("the browser stopped reading") from None
+
+    async def _relay(self, prepared: dict) -> None:
+        message_id = prepared["assistant_id"]
+        state = _StreamState()
+        flusher = asyncio.create_task(self._flusher(message_id, state))
+        status, error = "complete", ""
+        try:
+            await _stream(prepared["url"], prepared["body"], state)
+        except asyncio.CancelledError:
+            status = "stopped"
+        except _UpstreamError as exc:
+            status, error = "error", str(exc)
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        if status == "complete" and state.finish_reason is None:
+            status = "error"
+            error = await database_sync_to_async(_cut_short)(prepared["run_id"])
+        stats = state.stats()
+        saved = await database_sync_to_async(_finish)(message_id, state, status, error, stats)
+        # The socket may be gone (a stop by disconnect): the answer is saved either way.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._flush(message_id, state)
+            await self._send(
+                {
+                    "type": "done",
+                    "message": message_id,
+                    "status": status,
+                    "error": error,
+                    "seq": state.seq,
+                    **saved,
+                }
+            )
+
+    async def _flusher(self, message_id: int, state: _StreamState) -> None:
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await asyncio.sleep(COALESCE_S)
+                await self._flush(message_id, state)
+
+    async def _flush(self, message_id: int, state: _StreamState) -> None:
+        if not state.pending_content and not state.pending_reasoning:
+            return
+        content, reasoning = "".join(state.pending_content), "".join(state.pending_reasoning)
+        state.pending_content.clear()
+        state.pending_reasoning.clear()
+        state.seq += 1
+        await self._send(
+            {
+                "type": "delta",
+                "message": message_id,
+                "seq": state.seq,
+                "content": content,
+                "reasoning": reasoning,
+            }
+        )
+
+
+class _UpstreamError(Exception):
+    pass
+
+
+class _StreamState:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.pending_content: list[str] = []
+        self.pending_reasoning: list[str] = []
+        self.usage: dict | None = None
+        self.finish_reason: str | None = None
+        self.seq = 0
+
+    def add(self, content: str, reasoning: str) -> None:
+        now = time.monotonic()
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
+        if content:
+            self.content.append(content)
+            self.pending_content.append(content)
+        if reasoning:
+            self.reasoning.append(reasoning)
+            self.pending_reasoning.append(reasoning)
+
+    def stats(self) -> dict:
+        usage = self.usage or {}
+        ttft = self.first_token - self.started if self.first_token else None
+        completion = usage.get("completion_tokens")
+        tok_s = None
+        if completion and completion > 1 and self.first_token and self.last_token:
+            span = self.last_token - self.first_token
+            tok_s = (completion - 1) / span if span > 0 else None
+        return {
+            "ttft_s": ttft,
+            "tok_s": tok_s,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": completion,
+        }
+
+
+async def _stream(url: str, body: dict, state: _StreamState) -> None:
+    stall = settings.CHAT_STALL_TIMEOUT_S
+    timeout = httpx.Timeout(connect=5.0, read=stall, write=10.0, pool=5.0)
+    try:
+        async with upstream_client().stream("POST", url, json=body, timeout=timeout) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode("utf-8", "replace")
+                raise _UpstreamError(
+                    f"the model server answered HTTP {response.status_code}: {_error_text(text)}"
+                )
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise _UpstreamError("the model server sent a malformed chunk") from None
+                if chunk.get("usage"):
+                    state.usage = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content") or ""
+                    reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+                    if content or reasoning:
+                        state.add(content, reasoning)
+                    if choice.get("finish_reason"):
+                        state.finish_reason = choice["finish_reason"]
+    except httpx.TimeoutException:
+        raise _UpstreamError(
+            f"the model server sent nothing for {stall:g} s: it stalled or is overloaded"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise _UpstreamError(f"the connection to the model server broke: {exc}") from None
+
+
+def _error_text(text: str) -> str:
+    try:
+        data = json.loads(text)
+        message = data.get("error", {}).get("message") or data.get("message") or text
+    except (ValueError, AttributeError):
+        message = text
+    return str(message)[:300]
+
+
+# --- database side (sync) ---------------------------------------------------------------
+
+
+def _prepare(conversation_id: int, content: str) -> dict:
+    from apps.chat.models import Conversation, Message
+    from apps.runs.models import RunState
+    from apps.runs.runner import _local
+
+    conv = Conversation.objects.select_related("run", "run__recipe", "run__host").get(
+        pk=conversation_id
+    )
+    run = conv.run
+    if run is None or run.state != RunState.READY:
+        state = "gone" if run is None else run.get_state_display().lower()
+        return {"error": f"the model is not ready (its run is {state}): pick a ready run"}
+    history = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
+    for m in conv.messages.exclude(status=Message.Status.STREAMING).exclude(content=""):
+        history.append({"role": m.role, "content": m.content})
+    user_message = Message.objects.create(
+        conversation=conv, role=Message.Role.USER, content=content, run=run
+    )
+    assistant = Message.objects.create(
+        conversation=conv, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, run=run
+    )
+    if not conv.title:
+        conv.title = content.strip().splitlines()[0][:80]
+    conv.save()
+    history.append({"role": "user", "content": content})
+    return {
+        "user_message": user_message.as_dict(),
+        "assistant_id": assistant.pk,
+        "run_id": run.pk,
+        "url": _local(run.endpoint) + "/v1/chat/completions",
+        "body": {
+            "model": run.served_name,
+            "messages": history,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": conv.temperature,
+            "top_p": conv.top_p,
+            "max_tokens": conv.max_tokens,
+        },
+    }
+
+
+def _cut_short(run_id: int) -> str:
+    from apps.runs.models import Run
+
+    run = Run.objects.filter(pk=run_id).first()
+    where = f" (run {run_id} is {run.get_state_display().lower()})" if run else ""
+    return f"the model's server ended the answer early{where}"
+
+
+def _finish(message_id: int, state: _StreamState, status: str, error: str, stats: dict) -> dict:
+    from apps.chat.models import Message
+
+    fields = {
+        "content": "".join(state.content),
+        "reasoning": "".join(state.reasoning),
+        "status": status,
+        "error": error,
+        "finish_reason": state.finish_reason or "",
+        **stats,
+    }
+    Message.objects.filter(pk=message_id).update(**fields)
+    return {k: v for k, v in fields.items() if k not in ("content", "reasoning")}

@@ -1,0 +1,97 @@
+"""Saved chat conversations with a running model, per user."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+
+class Conversation(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    run = models.ForeignKey(
+        "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
+    )
+    recipe = models.ForeignKey(
+        "recipes.Recipe",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="conversations",
+    )
+    title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True, max_length=20_000)
+    temperature = models.FloatField(
+        default=0.7, validators=[MinValueValidator(0), MaxValueValidator(2)]
+    )
+    top_p = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.01), MaxValueValidator(1)]
+    )
+    max_tokens = models.PositiveIntegerField(
+        default=1024, validators=[MinValueValidator(1), MaxValueValidator(32768)]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-pk"]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("chat-conversation", args=[self.pk])
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user", "You"
+        ASSISTANT = "assistant", "Model"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming", "Streaming"
+        COMPLETE = "complete", "Complete"
+        STOPPED = "stopped", "Stopped"
+        ERROR = "error", "Error"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(blank=True)
+    reasoning = models.TextField(blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.COMPLETE)
+    error = models.TextField(blank=True)
+    run = models.ForeignKey(
+        "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    ttft_s = models.FloatField(null=True, blank=True)
+    tok_s = models.FloatField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.role} message {self.pk}"
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.pk,
+            "role": self.role,
+            "content": self.content,
+            "reasoning": self.reasoning,
+            "status": self.status,
+            "error": self.error,
+            "ttft_s": self.ttft_s,
+            "tok_s": self.tok_s,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "finish_reason": self.finish_reason,
+        }

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.roles import MANAGE_USERS, USE_CHAT
+from apps.chat.models import Conversation, Message
+from apps.runs.models import Run, RunState
+
+
+class SettingsForm(forms.ModelForm):
+    class Meta:
+        model = Conversation
+        fields = ["title", "system_prompt", "temperature", "top_p", "max_tokens"]
+        widgets = {"system_prompt": forms.Textarea(attrs={"rows": 3})}
+
+
+def _visible(request: HttpRequest):
+    """Members see their own conversations; admins see everyone's (read-only)."""
+    qs = Conversation.objects.select_related("user", "run", "recipe")
+    return qs if request.user.has_perm(MANAGE_USERS) else qs.filter(user=request.user)
+
+
+@require_GET
+def chat_index(request: HttpRequest) -> HttpResponse:
+    ready = Run.objects.filter(state=RunState.READY).select_related("recipe", "host")
+    return render(request, "chat/index.html", {
+        "ready_runs": ready, "conversations": _visible(request)[:100],
+        "show_owner": request.user.has_perm(MANAGE_USERS),
+    })  # fmt: skip
+
+
+@require_POST
+@permission_required(USE_CHAT, raise_exception=True)
+def chat_new(request: HttpRequest) -> HttpResponse:
+    try:
+        run = Run.objects.select_related("recipe").get(pk=int(request.POST.get("run", "")))
+    except (ValueError, Run.DoesNotExist):
+        messages.error(request, "Pick a ready run to chat with.")
+        return redirect("chat")
+    if run.state != RunState.READY:
+        messages.error(request, f"Run {run.pk} is {run.get_state_display().lower()}, not ready.")
+        return redirect("chat")
+    conversation = Conversation.objects.create(user=request.user, run=run, recipe=run.recipe)
+    return redirect(conversation)
+
+
+def _conversation(request: HttpRequest, pk: int) -> Conversation:
+    conversation = get_object_or_404(_visible(request), pk=pk)
+    return conversation
+
+
+@require_GET
+def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = _conversation(request, pk)
+    owner = conversation.user_id == request.user.pk
+    return render(request, "chat/conversation.html", {
+        "conversation": conversation, "chat_messages": conversation.messages.all(),
+        "form": SettingsForm(instance=conversation), "owner": owner,
+        "can_write": owner and request.user.has_perm(USE_CHAT),
+        "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+        "ready_runs": Run.objects.filter(state=RunState.READY).select_related("recipe", "host"),
+    })  # fmt: skip
+
+
+@require_POST
+@permission_required(USE_CHAT, raise_exception=True)
+def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = _conversation(request, pk)
+    if conversation.user_id != request.user.pk:
+        raise PermissionDenied
+    form = SettingsForm(request.POST, instance=conversation)
+    if form.is_valid():
+        form.save()
+        messages.success(request, "Settings saved; they apply to the next answer.")
+        return redirect(conversation)
+    return render(request, "chat/conversation.html", {
+        "conversation": conversation, "chat_messages": conversation.messages.all(), "form": form,
+        "owner": True, "can_write": True,
+        "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+    }, status=400)  # fmt: skip
+
+
+@require_POST
+@permission_required(USE_CHAT, raise_exception=True)
+def conversation_switch_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """Go on with the same conversation on another ready run (e.g. after a restart)."""
+    conversation = _conversation(request, pk)
+    if conversation.user_id != request.user.pk:
+        raise PermissionDenied
+    run = Run.objects.filter(pk=request.POST.get("run") or 0, state=RunState.READY).first()
+    if run is None:
+        messages.error(request, "That run is not ready.")
+    else:
+        conversation.run, conversation.recipe = run, run.recipe
+        conversation.save()
+    return redirect(conversation)
+
+
+@require_GET
+def message_json(request: HttpRequest, pk: int) -> JsonResponse:
+    """The saved text of one message (a client that missed a delta re-fetches it)."""
+    message = get_object_or_404(Message.objects.select_related("conversation"), pk=pk)
+    _conversation(request, message.conversation_id)  # 404 unless visible to this user
+    return JsonResponse(message.as_dict())

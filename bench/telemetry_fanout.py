@@ -1,0 +1,364 @@
+"""Live telemetry fan-out: scrape-to-browser latency and web CPU with 1 and 50 browsers.
+
+One run sets up a throwaway panel (temp SQLite, private Redis, unique CHANNELS_PREFIX), starts
+the ASGI web server (uvicorn) and the host agent of a simulated host (`--scrape-interval 1`:
+one sample a second) as real processes, logs a member in over HTTP, and opens N WebSocket
+clients on /ws/telemetry/host/bench-sim/. Over a fixed window it reads:
+- for every message each client receives, time.time() − sample["t"] (same machine, same
+  clock). "t" is taken when the agent's step starts, so this includes the scrape itself, the
+  agent's database writes, Redis, the web process and the client's event loop;
+- messages per second per client (≈ 1.0 at 1 Hz);
+- the web process's CPU (user + system time / wall time, % of one core), and the agent's
+  and Redis's for context.
+N = 1 and N = 50 alternate, REPEATS times; medians and the spread (min–max) are printed.
+When taskset is available the web server runs on CPU 0 and everything else on CPU 1.
+
+Run with `make bench` (or `python -m bench.telemetry_fanout`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psutil
+import redis
+from channels_redis.core import RedisChannelLayer
+from websockets.asyncio.client import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "bench-sim"
+USER = "bench-member"
+PASSWORD = secrets.token_urlsafe(24)  # a throwaway user in a throwaway database
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pin(cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() > 1 else []
+
+
+class Stack:
+    """Every process this benchmark starts; stop() ends them all (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("w")
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        self.procs.append((name, proc))
+        return proc
+
+    def check(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
+
+    def tail(self, name: str) -> str:
+        path = self.tmp / f"{name}.log"
+        return path.read_text()[-2000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_until(check, timeout: float, what: str, stack: Stack) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        stack.check()
+        time.sleep(0.1)
+    raise RuntimeError(f"gave up waiting for {what} after {timeout:.0f} s")
+
+
+def manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def redis_ok(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def login(url: str) -> str:
+    """A member's session cookie, through the real login form (CSRF included)."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        page = client.get("/accounts/login/")
+        page.raise_for_status()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        if token is None:
+            raise RuntimeError("no CSRF token on the login page")
+        response = client.post("/accounts/login/", data={
+            "csrfmiddlewaretoken": token.group(1), "username": USER, "password": PASSWORD})  # fmt: skip
+        session = client.cookies.get("sessionid")
+        if response.status_code != 302 or not session:
+            raise RuntimeError(f"login failed: HTTP {response.status_code}")
+        return session
+
+
+def cpu_seconds(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = p.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds: float,
+                    warmup: float, procs: dict[str, psutil.Process | None],
+                    layer_url: str, prefix: str) -> dict:  # fmt: skip
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    direct: list[float] = []  # the same samples read straight from Redis (no web hop)
+    window = {"start": float("inf"), "end": float("inf")}
+    connected = [False] * clients
+
+    async def client(i: int) -> None:
+        headers = {"Cookie": f"sessionid={cookie}"}
+        async with connect(ws_url, origin=origin, additional_headers=headers, open_timeout=30,
+                           max_queue=None) as ws:  # fmt: skip
+            connected[i] = True
+            async for raw in ws:
+                now = time.time()
+                message = json.loads(raw)
+                if message.get("type") != "sample":
+                    continue
+                if window["start"] <= now < window["end"]:
+                    latencies[i].append(now - message["sample"]["t"])
+                elif now >= window["end"]:
+                    return
+
+    async def probe(channel: str) -> None:
+        while True:
+            message = await layer.receive(channel)
+            now = time.time()
+            if window["start"] <= now < window["end"]:
+                direct.append(now - message["sample"]["t"])
+
+    layer = RedisChannelLayer(hosts=[{"address": layer_url, "socket_timeout": 15}], prefix=prefix)
+    channel = await layer.new_channel()
+    await layer.group_add(f"host-{HOST}", channel)
+    tasks = [asyncio.create_task(client(i)) for i in range(clients)]
+    prober = asyncio.create_task(probe(channel))
+    try:
+        deadline = time.monotonic() + 60
+        while not all(connected):
+            for task in tasks:
+                if task.done():
+                    task.result()  # raises the client's error
+                    raise RuntimeError("a WebSocket client closed before the window")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {sum(connected)}/{clients} clients connected")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(warmup)
+        cpu0 = {name: cpu_seconds(p) for name, p in procs.items()}
+        t0 = time.time()
+        window["start"], window["end"] = t0, t0 + seconds
+        await asyncio.sleep(seconds)
+        wall = time.time() - t0
+        cpu1 = {name: cpu_seconds(p) for name, p in procs.items()}
+        # every client returns on its first message after the window (≤ ~1 s later)
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
+    finally:
+        for task in [*tasks, prober]:
+            task.cancel()
+        await asyncio.gather(*tasks, prober, return_exceptions=True)
+        await layer.group_discard(f"host-{HOST}", channel)
+        await layer.close_pools()
+    flat = sorted(x * 1000 for xs in latencies for x in xs)
+    if not flat:
+        raise RuntimeError("no samples received in the window")
+    rates = [len(xs) / wall for xs in latencies]
+    return {
+        "clients": clients,
+        "wall_s": wall,
+        "messages": len(flat),
+        "p50_ms": _pct(flat, 50),
+        "p95_ms": _pct(flat, 95),
+        "p99_ms": _pct(flat, 99),
+        "max_ms": flat[-1],
+        "direct_p50_ms": statistics.median(direct) * 1000 if direct else float("nan"),
+        "rate_median": statistics.median(rates),
+        "rate_min": min(rates),
+        **{f"cpu_{name}_pct": 100 * (cpu1[name] - cpu0[name]) / wall for name in procs},
+    }
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    k = (len(sorted_values) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def _med(values: list[float], fmt: str) -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", default="1,50")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", default=str(ROOT / "var" / "bench-telemetry-fanout.json"))
+    args = parser.parse_args()
+    levels = [int(x) for x in args.clients.split(",")]
+    # SIGTERM/SIGHUP end the run like Ctrl-C: the finally below stops every child.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: sys.exit(128 + s))
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-telemetry-"))
+    stack = Stack(tmp)
+    failed = True
+    try:
+        env = dict(os.environ)
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        env.update(
+            SPARKPANEL_VAR_DIR=str(tmp),
+            DATABASE_URL=f"sqlite:///{tmp / 'bench.sqlite3'}",
+            CHANNELS_PREFIX=f"bench-{uuid.uuid4().hex[:8]}",
+            ALLOWED_HOSTS="127.0.0.1",
+            DEBUG="false",
+            PYTHONUNBUFFERED="1",
+        )
+        redis_proc = None
+        if not env.get("REDIS_URL"):
+            server = shutil.which("redis-server")
+            if server is None:
+                raise RuntimeError("redis-server is not installed and REDIS_URL is not set")
+            rport = free_port()
+            redis_proc = stack.start("redis", [*pin(1), server, "--port", str(rport), "--bind",
+                                     "127.0.0.1", "--save", "", "--appendonly", "no",
+                                     "--dir", str(tmp)], env)  # fmt: skip
+            env["REDIS_URL"] = f"redis://127.0.0.1:{rport}/0"
+        wait_until(lambda: redis_ok(env["REDIS_URL"]), 15, "Redis", stack)
+
+        manage(env, "migrate", "--noinput")
+        manage(env, "createuser", USER, "--role", "member", "--password-stdin",
+               stdin=PASSWORD + "\n")  # fmt: skip
+        manage(env, "shell", "-c", "from apps.hosts.models import Host; "
+               f"Host.objects.create(name={HOST!r}, engine='process', simulated=True)")  # fmt: skip
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        web = stack.start("web", [*pin(0), sys.executable, "-m", "uvicorn",
+                          "sparkpanel.asgi:application", "--host", "127.0.0.1", "--port",
+                          str(port), "--no-access-log"], env)  # fmt: skip
+        wait_until(lambda: httpx.get(url + "/healthz", timeout=1).status_code < 500, 60,
+                   "the web server", stack)  # fmt: skip
+        agent = stack.start("hostagent", [*pin(1), sys.executable, "manage.py", "hostagent",
+                            "--host", HOST, "--scrape-interval", "1"], env)  # fmt: skip
+        cookie = login(url)
+        if pin(1):
+            os.sched_setaffinity(0, {1})
+        procs = {
+            "web": psutil.Process(web.pid),
+            "agent": psutil.Process(agent.pid),
+            "redis": psutil.Process(redis_proc.pid) if redis_proc else None,
+        }
+        ws_url = f"ws://127.0.0.1:{port}/ws/telemetry/host/{HOST}/"
+        pinned = "web on CPU 0, agent/Redis/clients on CPU 1" if pin(1) else "unpinned"
+        print(f"telemetry fan-out: 1 Hz samples of {HOST}, {args.seconds:g} s window after "
+              f"{args.warmup:g} s warm-up, {args.repeats} repeat(s); {pinned}")  # fmt: skip
+
+        runs: dict[int, list[dict]] = {n: [] for n in levels}
+        for r in range(args.repeats):
+            for n in levels:
+                stack.check()
+                row = asyncio.run(one_round(ws_url, url, cookie, n, args.seconds, args.warmup,
+                                            procs, env["REDIS_URL"], env["CHANNELS_PREFIX"]))  # fmt: skip
+                runs[n].append(row)
+                print(f"  round {r + 1} N={n:>3}: p50 {row['p50_ms']:.1f} ms, p95 "
+                      f"{row['p95_ms']:.1f} ms, max {row['max_ms']:.1f} ms (agent→Redis p50 "
+                      f"{row['direct_p50_ms']:.1f} ms), "
+                      f"{row['rate_median']:.2f} msg/s/client (min {row['rate_min']:.2f}), "
+                      f"web CPU {row['cpu_web_pct']:.1f} %", flush=True)  # fmt: skip
+
+        print()
+        print(f"{'clients':>7} {'p50 ms':>18} {'p95 ms':>18} {'p99 ms':>18} {'max ms':>18} "
+              f"{'msg/s/client':>18} {'web CPU %':>18} {'agent CPU %':>11} {'redis CPU %':>11} "
+              f"{'agent→Redis p50 ms':>18}")  # fmt: skip
+        for n in levels:
+            rs = runs[n]
+
+            def col(key: str, rs=rs) -> list[float]:
+                return [r[key] for r in rs]
+
+            print(f"{n:>7} {_med(col('p50_ms'), '{:.1f}'):>18} {_med(col('p95_ms'), '{:.1f}'):>18} "
+                  f"{_med(col('p99_ms'), '{:.1f}'):>18} {_med(col('max_ms'), '{:.1f}'):>18} "
+                  f"{_med(col('rate_median'), '{:.2f}'):>18} {_med(col('cpu_web_pct'), '{:.1f}'):>18} "
+                  f"{statistics.median(col('cpu_agent_pct')):>11.1f} "
+                  f"{statistics.median(col('cpu_redis_pct')):>11.1f} "
+                  f"{statistics.median(col('direct_p50_ms')):>18.1f}")  # fmt: skip
+        lo, hi = min(levels), max(levels)
+        if lo != hi:
+            cpu_lo = statistics.median(r["cpu_web_pct"] for r in runs[lo])
+            cpu_hi = statistics.median(r["cpu_web_pct"] for r in runs[hi])
+            p95_lo = statistics.median(r["p95_ms"] for r in runs[lo])
+            p95_hi = statistics.median(r["p95_ms"] for r in runs[hi])
+            rate = min(r["rate_min"] for r in runs[hi])
+            ratio = f"×{cpu_hi / cpu_lo:.1f}" if cpu_lo > 0 else "n/a"
+            print(f"\nVerdict: at 1 Hz with {hi} clients, scrape-to-browser p95 is {p95_hi:.0f} ms "
+                  f"({p95_lo:.0f} ms with {lo}), the web process uses {cpu_hi:.1f} % of one core "
+                  f"({cpu_lo:.1f} % with {lo}; {ratio}), every client got ≥ {rate:.2f} msg/s "
+                  "(no hard target; latency includes the scrape itself).")  # fmt: skip
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({str(n): rs for n, rs in runs.items()}, indent=2))
+        print(f"raw results: {args.json}")
+        failed = False
+        return 0
+    finally:
+        stack.stop()
+        if failed:
+            for name, _ in stack.procs:
+                print(f"--- {name} log (tail) ---\n{stack.tail(name)}", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
