@@ -34,3 +34,4 @@ bench:
 	.venv/bin/python -m bench.sparksim_calibration
 	.venv/bin/python -m bench.sparksim_capacity
 	.venv/bin/python -m bench.harness_accuracy
+	.venv/bin/python -m bench.telemetry_fanout

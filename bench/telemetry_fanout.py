@@ -7,6 +7,8 @@ clients on /ws/telemetry/host/bench-sim/. Over a fixed window it reads:
 - for every message each client receives, time.time() − sample["t"] (same machine, same
   clock). "t" is taken when the agent's step starts, so this includes the scrape itself, the
   agent's database writes, Redis, the web process and the client's event loop;
+- the same for a channel-layer subscriber in this process that reads the group straight from
+  Redis ("agent→Redis"): the part of the latency that is not the web process's fan-out;
 - messages per second per client (≈ 1.0 at 1 Hz);
 - the web process's CPU (user + system time / wall time, % of one core), and the agent's
   and Redis's for context.
@@ -173,11 +175,14 @@ async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds
                     return
 
     async def probe(channel: str) -> None:
+        # Ends by itself like the clients: channels_redis's receive() can swallow a cancel.
         while True:
             message = await layer.receive(channel)
             now = time.time()
             if window["start"] <= now < window["end"]:
                 direct.append(now - message["sample"]["t"])
+            elif now >= window["end"]:
+                return
 
     layer = RedisChannelLayer(hosts=[{"address": layer_url, "socket_timeout": 15}], prefix=prefix)
     channel = await layer.new_channel()
@@ -201,12 +206,13 @@ async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds
         await asyncio.sleep(seconds)
         wall = time.time() - t0
         cpu1 = {name: cpu_seconds(p) for name, p in procs.items()}
-        # every client returns on its first message after the window (≤ ~1 s later)
-        await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
+        # every client (and the probe) returns on its first message after the window
+        await asyncio.wait_for(asyncio.gather(*tasks, prober), timeout=15)
     finally:
+        window["end"] = min(window["end"], time.time())
         for task in [*tasks, prober]:
             task.cancel()
-        await asyncio.gather(*tasks, prober, return_exceptions=True)
+        await asyncio.wait([*tasks, prober], timeout=5)
         await layer.group_discard(f"host-{HOST}", channel)
         await layer.close_pools()
     flat = sorted(x * 1000 for xs in latencies for x in xs)
@@ -225,6 +231,7 @@ async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds
         "rate_median": statistics.median(rates),
         "rate_min": min(rates),
         **{f"cpu_{name}_pct": 100 * (cpu1[name] - cpu0[name]) / wall for name in procs},
+        "web_ms_per_msg": 1000 * (cpu1["web"] - cpu0["web"]) / len(flat),
     }
 
 
@@ -244,7 +251,7 @@ def main() -> int:
     parser.add_argument("--clients", default="1,50")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=str(ROOT / "var" / "bench-telemetry-fanout.json"))
     args = parser.parse_args()
     levels = [int(x) for x in args.clients.split(",")]
@@ -317,7 +324,7 @@ def main() -> int:
                       f"{row['p95_ms']:.1f} ms, max {row['max_ms']:.1f} ms (agent→Redis p50 "
                       f"{row['direct_p50_ms']:.1f} ms), "
                       f"{row['rate_median']:.2f} msg/s/client (min {row['rate_min']:.2f}), "
-                      f"web CPU {row['cpu_web_pct']:.1f} %", flush=True)  # fmt: skip
+                      f"web CPU {row['cpu_web_pct']:.2f} %", flush=True)  # fmt: skip
 
         print()
         print(f"{'clients':>7} {'p50 ms':>18} {'p95 ms':>18} {'p99 ms':>18} {'max ms':>18} "
@@ -331,7 +338,7 @@ def main() -> int:
 
             print(f"{n:>7} {_med(col('p50_ms'), '{:.1f}'):>18} {_med(col('p95_ms'), '{:.1f}'):>18} "
                   f"{_med(col('p99_ms'), '{:.1f}'):>18} {_med(col('max_ms'), '{:.1f}'):>18} "
-                  f"{_med(col('rate_median'), '{:.2f}'):>18} {_med(col('cpu_web_pct'), '{:.1f}'):>18} "
+                  f"{_med(col('rate_median'), '{:.2f}'):>18} {_med(col('cpu_web_pct'), '{:.2f}'):>18} "
                   f"{statistics.median(col('cpu_agent_pct')):>11.1f} "
                   f"{statistics.median(col('cpu_redis_pct')):>11.1f} "
                   f"{statistics.median(col('direct_p50_ms')):>18.1f}")  # fmt: skip
@@ -342,11 +349,15 @@ def main() -> int:
             p95_lo = statistics.median(r["p95_ms"] for r in runs[lo])
             p95_hi = statistics.median(r["p95_ms"] for r in runs[hi])
             rate = min(r["rate_min"] for r in runs[hi])
+            msgs_lo = lo * statistics.median(r["rate_median"] for r in runs[lo])
+            msgs_hi = hi * statistics.median(r["rate_median"] for r in runs[hi])
+            per_msg = 10 * (cpu_hi - cpu_lo) / (msgs_hi - msgs_lo)  # % of a core → ms per s
             ratio = f"×{cpu_hi / cpu_lo:.1f}" if cpu_lo > 0 else "n/a"
             print(f"\nVerdict: at 1 Hz with {hi} clients, scrape-to-browser p95 is {p95_hi:.0f} ms "
-                  f"({p95_lo:.0f} ms with {lo}), the web process uses {cpu_hi:.1f} % of one core "
-                  f"({cpu_lo:.1f} % with {lo}; {ratio}), every client got ≥ {rate:.2f} msg/s "
-                  "(no hard target; latency includes the scrape itself).")  # fmt: skip
+                  f"({p95_lo:.0f} ms with {lo}), the web process uses {cpu_hi:.2f} % of one core "
+                  f"({cpu_lo:.2f} % with {lo}; {ratio}; ≈ {per_msg:.2f} ms of web CPU per extra "
+                  f"message delivered), every client got ≥ {rate:.2f} msg/s (no hard target; "
+                  "latency includes the scrape itself).")  # fmt: skip
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({str(n): rs for n, rs in runs.items()}, indent=2))
         print(f"raw results: {args.json}")

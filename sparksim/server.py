@@ -9,8 +9,10 @@ streamed request was written). Errors use vLLM's JSON shape and status codes.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
+import itertools
 import json
 import logging
 import os
@@ -31,7 +33,8 @@ log = logging.getLogger("sparksim.api")
 VLLM_VERSION = "0.11.0"
 MAX_BODY = 16 * 1024 * 1024
 REASONING_SHARE = 4  # with a reasoning parser, the first quarter of the output (≤ 64)
-TRACE_LIMIT = 10_000  # streamed requests whose chunk times /sparksim/trace keeps
+TRACE_LIMIT = 10_000  # streamed requests whose chunk times /sparksim/trace keeps...
+TRACE_CHUNKS_MAX = 4_000_000  # ...and chunks in all (12 bytes each: ~48 MB at most)
 TRACE_IDS_MAX = 1_000  # ids per /sparksim/trace?ids=... query
 
 
@@ -40,42 +43,60 @@ class Trace:
 
     Times are `time.monotonic()` taken right after the chunk was handed to the transport
     (CLOCK_MONOTONIC is system-wide on Linux, so a client on the same machine can compare
-    its own receive times with them); `chunks` holds `[t, tokens in the chunk]` pairs and
-    `started_at` is when the response began (the request parsed and queued).
+    its own receive times with them), with the number of tokens in each chunk; compact
+    arrays, since a long benchmark streams millions of chunks. `started_at` is when the
+    response began (the request parsed and queued).
     """
 
-    __slots__ = ("chunks", "started_at")
+    __slots__ = ("started_at", "times", "tokens")
 
     def __init__(self) -> None:
         self.started_at = time.monotonic()
-        self.chunks: list[list] = []
+        self.times = array.array("d")
+        self.tokens = array.array("I")
 
     def to_dict(self, request_id: str) -> dict:
-        chunks = self.chunks
+        times = self.times
         return {
             "id": request_id,
             "started_at": self.started_at,
-            "chunks": chunks,
-            "first_token_at": chunks[0][0] if chunks else None,
-            "last_token_at": chunks[-1][0] if chunks else None,
+            "chunks": [[t, n] for t, n in zip(times, self.tokens, strict=True)],
+            "first_token_at": times[0] if times else None,
+            "last_token_at": times[-1] if times else None,
         }
 
 
 class TraceStore:
-    """The traces of the last `limit` streamed requests, by response id (oldest dropped)."""
+    """The traces of the last `limit` streamed requests, by response id; the oldest are
+    dropped first, also while more than `max_chunks` chunks are stored in all."""
 
-    def __init__(self, limit: int = TRACE_LIMIT):
+    def __init__(self, limit: int = TRACE_LIMIT, max_chunks: int = TRACE_CHUNKS_MAX):
         self.limit = limit
+        self.max_chunks = max_chunks
+        self.chunks = 0
         self._traces: collections.OrderedDict[str, Trace] = collections.OrderedDict()
 
     def start(self, request_id: str) -> Trace:
-        trace = self._traces[request_id] = Trace()
-        if len(self._traces) > self.limit:
-            self._traces.popitem(last=False)
+        traces = self._traces
+        while traces and (len(traces) >= self.limit or self.chunks > self.max_chunks):
+            _, old = traces.popitem(last=False)
+            self.chunks -= len(old.times)
+        trace = traces[request_id] = Trace()
         return trace
+
+    def add(self, trace: Trace, tokens: int) -> None:
+        """One token-bearing chunk of `trace` has just been written."""
+        trace.times.append(time.monotonic())
+        trace.tokens.append(tokens)
+        self.chunks += 1
 
     def get(self, request_id: str) -> Trace | None:
         return self._traces.get(request_id)
+
+    def recent(self, n: int) -> list[str]:
+        """The ids of the newest `n` traces, oldest first (in the order the responses began)."""
+        newest = itertools.islice(reversed(self._traces), max(n, 0))
+        return list(newest)[::-1]
 
     def __len__(self) -> int:
         return len(self._traces)
@@ -194,9 +215,19 @@ class App:
 
     async def trace(self, scope, receive, send) -> None:
         """`?id=X` → one trace (404 if unknown); `?ids=a,b,c` → `{"traces": {id: trace},
-        "missing": [ids]}`."""
+        "missing": [ids]}`; `?recent=N` → `{"ids": [...]}`, the ids of the newest N traces,
+        oldest first (for a client that never saw the response ids, e.g. behind a proxy)."""
         query = urllib.parse.parse_qs(scope.get("query_string", b"").decode())
         store = self.state.traces
+        if "recent" in query:
+            try:
+                n = int(query["recent"][0])
+            except ValueError:
+                n = -1
+            if not 1 <= n <= TRACE_IDS_MAX:
+                raise ApiError(400, f"'recent' must be 1 to {TRACE_IDS_MAX}.", param="recent")
+            await _json(send, 200, {"ids": store.recent(n)})
+            return
         if "ids" in query:
             ids = [i for value in query["ids"] for i in value.split(",") if i]
             if len(ids) > TRACE_IDS_MAX:
@@ -368,8 +399,8 @@ class App:
         continuous = bool(options.get("continuous_usage_stats"))
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
-        stamps = self.state.traces.start(request.request_id).chunks
-        monotonic = time.monotonic
+        traces = self.state.traces
+        trace = traces.start(request.request_id)
         await send(
             {
                 "type": "http.response.start",
@@ -408,7 +439,7 @@ class App:
                 }
             )
             if tokens:
-                stamps.append([monotonic(), tokens])
+                traces.add(trace, tokens)
 
         sent = 0
         role_sent = False

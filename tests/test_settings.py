@@ -116,7 +116,7 @@ def test_env_example_documents_every_variable_settings_read():
     sources = (ROOT / "sparkpanel" / "settings.py").read_text() + (
         ROOT / "tools" / "devrun.py"
     ).read_text()
-    read = set(re.findall(r'env_(?:str|bool|int|list)\(\s*"([A-Z0-9_]+)"', sources))
+    read = set(re.findall(r'env_(?:str|bool|int|list|secret)\(\s*"([A-Z0-9_]+)"', sources))
     read.add("SECRET_KEY")
     missing = read - documented
     assert not missing, f".env.example does not document: {sorted(missing)}"

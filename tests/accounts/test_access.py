@@ -11,8 +11,9 @@ from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
-# Views that are deliberately reachable without a login.
-PUBLIC = {"login", "healthz"}
+# Views that are deliberately reachable without a login. `panel-metrics` is for
+# Prometheus: a token or an allowed network instead (tests/telemetry/test_panel_metrics.py).
+PUBLIC = {"login", "healthz", "panel-metrics"}
 
 
 def _concrete_paths():

@@ -15,11 +15,12 @@ def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, de
     operator = new_page()
     login(operator, "otto")
     operator.get_by_role("link", name="Runs", exact=True).click()
-    operator.get_by_label("Recipe").select_option(
+    start = operator.locator("#start-form")
+    start.get_by_label("Recipe").select_option(
         label="Qwen3.5-35B-A3B — max single-user throughput (util 0.90)"
     )
-    operator.get_by_label("Host").select_option(label="local-sim (simulated)")
-    operator.get_by_role("button", name="Start").click()
+    start.get_by_label("Host").select_option(label="local-sim (simulated)")
+    start.get_by_role("button", name="Start").click()
     expect(
         operator.get_by_role("heading", name=re.compile(r"^Run \d+: Qwen3\.5-35B-A3B"))
     ).to_be_visible()

@@ -57,7 +57,7 @@ def test_member_sees_the_list_and_a_recipe_page_with_the_exact_commands(client_a
         in html
     )
     assert 'data-verdict="fits"' in html
-    assert "Not built yet" in html  # history, honestly empty
+    assert "Not benchmarked yet" in html  # history, honestly empty
     assert reverse("recipe-edit", args=[recipe.slug]) not in html  # no edit button
 
 

@@ -36,7 +36,7 @@ def _state(run) -> str:
 def test_a_worker_killed_mid_start_leaves_one_server_which_the_next_worker_adopts(
     engine_host, start_worker, qwen, operator, settings
 ):
-    engine_host.sim_time_scale = 10  # long enough a load to kill the worker in the middle
+    engine_host.sim_time_scale = 20  # long enough a load to kill the worker in the middle
     engine_host.save()
     shared = {
         "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",

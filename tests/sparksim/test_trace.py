@@ -61,6 +61,19 @@ def test_completions_are_traced_and_many_ids_come_back_at_once(fast_sim):
     assert all(len(t["chunks"]) == 3 for t in reply["traces"].values())
 
 
+def test_recent_lists_the_newest_trace_ids_oldest_first(fast_sim):
+    """For a client that never sees the response ids (the panel's chat relay hides them)."""
+    body = {"model": NEMOTRON, "prompt": "Recent", "max_tokens": 2, "ignore_eos": True}
+    ids = [_stream(fast_sim, "/v1/completions", body)[0] for _ in range(3)]
+    with fast_sim.client() as c:
+        assert c.get("/sparksim/trace", params={"recent": 2}).json() == {"ids": ids[1:]}
+        newest = c.get("/sparksim/trace", params={"recent": 1000}).json()["ids"]
+        assert newest[-3:] == ids
+        for bad in ("0", "1001", "x"):
+            reply = c.get("/sparksim/trace", params={"recent": bad})
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == "recent"
+
+
 def test_unknown_unstreamed_and_malformed_queries(fast_sim):
     with fast_sim.client() as c:
         unknown = c.get("/sparksim/trace", params={"id": "chatcmpl-unknown"})
@@ -86,12 +99,22 @@ def test_continuous_usage_counts_the_tokens_streamed_so_far(start_sim):
         assert payload["usage"]["completion_tokens"] == counted
 
 
-def test_the_store_keeps_only_the_newest_traces():
+def test_the_store_keeps_only_the_newest_traces_within_its_bounds():
     store = TraceStore(limit=3)
     for i in range(5):
-        store.start(f"id-{i}").chunks.append([float(i), 1])
-    assert len(store) == 3
+        store.add(store.start(f"id-{i}"), i + 1)
+    assert len(store) == 3 and store.chunks == 3
     assert store.get("id-0") is None and store.get("id-1") is None
-    assert store.get("id-4").to_dict("id-4")["chunks"] == [[4.0, 1]]
+    chunks = store.get("id-4").to_dict("id-4")["chunks"]
+    assert len(chunks) == 1 and chunks[0][1] == 5
+    assert store.recent(2) == ["id-3", "id-4"] and store.recent(10) == ["id-2", "id-3", "id-4"]
+    assert store.recent(0) == []
     empty = Trace().to_dict("x")
-    assert empty["first_token_at"] is None and empty["last_token_at"] is None
+    assert empty["chunks"] == [] and empty["first_token_at"] is None
+    # A chunk budget bounds the memory whatever the request count.
+    store = TraceStore(limit=100, max_chunks=10)
+    for i in range(4):
+        trace = store.start(f"long-{i}")
+        for _ in range(6):
+            store.add(trace, 1)
+    assert [i for i in range(4) if store.get(f"long-{i}")] == [2, 3] and store.chunks == 12
