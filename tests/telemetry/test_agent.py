@@ -80,6 +80,7 @@ def test_samples_carry_memory_and_vllm_metrics_and_fill_the_history(sim_host, qw
     assert rows and all(row.run_id == run.pk and row.mem_available for row in rows)
     assert any(row.generation_tps for row in rows)
     assert Host.objects.get(pk=sim_host.pk).agent_live
+    agent.close()
     runner.stop(run.pk)
 
 
@@ -98,6 +99,7 @@ def test_a_dead_scrape_target_gives_unknown_not_zero_and_the_agent_goes_on(
     for key in ("kv_usage_pct", "running", "generation_tps", "ttft_p50"):
         assert sample[key] is None  # unknown, never 0
     assert "metrics" in Host.objects.get(pk=sim_host.pk).agent_error
+    agent.close()
 
 
 def test_a_malformed_meminfo_is_an_alert_not_a_silent_ok(sim_host, tmp_path):
@@ -113,6 +115,7 @@ def test_a_malformed_meminfo_is_an_alert_not_a_silent_ok(sim_host, tmp_path):
     assert incident.kind == Incident.Kind.ALERT and "meminfo" in incident.message.lower()
     agent.step()
     assert Incident.objects.filter(host=sim_host).count() == 1  # one alert, not one per poll
+    agent.close()
 
 
 @pytest.mark.services
