@@ -30,7 +30,7 @@ clean:
 
 # Measured figures for docs/BENCHMARKS.md (ratios, medians and spreads; not part of make test).
 bench:
-	@bash tools/bootstrap.sh
+	@bash tools/bootstrap.sh redis-server
 	.venv/bin/python -m bench.sparksim_calibration
 	.venv/bin/python -m bench.sparksim_capacity
 	.venv/bin/python -m bench.harness_accuracy
