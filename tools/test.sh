@@ -39,7 +39,16 @@ if command -v dockerd >/dev/null && [ "$(id -u)" = 0 ]; then
   dockerd --bridge=none --iptables=false --ip6tables=false \
     --host "unix://$dk/docker.sock" --data-root "$dk/data" --exec-root "$dk/exec" \
     --pidfile "$dk/dockerd.pid" >"$dk/dockerd.log" 2>&1 &
-  trap 'kill "$(cat var/redis-test.pid 2>/dev/null)" 2>/dev/null || true; kill "$(cat var/docker/dockerd.pid 2>/dev/null)" 2>/dev/null || true' EXIT
+  stop_services() {
+    kill "$(cat var/redis-test.pid 2>/dev/null)" 2>/dev/null || true
+    local pid
+    pid=$(cat var/docker/dockerd.pid 2>/dev/null || true)
+    if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+      # Let dockerd stop its containers and unmount what it mounted before we exit.
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+  }
+  trap stop_services EXIT
   export DOCKER_HOST="unix://$dk/docker.sock"
   for _ in $(seq 100); do docker -H "$DOCKER_HOST" version >/dev/null 2>&1 && break; sleep 0.2; done
   if docker -H "$DOCKER_HOST" version >/dev/null 2>&1; then
