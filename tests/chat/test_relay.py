@@ -198,3 +198,31 @@ def test_sockets_are_refused_to_strangers_guessers_and_foreign_origins(
     assert code(f"/ws/chat/{mine.pk}/", ws_headers(operator)) == (False, CLOSE_FORBIDDEN)
     assert code("/ws/chat/999999/", ws_headers(member)) == (False, CLOSE_NOT_FOUND)
     assert code(f"/ws/chat/{mine.pk}/", ws_headers(member))[0] is True
+
+
+def test_a_browser_that_goes_away_cancels_the_upstream_request_and_the_answer_is_kept(
+    chat_server, conversation_for, member
+):
+    sim, run = chat_server(time_scale=1)
+    conversation = conversation_for(member, run, max_tokens=4000)
+    headers = ws_headers(member)
+
+    async def scenario():
+        communicator = await _open(f"/ws/chat/{conversation.pk}/", headers)
+        await communicator.send_to(text_data=json.dumps({"type": "send", "content": "Essay?"}))
+        while json.loads(await communicator.receive_from(timeout=10))["type"] != "delta":
+            pass
+        await communicator.disconnect()  # the tab is closed mid-answer
+
+    async_to_sync(scenario)()
+    message = Message.objects.get(role="assistant")
+    assert message.status == Message.Status.STOPPED and message.content
+
+    def running() -> float:
+        return sum(
+            v for (name, _), v in sim.metrics().items() if name == "vllm:num_requests_running"
+        )
+
+    from tests.conftest import wait_for
+
+    wait_for(lambda: running() == 0, 5, "the upstream request aborted")
