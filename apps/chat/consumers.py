@@ -23,7 +23,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from apps.accounts.roles import USE_CHAT
-from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from apps.core.consumers import CLOSE_FORBIDDEN, authorise
 
 COALESCE_S = 0.04
 SEND_TIMEOUT_S = 5.0
@@ -53,12 +53,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
     relay: asyncio.Task | None = None
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await database_sync_to_async(user.has_perm)(USE_CHAT):
-            await self.close(code=CLOSE_FORBIDDEN)
+        user = await authorise(self, USE_CHAT)
+        if user is None:
             return
         self.conversation_id = int(self.scope["url_route"]["kwargs"]["pk"])
         owner = await database_sync_to_async(self._owner)()

@@ -11,6 +11,19 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 
 
+async def authorise(consumer: AsyncWebsocketConsumer, permission: str):
+    """The user of a socket that may use `permission`, else None after closing it: 4401
+    when anonymous, 4403 without the capability. Every consumer starts with this."""
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_UNAUTHENTICATED)
+        return None
+    if not await database_sync_to_async(user.has_perm)(permission):
+        await consumer.close(code=CLOSE_FORBIDDEN)
+        return None
+    return user
+
+
 class EventsConsumer(AsyncWebsocketConsumer):
     """The browser's live channel: pushed HTML fragments for every page.
 
@@ -22,12 +35,8 @@ class EventsConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.groups_joined = []
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await database_sync_to_async(user.has_perm)(VIEW_PANEL):
-            await self.close(code=CLOSE_FORBIDDEN)
+        user = await authorise(self, VIEW_PANEL)
+        if user is None:
             return
         for group in (BROADCAST_GROUP, user_group(user.pk)):
             await self.channel_layer.group_add(group, self.channel_name)

@@ -184,13 +184,7 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
     models_ok_since: float | None = None
     while True:
         _check_stop(run)
-        lines, cursor = engine.read_logs(handle, cursor)
-        for line in lines:
-            follower.feed(line)
-        if follower.error is not None:
-            raise StartFailed(
-                follower.error.error, advice=follower.error.advice, log_lines=follower.tail()
-            )
+        lines, cursor = _read_into(follower, engine, handle, cursor)
         target = PHASE_STATE.get(follower.phase)
         if target and run.state != target and target in TRANSITIONS[run.state]:
             run.transition(target)
@@ -215,13 +209,7 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
             return
         status = engine.status(handle)
         if status.state is not State.RUNNING:
-            lines, cursor = engine.read_logs(handle, cursor)
-            for line in lines:
-                follower.feed(line)
-            if follower.error is not None:
-                raise StartFailed(
-                    follower.error.error, advice=follower.error.advice, log_lines=follower.tail()
-                )
+            _read_into(follower, engine, handle, cursor)  # its last words may say why
             raise StartFailed(
                 f"{status.describe()} while {run.get_state_display().lower()}",
                 log_lines=follower.tail(),
@@ -231,6 +219,20 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
                 f"timed out while {run.get_state_display().lower()}", log_lines=follower.tail()
             )
         time.sleep(POLL_S)
+
+
+def _read_into(
+    follower: LogFollower, engine: Engine, handle: Handle, cursor: int
+) -> tuple[list[str], int]:
+    """Feed the new log lines to the follower; a recognised vLLM error fails the start."""
+    lines, cursor = engine.read_logs(handle, cursor)
+    for line in lines:
+        follower.feed(line)
+    if follower.error is not None:
+        raise StartFailed(
+            follower.error.error, advice=follower.error.advice, log_lines=follower.tail()
+        )
+    return lines, cursor
 
 
 def _models_ready(run: Run) -> bool:

@@ -6,7 +6,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from apps.accounts.roles import VIEW_PANEL
-from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
+from apps.core.consumers import authorise
 from apps.telemetry.agent import host_group, run_group
 
 CLOSE_NOT_FOUND = 4404
@@ -19,12 +19,8 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
     group: str | None = None
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await database_sync_to_async(user.has_perm)(VIEW_PANEL):
-            await self.close(code=CLOSE_FORBIDDEN)
+        user = await authorise(self, VIEW_PANEL)
+        if user is None:
             return
         kwargs = self.scope["url_route"]["kwargs"]
         group = await database_sync_to_async(self._group)(kwargs)

@@ -57,7 +57,7 @@ def test_stopping_while_loading_stops_the_server(engine_host, qwen, operator):
     run = run_start(recipe=qwen, host=engine_host, user=operator)
     worker = threading.Thread(target=runner.start, args=[run.pk])
     worker.start()
-    wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.LOADING, 30, "loading")
+    wait_for(lambda: Run.objects.get(pk=run.pk).state == RunState.LOADING, 60, "loading")
     run_stop(run=Run.objects.get(pk=run.pk))
     worker.join(timeout=30)
     run.refresh_from_db()
