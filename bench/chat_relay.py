@@ -68,6 +68,7 @@ USER = "bench-member"
 PASSWORD = secrets.token_urlsafe(24)  # a throwaway user in a throwaway database
 ECHO = "/sparksim echo "
 MAX_TOKENS = 64
+QUIET_S = 10.0  # an answer with no message for this long has lost its `done`
 TTFT_TARGET_MS = 15.0  # p99, beyond the coalescing interval
 TOKEN_TARGET_MS = 5.0  # p99, beyond the coalescing interval
 TEXT = (
@@ -113,10 +114,9 @@ class Stack:
         return path.read_text()[-2000:] if path.exists() else ""
 
     def stop(self) -> None:
-        for _, proc in reversed(self.procs):
+        for _, proc in reversed(self.procs):  # the web server first, Redis last
             if proc.poll() is None:
                 proc.terminate()
-        for _, proc in reversed(self.procs):
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -232,7 +232,11 @@ async def relay_round(ws_base: str, origin: str, cookie: str, conversations: lis
             sent = time.monotonic()
             await ws.send(json.dumps({"type": "send", "content": ECHO + texts[i]}))
             events = received[i]
-            async for raw in ws:
+            while True:
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), QUIET_S)
+                except TimeoutError:
+                    break  # no `done`: counted as a problem, the round goes on
                 now = time.monotonic()
                 message = json.loads(raw)
                 events.append((now, message))
@@ -246,15 +250,11 @@ async def relay_round(ws_base: str, origin: str, cookie: str, conversations: lis
     try:
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 30)
         go.set()
-        return await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        return await asyncio.wait_for(asyncio.gather(*tasks), 120)
     except TimeoutError:
-        for i, events in enumerate(received):
-            print(
-                f"DEBUG {conversations[i]}: {len(events)} events, types "
-                f"{[m.get('type') for _, m in events][-3:]} seqs "
-                f"{[m.get('seq') for _, m in events][-3:]}, done={tasks[i].done()}"
-            )
-        raise
+        got = ", ".join(f"{c}: {len(e)}" for c, e in zip(conversations, received, strict=True))
+        raise RuntimeError(f"a relay round did not end in 120 s (messages per conversation: "
+                           f"{got})") from None  # fmt: skip
     finally:
         for task in tasks:
             task.cancel()
@@ -323,41 +323,50 @@ def analyse_relay(stream: dict, trace: dict, direct: dict) -> dict:
     deltas = [(t, m) for t, m in stream["events"] if m.get("type") == "delta"]
     done_at, done = stream["events"][-1]
     out = {"last_delay": [], "oldest_wait": [], "gaps": [], "tokens_per_delta": [],
-           "unaligned": 0, "problems": []}  # fmt: skip
+           "unaligned": 0, "problems": [], "no_done": 0, "seq_gaps": 0, "text_differs": 0,
+           "done_added": []}  # fmt: skip
     if not deltas:
-        out["problems"].append("no delta")
-        return out
+        raise RuntimeError("a relay answer had no delta")
     seqs = [m["seq"] for _, m in deltas]
-    if seqs != list(range(1, len(seqs) + 1)) or done.get("seq") != len(seqs):
-        out["problems"].append(f"sequence numbers {seqs} / done {done.get('seq')}")
+    if seqs != list(range(1, len(seqs) + 1)):
+        out["seq_gaps"] = 1
+        out["problems"].append(f"sequence numbers {seqs}")
     text = "".join(m["content"] + m["reasoning"] for _, m in deltas)
     if text != direct["text"]:
-        out["problems"].append("text differs from the direct stream's")
-    if done.get("status") != "complete" or done.get("completion_tokens") != counts[-1]:
+        out["text_differs"] = 1
+        out["problems"].append(f"text differs from the direct stream's ({len(text)} of "
+                               f"{len(direct['text'])} characters)")  # fmt: skip
+    if done.get("type") != "done":
+        out["no_done"] = 1
+        out["problems"].append(f"no `done` within {QUIET_S:g} s of the last delta")
+    elif (done.get("status") != "complete" or done.get("completion_tokens") != counts[-1]
+          or done.get("seq") != seqs[-1]):  # fmt: skip
         out["problems"].append(
-            f"done: {done.get('status')}, {done.get('completion_tokens')} tokens (trace "
-            f"{counts[-1]})"
+            f"done: {done.get('status')}, seq {done.get('seq')}, "
+            f"{done.get('completion_tokens')} tokens (trace {counts[-1]})"
         )
-    chars, before = 0, 0
+    else:
+        out["done_added"].append(done_at - emitted[-1])
+    chars, before = 0, 0  # text and tokens up to the previous delta
     for i, (arrived, message) in enumerate(deltas):
+        if i:
+            out["gaps"].append(arrived - deltas[i - 1][0])
         chars += len(message["content"]) + len(message["reasoning"])
         upto = direct["chars_to_tokens"].get(chars)
         if upto is None or upto not in counts:
-            out["unaligned"] += 1  # the two streams were chunked differently here
+            out["unaligned"] += 1  # text lost, or the two streams were chunked differently
+            before = None
             continue
-        last = emitted[counts.index(upto)]
-        oldest = emitted[next(k for k, c in enumerate(counts) if c > before)]
-        out["last_delay"].append(arrived - last)
-        out["oldest_wait"].append(arrived - oldest)
-        out["tokens_per_delta"].append(upto - before)
-        if i:
-            out["gaps"].append(arrived - deltas[i - 1][0])
+        out["last_delay"].append(arrived - emitted[counts.index(upto)])
+        if before is not None:  # the oldest token is known only after an aligned delta
+            oldest = emitted[next(k for k, c in enumerate(counts) if c > before)]
+            out["oldest_wait"].append(arrived - oldest)
+            out["tokens_per_delta"].append(upto - before)
         before = upto
     out.update(
         ttft_added=deltas[0][0] - emitted[0],
         pre_request=trace["started_at"] - stream["sent"],
         e2e_ttft=deltas[0][0] - stream["sent"],
-        done_added=done_at - emitted[-1],
         deltas=len(deltas),
     )
     return out
@@ -408,6 +417,9 @@ def summarise(relay: list[dict], direct: list[dict]) -> dict:
         "e2e_direct_p50": pct(flat(direct, "e2e_ttft"), 50),
         "engine_ttft_p50": pct(flat(direct, "engine_ttft"), 50),
         "unaligned": sum(r["unaligned"] for r in relay),
+        "no_done": sum(r["no_done"] for r in relay),
+        "seq_gaps": sum(r["seq_gaps"] for r in relay),
+        "text_differs": sum(r["text_differs"] for r in relay),
         "problems": sum(len(r["problems"]) for r in relay),
     }
 
@@ -555,8 +567,9 @@ def main() -> int:
                       f"ms; oldest-token wait beyond {COALESCE_S * 1000:.0f} ms p50 "
                       f"{row['oldest_beyond_p50']:.1f} / p99 {row['oldest_beyond_p99']:.1f} ms; "
                       f"last-token delay p50 {row['last_p50']:.1f} / p99 {row['last_p99']:.1f} "
-                      f"ms; direct floor p99 {row['floor_p99']:.2f} ms; problems "
-                      f"{row['problems']}, unaligned {row['unaligned']}", flush=True)  # fmt: skip
+                      f"ms; direct floor p99 {row['floor_p99']:.2f} ms; no done {row['no_done']}, "
+                      f"seq gaps {row['seq_gaps']}, text differs {row['text_differs']}",
+                      flush=True)  # fmt: skip
                 for problem in row["problem_list"][:5]:
                     print(f"    ! {problem}")
 
@@ -581,23 +594,29 @@ def main() -> int:
                   f"{_med(col('last_p50'), '{:.1f}'):>16} {_med(col('last_p99'), '{:.1f}'):>16} "
                   f"{_med(col('oldest_beyond_p50'), '{:.1f}'):>16} "
                   f"{_med(col('oldest_beyond_p99'), '{:.1f}'):>16} {verdict:>16}")  # fmt: skip
-        print("\nContext, ms (medians over repeats):")
+        print("\nContext, ms (medians over repeats; the last three columns are totals):")
         print(f"{'c':>3} {'delta gap p50/p99':>18} {'tok/delta':>9} {'done p50/p99':>14} "
               f"{'pre-request relay p50/p99':>26} {'direct p50':>10} {'floor p50/p99':>14} "
-              f"{'e2e TTFT relay/direct p50':>26} {'engine TTFT':>11} {'problems':>8}")  # fmt: skip
+              f"{'e2e TTFT relay/direct p50':>26} {'engine TTFT':>11} {'no done':>7} "
+              f"{'seq gap/text':>12} {'unaligned':>9}")  # fmt: skip
         for n, _ in levels:
             rs = runs[n]
 
             def m(key: str, rs=rs) -> float:
                 return statistics.median(r[key] for r in rs)
 
+            def total(key: str, rs=rs) -> int:
+                return sum(r[key] for r in rs)
+
+            answers = total("answers")
             print(f"{n:>3} {m('gap_p50'):>8.1f}/{m('gap_p99'):<9.1f} {m('tokens_per_delta'):>9.2f} "
                   f"{m('done_p50'):>6.1f}/{m('done_p99'):<7.1f} "
                   f"{m('pre_relay_p50'):>12.1f}/{m('pre_relay_p99'):<13.1f} "
                   f"{m('pre_direct_p50'):>10.2f} {m('floor_p50'):>6.2f}/{m('floor_p99'):<7.2f} "
                   f"{m('e2e_relay_p50'):>12.1f}/{m('e2e_direct_p50'):<13.1f} "
-                  f"{m('engine_ttft_p50'):>11.1f} "
-                  f"{sum(r['problems'] + r['unaligned'] for r in rs):>8}")  # fmt: skip
+                  f"{m('engine_ttft_p50'):>11.1f} {total('no_done'):>3}/{answers:<3} "
+                  f"{total('seq_gaps'):>6}/{total('text_differs'):<5} "
+                  f"{total('unaligned'):>9}")  # fmt: skip
         c = COALESCE_S * 1000
         print(f"\nTargets (p99 beyond the {c:.0f} ms coalescing interval): TTFT ≤ "
               f"{TTFT_TARGET_MS:g} ms, each token ≤ {TOKEN_TARGET_MS:g} ms — "

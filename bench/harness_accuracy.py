@@ -61,7 +61,7 @@ def start_sim(model: str, max_seqs: int, time_scale: float, max_model_len: int =
             "--gpu-memory-utilization", "0.85", "--max-model-len", str(max_model_len),
             "--max-num-seqs", str(max_seqs), "--time-scale", str(time_scale),
             "--load-time-scale", "100000", "--jit-seconds", "0", "--log-level", "WARNING"]  # fmt: skip
-    log = ROOT / "var" / f"bench-harness-sparksim-{port}.log"
+    log = ROOT / "var" / "bench-harness-sparksim.log"  # the last one started
     log.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -256,7 +256,7 @@ def _measure(job: Job, run: Run) -> bool:
                 )
 
             monitor.update(level=label, step=f"Measuring {label}")
-            result = asyncio.run(
+            result = _run_loop(
                 _run_level(base_url, model, spec, slo, scale, on_progress, monitor.cancel.is_set)
             )
             finished_before += spec.requests + spec.warmup
@@ -273,6 +273,16 @@ def _measure(job: Job, run: Run) -> bool:
         monitor.join(timeout=10)
         close_old_connections()
     return False
+
+
+def _run_loop(coro):
+    """uvloop when installed: it halves the client's timing error at 64 streams
+    (docs/BENCHMARKS.md); plain asyncio otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 async def _run_level(base_url: str, model: str, spec, slo, scale, on_progress, should_stop):

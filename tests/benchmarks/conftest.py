@@ -7,7 +7,7 @@ from apps.benchmarks.reference import DEFAULT_SCENARIOS
 @pytest.fixture
 def quick_suite(db):
     return Suite.objects.create(
-        name="test quick", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 16}],
+        name="test quick", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 128}],
         repetitions=2, warmup_requests=1, sweep_prompt_tokens=200, sweep_output_tokens=512,
         sweep_levels=[1, 2, 4], requests_per_level=4, slo_ttft_s=2.0, slo_tpot_s=0.1,
     )  # fmt: skip

@@ -34,7 +34,7 @@ def test_a_job_starts_the_recipe_runs_the_suite_and_answers_the_capacity_questio
     assert job.context["simulated"] is True and job.context["time_scale"] == 50
     assert "sparksim" in job.context["server_version"]
     [single] = job.results.filter(kind=Result.Kind.SCENARIO)
-    assert (single.prompt_tokens, single.output_tokens, single.ok) == (200, 16, 2)
+    assert (single.prompt_tokens, single.output_tokens, single.ok) == (200, 128, 2)
     sweep = list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
     assert [r.concurrency for r in sweep] == [1, 2, 4]
     assert all(r.complete and r.failed == 0 for r in sweep)
@@ -109,7 +109,7 @@ def test_a_redelivered_job_is_interrupted_not_run_twice_and_keeps_its_results(
     # As a worker dying mid-job leaves it: running, one level stored.
     job.move(J.QUEUED, J.RUNNING)
     Result.objects.create(job=job, kind="scenario", scenario="short", prompt_tokens=200,
-                          output_tokens=16, concurrency=1, ok=2)  # fmt: skip
+                          output_tokens=128, concurrency=1, ok=2)  # fmt: skip
     runner.run_job(job.pk)  # Celery delivers it again to the next worker
     job.refresh_from_db()
     assert job.state == J.INTERRUPTED and "stopped in the middle" in job.error
