@@ -136,8 +136,9 @@ def test_server_faults_end_in_a_visible_saved_error(
 
 
 def test_a_run_that_stops_mid_answer_ends_the_stream_with_a_clear_message(
-    chat_server, conversation_for, member
+    chat_server, conversation_for, member, settings
 ):
+    settings.CHAT_STALL_TIMEOUT_S = 10.0
     sim, run = chat_server(time_scale=1)
     conversation = conversation_for(member, run, max_tokens=2000)
 
@@ -150,7 +151,7 @@ def test_a_run_that_stops_mid_answer_ends_the_stream_with_a_clear_message(
             while json.loads(await communicator.receive_from(timeout=10))["type"] != "delta":
                 pass
             await asyncio.to_thread(Run.objects.filter(pk=run.pk).update, state=RunState.STOPPING)
-            await asyncio.to_thread(sim.stop)  # the server goes away mid-answer
+            await asyncio.to_thread(sim.proc.kill)  # killed mid-answer (the watchdog, say)
             return await _until_done(communicator)
         finally:
             await communicator.disconnect()

@@ -167,3 +167,28 @@ def login(page, username: str, password: str = PASSWORD) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url("**/")
+
+
+STOP_ACTIVE = """
+from apps.runs.models import Run
+from apps.runs.services import run_stop
+for run in Run.objects.active().filter(host__name="local-sim"):
+    run_stop(run=run)
+print(Run.objects.active().filter(host__name="local-sim").count())
+"""
+COUNT_ACTIVE = (
+    "from apps.runs.models import Run; "
+    "print(Run.objects.active().filter(host__name='local-sim').count())"
+)
+
+
+@pytest.fixture
+def idle_demo_host(live_server_asgi, demo_worker):
+    """local-sim serving nothing (an earlier test may have left a model running)."""
+    live_server_asgi.manage("shell", "-c", STOP_ACTIVE)
+    wait_for(
+        lambda: live_server_asgi.manage("shell", "-c", COUNT_ACTIVE).split()[-1] == "0",
+        60,
+        "local-sim idle",
+    )
+    return live_server_asgi

@@ -11,7 +11,7 @@ from tests.e2e.conftest import login
 pytestmark = pytest.mark.e2e
 
 
-def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_page, demo_worker):
+def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_page, idle_demo_host):
     page = new_page()
     login(page, "mia")
     page.get_by_role("link", name="Benchmarks", exact=True).click()

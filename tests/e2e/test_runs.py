@@ -11,7 +11,7 @@ from tests.e2e.conftest import login
 pytestmark = pytest.mark.e2e
 
 
-def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, demo_worker):
+def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, idle_demo_host):
     operator = new_page()
     login(operator, "otto")
     operator.get_by_role("link", name="Runs", exact=True).click()
