@@ -1,8 +1,6 @@
 """The Docker engine: its fixed container template, and the whole lifecycle against a
 real Docker engine running sparksim in a container."""
 
-import time
-
 import docker
 import httpx
 import pytest
@@ -17,6 +15,7 @@ from apps.hosts.engines.docker import (
     sim_runtime_mounts,
 )
 from tests.conftest import free_port, wait_for
+from tests.hosts.conftest import logs_until
 
 MODEL = "nvidia/Qwen3.5-35B-A3B-NVFP4"
 IMAGE = "vllm/vllm-openai:v0.11.0"
@@ -125,23 +124,11 @@ def engine(docker_url, tmp_path):
         container.remove(force=True)
 
 
-def _logs_until(engine, handle, text: str, timeout: float = 60) -> list[str]:
-    lines, cursor = [], 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        new, cursor = engine.read_logs(handle, cursor)
-        lines += new
-        if any(text in line for line in lines):
-            return lines
-        time.sleep(0.2)
-    raise AssertionError(f"no {text!r} in {lines[-10:]}")
-
-
 @pytest.mark.services
 def test_start_follow_logs_serve_stop_and_remove_in_a_real_container(engine):
     port = free_port()
     handle = engine.start(_spec(port, run_id=1))
-    lines = _logs_until(engine, handle, "Application startup complete.")
+    lines = logs_until(engine, handle, "Application startup complete.")
     assert any("Loading safetensors checkpoint shards" in line for line in lines)
     # Read incrementally by timestamp: no line twice.
     assert sum("Application startup complete." in line for line in lines) == 1
@@ -178,7 +165,7 @@ def test_a_redelivered_start_returns_the_same_container(engine):
 def test_a_container_killed_from_outside_is_seen_with_its_exit_code(engine):
     port = free_port()
     handle = engine.start(_spec(port, run_id=3))
-    _logs_until(engine, handle, "Application startup complete.")
+    logs_until(engine, handle, "Application startup complete.")
     docker.DockerClient(base_url=engine.base_url).containers.get(handle.ref).kill()
     wait_for(lambda: engine.status(handle).state is State.EXITED, 10, "the container exits")
     status = engine.status(handle)

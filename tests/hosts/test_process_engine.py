@@ -1,7 +1,5 @@
 """The process engine against real sparksim processes."""
 
-import time
-
 import httpx
 import pytest
 
@@ -9,6 +7,7 @@ from apps.hosts.engines import base
 from apps.hosts.engines.base import EngineError, LaunchSpec, State
 from apps.hosts.engines.process import ProcessEngine, _children
 from tests.conftest import free_port, wait_for
+from tests.hosts.conftest import logs_until
 
 MODEL = "nvidia/Qwen3.5-35B-A3B-NVFP4"
 
@@ -27,24 +26,12 @@ def engine(tmp_path):
         eng.stop(managed.handle, timeout=5)
 
 
-def _logs_until(engine, handle, text: str, timeout: float = 30) -> list[str]:
-    lines, cursor = [], 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        new, cursor = engine.read_logs(handle, cursor)
-        lines += new
-        if any(text in line for line in lines):
-            return lines
-        time.sleep(0.1)
-    raise AssertionError(f"no {text!r} in {lines[-10:]}")
-
-
 def test_start_follow_logs_serve_stop(engine):
     port = free_port()
     handle = engine.start(
         LaunchSpec(run_id=1, host_name="sim", argv=_argv(port), image="x", port=port)
     )
-    lines = _logs_until(engine, handle, "Application startup complete.")
+    lines = logs_until(engine, handle, "Application startup complete.")
     assert any("Loading safetensors checkpoint shards" in line for line in lines)
     assert engine.status(handle).state is State.RUNNING
     assert httpx.get(f"http://127.0.0.1:{port}/version").json()["simulated"] is True
@@ -83,7 +70,7 @@ def test_a_restarted_worker_finds_its_process_and_sees_it_die(engine, tmp_path):
     handle = engine.start(
         LaunchSpec(run_id=5, host_name="sim", argv=_argv(port), image="x", port=port)
     )
-    _logs_until(engine, handle, "Application startup complete.")
+    logs_until(engine, handle, "Application startup complete.")
     pid = int(handle.ref.split(":")[0])
     child = _children.pop(pid)  # what a worker restart forgets
     fresh = ProcessEngine(runs_dir=tmp_path / "runs", simulated=True)
