@@ -35,3 +35,4 @@ bench:
 	.venv/bin/python -m bench.sparksim_capacity
 	.venv/bin/python -m bench.harness_accuracy
 	.venv/bin/python -m bench.telemetry_fanout
+	.venv/bin/python -m bench.chat_relay

@@ -48,6 +48,13 @@ def upstream_client() -> httpx.AsyncClient:
     return client
 
 
+def _db(fn):
+    """Run a short ORM function off the event loop in the shared pool, not the single
+    thread-sensitive executor: eight chats starting at once must not queue behind each
+    other's 10 ms of SQLite work."""
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
 class ChatConsumer(AsyncWebsocketConsumer):
     conversation_id: int
     relay: asyncio.Task | None = None
@@ -105,7 +112,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.relay is not None and not self.relay.done():
             await self._send({"type": "error", "error": "wait for the answer, or stop it"})
             return
-        prepared = await database_sync_to_async(_prepare)(self.conversation_id, content)
+        prepared = await _db(_prepare)(self.conversation_id, content)
         if "error" in prepared:
             await self._send({"type": "error", "error": prepared["error"]})
             return
@@ -119,8 +126,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.relay = asyncio.create_task(self._relay(prepared))
 
     async def _send(self, payload: dict) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+        # lands just as the send completes (CPython gh-86296).
         try:
-            await asyncio.wait_for(self.send(text_data=json.dumps(payload)), SEND_TIMEOUT_S)
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                await self.send(text_data=json.dumps(payload))
         except TimeoutError:
             # A client that stays behind is closed; its upstream request is cancelled.
             if self.relay is not None and not self.relay.done():
@@ -140,14 +150,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except _UpstreamError as exc:
             status, error = "error", str(exc)
         finally:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            # Let the flusher send what is pending and end by itself (a cancel could land
+            # mid-send and lose the batch).
+            state.finished = True
+            state.wake.set()
+            try:
+                async with asyncio.timeout(SEND_TIMEOUT_S + 1):
+                    await flusher
+            except (TimeoutError, asyncio.CancelledError):
+                flusher.cancel()
         if status == "complete" and state.finish_reason is None:
             status = "error"
-            error = await database_sync_to_async(_cut_short)(prepared["run_id"])
+            error = await _db(_cut_short)(prepared["run_id"])
         stats = state.stats()
-        saved = await database_sync_to_async(_finish)(message_id, state, status, error, stats)
+        saved = await _db(_finish)(message_id, state, status, error, stats)
         # The socket may be gone (a stop by disconnect): the answer is saved either way.
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._flush(message_id, state)
@@ -163,10 +179,19 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
 
     async def _flusher(self, message_id: int, state: _StreamState) -> None:
+        """Send what arrived: at once when nothing went out in the last COALESCE_S (so the
+        first token is not held for a timer tick), else at the end of that interval."""
         with contextlib.suppress(ConnectionError):
             while True:
-                await asyncio.sleep(COALESCE_S)
+                await state.wake.wait()
+                wait = state.last_flush + COALESCE_S - time.monotonic()
+                if wait > 0 and not state.finished:
+                    await asyncio.sleep(wait)
+                state.wake.clear()
                 await self._flush(message_id, state)
+                state.last_flush = time.monotonic()
+                if state.finished and not state.pending_content and not state.pending_reasoning:
+                    return
 
     async def _flush(self, message_id: int, state: _StreamState) -> None:
         if not state.pending_content and not state.pending_reasoning:
@@ -202,6 +227,9 @@ class _StreamState:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.seq = 0
+        self.wake = asyncio.Event()  # set when there is something to send, or at the end
+        self.finished = False
+        self.last_flush = 0.0
 
     def add(self, content: str, reasoning: str) -> None:
         now = time.monotonic()
@@ -214,6 +242,7 @@ class _StreamState:
         if reasoning:
             self.reasoning.append(reasoning)
             self.pending_reasoning.append(reasoning)
+        self.wake.set()
 
     def stats(self) -> dict:
         usage = self.usage or {}
