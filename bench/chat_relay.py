@@ -41,30 +41,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import os
-import re
 import secrets
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
-import redis
 from websockets.asyncio.client import connect
 
 from apps.chat.consumers import COALESCE_S
+from bench._stack import (
+    ROOT,
+    Stack,
+    free_port,
+    login,
+    manage,
+    med_range,
+    panel_env,
+    pct,
+    pin,
+    start_redis,
+    start_web,
+    temp_stack,
+    wait_until,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "nvidia/Qwen3.5-35B-A3B-NVFP4"
 RECIPE = "qwen3-5-35b-max-single-user"
 USER = "bench-member"
@@ -81,95 +86,6 @@ TEXT = (
     "teach children to read, keep old newspapers, and give a warm seat to people with "
     "nowhere else to go. A town that keeps its library open keeps a promise to itself."
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pin(cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() > 1 else []
-
-
-class Stack:
-    """Every process this benchmark starts; stop() ends them all (SIGTERM, then SIGKILL)."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = (self.tmp / f"{name}.log").open("w")
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        self.procs.append((name, proc))
-        return proc
-
-    def check(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
-
-    def tail(self, name: str) -> str:
-        path = self.tmp / f"{name}.log"
-        return path.read_text()[-2000:] if path.exists() else ""
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.procs):  # the web server first, Redis last
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def wait_until(check, timeout: float, what: str, stack: Stack) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if check():
-                return
-        stack.check()
-        time.sleep(0.1)
-    raise RuntimeError(f"gave up waiting for {what} after {timeout:.0f} s")
-
-
-def manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
-def redis_ok(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-def login(url: str) -> str:
-    """A member's session cookie, through the real login form (CSRF included)."""
-    with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
-        page = client.get("/accounts/login/")
-        page.raise_for_status()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        if token is None:
-            raise RuntimeError("no CSRF token on the login page")
-        response = client.post("/accounts/login/", data={
-            "csrfmiddlewaretoken": token.group(1), "username": USER, "password": PASSWORD})  # fmt: skip
-        session = client.cookies.get("sessionid")
-        if response.status_code != 302 or not session:
-            raise RuntimeError(f"login failed: HTTP {response.status_code}")
-        return session
 
 
 SETUP = """
@@ -378,16 +294,6 @@ def analyse_relay(stream: dict, trace: dict, direct: dict) -> dict:
     return out
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def summarise(relay: list[dict], direct: list[dict]) -> dict:
     """One repeat of one level: pooled percentiles in ms."""
 
@@ -478,26 +384,9 @@ async def one_level(sim_url: str, ws_base: str, origin: str, cookie: str, level:
     return summary
 
 
-def start_stack(stack: Stack, tmp: Path, count: int) -> tuple[dict, str, list[int]]:
-    env = dict(os.environ)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    env.update(
-        SPARKPANEL_VAR_DIR=str(tmp),
-        DATABASE_URL=f"sqlite:///{tmp / 'bench.sqlite3'}",
-        CHANNELS_PREFIX=f"bench-{uuid.uuid4().hex[:8]}",
-        ALLOWED_HOSTS="127.0.0.1",
-        DEBUG="false",
-        PYTHONUNBUFFERED="1",
-    )
-    if not env.get("REDIS_URL"):
-        server = shutil.which("redis-server")
-        if server is None:
-            raise RuntimeError("redis-server is not installed and REDIS_URL is not set")
-        rport = free_port()
-        stack.start("redis", [*pin(0), server, "--port", str(rport), "--bind", "127.0.0.1",
-                    "--save", "", "--appendonly", "no", "--dir", str(tmp)], env)  # fmt: skip
-        env["REDIS_URL"] = f"redis://127.0.0.1:{rport}/0"
-    wait_until(lambda: redis_ok(env["REDIS_URL"]), 15, "Redis", stack)
+def start_stack(stack: Stack, count: int) -> tuple[dict, str, list[int]]:
+    env = panel_env(stack.tmp)
+    start_redis(stack, env, cpu=0)
 
     sim_port = free_port()
     stack.start("sparksim", [*pin(1), sys.executable, "-m", "sparksim", "serve", MODEL,
@@ -516,22 +405,14 @@ def start_stack(stack: Stack, tmp: Path, count: int) -> tuple[dict, str, list[in
     if made["model"] != MODEL:
         raise RuntimeError(f"the recipe serves {made['model']!r}, not {MODEL!r}")
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    stack.start("web", [*pin(0), sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
-                "--host", "127.0.0.1", "--port", str(port), "--no-access-log"], env)  # fmt: skip
-    wait_until(lambda: httpx.get(url + "/healthz", timeout=1).status_code < 500, 60,
-               "the web server", stack)  # fmt: skip
+    _, url = start_web(stack, env, cpu=0)
     wait_until(lambda: httpx.get(sim_url + "/v1/models", timeout=1).status_code == 200, 60,
                "sparksim", stack)  # fmt: skip
     probe = httpx.get(sim_url + "/sparksim/trace", params={"recent": 1}, timeout=5)
     if probe.status_code != 200:
         raise RuntimeError("this sparksim has no /sparksim/trace?recent=N (ground truth)")
-    return {"url": url, "sim_url": sim_url}, login(url), made["ids"]
-
-
-def _med(values: list[float], fmt: str) -> str:
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+    cookie = login(url, USER, PASSWORD, trust_env=False)
+    return {"url": url, "sim_url": sim_url}, cookie, made["ids"]
 
 
 def main() -> int:
@@ -543,16 +424,9 @@ def main() -> int:
     levels = [tuple(int(x) for x in item.split(":")) for item in args.levels.split(",")]
     if any(n > MAX_TOKENS // 2 for n, _ in levels):
         raise SystemExit(f"at most {MAX_TOKENS // 2} concurrent answers")
-    # SIGTERM/SIGHUP end the run like Ctrl-C: the finally below stops every child.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, f: sys.exit(128 + s))
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-chat-relay-"))
-    stack = Stack(tmp)
-    failed = True
-    try:
+    with temp_stack("bench-chat-relay-", one_at_a_time=True) as stack:
         count = args.repeats * sum(n * (rounds + 1) for n, rounds in levels)
-        urls, cookie, conversations = start_stack(stack, tmp, count)
+        urls, cookie, conversations = start_stack(stack, count)
         if pin(1):
             os.sched_setaffinity(0, {1})
         ws_base = urls["url"].replace("http://", "ws://")
@@ -598,11 +472,11 @@ def main() -> int:
             verdicts[n] = (ttft_ok, token_ok)
             verdict = f"TTFT {'ok' if ttft_ok else 'MISS'}, token {'ok' if token_ok else 'MISS'}"
             print(f"{n:>3} {rs[0]['answers']:>5}/{statistics.median(col('deltas')):<8.0f} "
-                  f"{_med(col('ttft_p50'), '{:.1f}'):>18} {_med(col('ttft_p99'), '{:.1f}'):>18} "
+                  f"{med_range(col('ttft_p50'), '{:.1f}'):>18} {med_range(col('ttft_p99'), '{:.1f}'):>18} "
                   f"{statistics.median(col('ttft_beyond_p99')):>7.1f} "
-                  f"{_med(col('ttft_e2e_p99'), '{:.1f}'):>18} "
-                  f"{_med(col('last_p50'), '{:.1f}'):>16} {_med(col('last_p99'), '{:.1f}'):>16} "
-                  f"{_med(col('oldest_beyond_p99'), '{:.1f}'):>20} {verdict:>18}")  # fmt: skip
+                  f"{med_range(col('ttft_e2e_p99'), '{:.1f}'):>18} "
+                  f"{med_range(col('last_p50'), '{:.1f}'):>16} {med_range(col('last_p99'), '{:.1f}'):>16} "
+                  f"{med_range(col('oldest_beyond_p99'), '{:.1f}'):>20} {verdict:>18}")  # fmt: skip
         print("\nContext, ms (medians over repeats; the last three columns are totals):")
         print(f"{'c':>3} {'delta gap p50/p99':>18} {'tok/delta':>9} {'done p50/p99':>14} "
               f"{'pre-request relay p50/p99':>26} {'direct p50':>10} {'floor p50/p99':>14} "
@@ -634,14 +508,7 @@ def main() -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({str(n): rs for n, rs in runs.items()}, indent=2))
         print(f"raw results: {args.json}")
-        failed = False
         return 0
-    finally:
-        stack.stop()
-        if failed:
-            for name, _ in stack.procs:
-                print(f"--- {name} log (tail) ---\n{stack.tail(name)}", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from apps.benchmarks.harness import (
     Client,
     LevelSpec,
@@ -46,9 +44,8 @@ from apps.benchmarks.harness import (
     percentiles,
     run_level,
 )
-from bench.sparksim_capacity import free_port, pin
+from bench._stack import ROOT, free_port, pin, start_sparksim
 
-ROOT = Path(__file__).resolve().parent.parent
 ACCURACY_MODEL = "nvidia/Qwen3.5-35B-A3B-NVFP4"
 CEILING_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # sparksim's generic dense profile, 0.5B
 
@@ -62,20 +59,7 @@ def start_sim(model: str, max_seqs: int, time_scale: float, max_model_len: int =
             "--max-num-seqs", str(max_seqs), "--time-scale", str(time_scale),
             "--load-time-scale", "100000", "--jit-seconds", "0", "--log-level", "WARNING"]  # fmt: skip
     log = ROOT / "var" / "bench-harness-sparksim.log"  # the last one started
-    log.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    raise RuntimeError("sparksim did not start:\n" + log.read_text()[-2000:])
+    return start_sparksim(argv, port, log, stop_waiting_on_exit=True)
 
 
 async def fetch_traces(client: Client, ids: list[str]) -> dict[str, dict]:

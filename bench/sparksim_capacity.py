@@ -18,8 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,18 +26,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench._stack import ROOT, free_port, pin, start_sparksim
+
 MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pin(cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() > 1 else []
 
 
 def start_sim(
@@ -50,19 +39,7 @@ def start_sim(
             "--gpu-memory-utilization", "0.85", "--max-model-len", str(max_model_len),
             "--max-num-seqs", str(max_seqs), "--time-scale", str(time_scale),
             "--load-time-scale", "100000", "--jit-seconds", "0", "--log-level", "WARNING"]  # fmt: skip
-    log = ROOT / "var" / f"bench-sparksim-{max_seqs}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("sparksim did not start:\n" + log.read_text()[-2000:])
+    return start_sparksim(argv, port, ROOT / "var" / f"bench-sparksim-{max_seqs}.log")
 
 
 async def stream_forever(

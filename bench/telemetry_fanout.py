@@ -25,119 +25,32 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import secrets
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import httpx
 import psutil
-import redis
 from channels_redis.core import RedisChannelLayer
 from websockets.asyncio.client import connect
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench._stack import (
+    ROOT,
+    login,
+    manage,
+    med_range,
+    panel_env,
+    pct,
+    pin,
+    start_redis,
+    start_web,
+    temp_stack,
+)
+
 HOST = "bench-sim"
 USER = "bench-member"
 PASSWORD = secrets.token_urlsafe(24)  # a throwaway user in a throwaway database
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pin(cpu: int) -> list[str]:
-    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and os.cpu_count() > 1 else []
-
-
-class Stack:
-    """Every process this benchmark starts; stop() ends them all (SIGTERM, then SIGKILL)."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = (self.tmp / f"{name}.log").open("w")
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        self.procs.append((name, proc))
-        return proc
-
-    def check(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
-
-    def tail(self, name: str) -> str:
-        path = self.tmp / f"{name}.log"
-        return path.read_text()[-2000:] if path.exists() else ""
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def wait_until(check, timeout: float, what: str, stack: Stack) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if check():
-                return
-        stack.check()
-        time.sleep(0.1)
-    raise RuntimeError(f"gave up waiting for {what} after {timeout:.0f} s")
-
-
-def manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
-
-
-def redis_ok(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-def login(url: str) -> str:
-    """A member's session cookie, through the real login form (CSRF included)."""
-    with httpx.Client(base_url=url, timeout=30) as client:
-        page = client.get("/accounts/login/")
-        page.raise_for_status()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        if token is None:
-            raise RuntimeError("no CSRF token on the login page")
-        response = client.post("/accounts/login/", data={
-            "csrfmiddlewaretoken": token.group(1), "username": USER, "password": PASSWORD})  # fmt: skip
-        session = client.cookies.get("sessionid")
-        if response.status_code != 302 or not session:
-            raise RuntimeError(f"login failed: HTTP {response.status_code}")
-        return session
 
 
 def cpu_seconds(proc: psutil.Process | None) -> float:
@@ -223,9 +136,9 @@ async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds
         "clients": clients,
         "wall_s": wall,
         "messages": len(flat),
-        "p50_ms": _pct(flat, 50),
-        "p95_ms": _pct(flat, 95),
-        "p99_ms": _pct(flat, 99),
+        "p50_ms": pct(flat, 50),
+        "p95_ms": pct(flat, 95),
+        "p99_ms": pct(flat, 99),
         "max_ms": flat[-1],
         "direct_p50_ms": statistics.median(direct) * 1000 if direct else float("nan"),
         "rate_median": statistics.median(rates),
@@ -233,17 +146,6 @@ async def one_round(ws_url: str, origin: str, cookie: str, clients: int, seconds
         **{f"cpu_{name}_pct": 100 * (cpu1[name] - cpu0[name]) / wall for name in procs},
         "web_ms_per_msg": 1000 * (cpu1["web"] - cpu0["web"]) / len(flat),
     }
-
-
-def _pct(sorted_values: list[float], q: float) -> float:
-    k = (len(sorted_values) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
-
-
-def _med(values: list[float], fmt: str) -> str:
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
 def main() -> int:
@@ -255,35 +157,9 @@ def main() -> int:
     parser.add_argument("--json", default=str(ROOT / "var" / "bench-telemetry-fanout.json"))
     args = parser.parse_args()
     levels = [int(x) for x in args.clients.split(",")]
-    # SIGTERM/SIGHUP end the run like Ctrl-C: the finally below stops every child.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, f: sys.exit(128 + s))
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-telemetry-"))
-    stack = Stack(tmp)
-    failed = True
-    try:
-        env = dict(os.environ)
-        env.pop("DJANGO_SETTINGS_MODULE", None)
-        env.update(
-            SPARKPANEL_VAR_DIR=str(tmp),
-            DATABASE_URL=f"sqlite:///{tmp / 'bench.sqlite3'}",
-            CHANNELS_PREFIX=f"bench-{uuid.uuid4().hex[:8]}",
-            ALLOWED_HOSTS="127.0.0.1",
-            DEBUG="false",
-            PYTHONUNBUFFERED="1",
-        )
-        redis_proc = None
-        if not env.get("REDIS_URL"):
-            server = shutil.which("redis-server")
-            if server is None:
-                raise RuntimeError("redis-server is not installed and REDIS_URL is not set")
-            rport = free_port()
-            redis_proc = stack.start("redis", [*pin(1), server, "--port", str(rport), "--bind",
-                                     "127.0.0.1", "--save", "", "--appendonly", "no",
-                                     "--dir", str(tmp)], env)  # fmt: skip
-            env["REDIS_URL"] = f"redis://127.0.0.1:{rport}/0"
-        wait_until(lambda: redis_ok(env["REDIS_URL"]), 15, "Redis", stack)
+    with temp_stack("bench-telemetry-") as stack:
+        env = panel_env(stack.tmp)
+        redis_proc = start_redis(stack, env, cpu=1)
 
         manage(env, "migrate", "--noinput")
         manage(env, "createuser", USER, "--role", "member", "--password-stdin",
@@ -291,16 +167,10 @@ def main() -> int:
         manage(env, "shell", "-c", "from apps.hosts.models import Host; "
                f"Host.objects.create(name={HOST!r}, engine='process', simulated=True)")  # fmt: skip
 
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        web = stack.start("web", [*pin(0), sys.executable, "-m", "uvicorn",
-                          "sparkpanel.asgi:application", "--host", "127.0.0.1", "--port",
-                          str(port), "--no-access-log"], env)  # fmt: skip
-        wait_until(lambda: httpx.get(url + "/healthz", timeout=1).status_code < 500, 60,
-                   "the web server", stack)  # fmt: skip
+        web, url = start_web(stack, env, cpu=0)
         agent = stack.start("hostagent", [*pin(1), sys.executable, "manage.py", "hostagent",
                             "--host", HOST, "--scrape-interval", "1"], env)  # fmt: skip
-        cookie = login(url)
+        cookie = login(url, USER, PASSWORD)
         if pin(1):
             os.sched_setaffinity(0, {1})
         procs = {
@@ -308,7 +178,7 @@ def main() -> int:
             "agent": psutil.Process(agent.pid),
             "redis": psutil.Process(redis_proc.pid) if redis_proc else None,
         }
-        ws_url = f"ws://127.0.0.1:{port}/ws/telemetry/host/{HOST}/"
+        ws_url = url.replace("http://", "ws://") + f"/ws/telemetry/host/{HOST}/"
         pinned = "web on CPU 0, agent/Redis/clients on CPU 1" if pin(1) else "unpinned"
         print(f"telemetry fan-out: 1 Hz samples of {HOST}, {args.seconds:g} s window after "
               f"{args.warmup:g} s warm-up, {args.repeats} repeat(s); {pinned}")  # fmt: skip
@@ -336,9 +206,9 @@ def main() -> int:
             def col(key: str, rs=rs) -> list[float]:
                 return [r[key] for r in rs]
 
-            print(f"{n:>7} {_med(col('p50_ms'), '{:.1f}'):>18} {_med(col('p95_ms'), '{:.1f}'):>18} "
-                  f"{_med(col('p99_ms'), '{:.1f}'):>18} {_med(col('max_ms'), '{:.1f}'):>18} "
-                  f"{_med(col('rate_median'), '{:.2f}'):>18} {_med(col('cpu_web_pct'), '{:.2f}'):>18} "
+            print(f"{n:>7} {med_range(col('p50_ms'), '{:.1f}'):>18} {med_range(col('p95_ms'), '{:.1f}'):>18} "
+                  f"{med_range(col('p99_ms'), '{:.1f}'):>18} {med_range(col('max_ms'), '{:.1f}'):>18} "
+                  f"{med_range(col('rate_median'), '{:.2f}'):>18} {med_range(col('cpu_web_pct'), '{:.2f}'):>18} "
                   f"{statistics.median(col('cpu_agent_pct')):>11.1f} "
                   f"{statistics.median(col('cpu_redis_pct')):>11.1f} "
                   f"{statistics.median(col('direct_p50_ms')):>18.1f}")  # fmt: skip
@@ -361,14 +231,7 @@ def main() -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({str(n): rs for n, rs in runs.items()}, indent=2))
         print(f"raw results: {args.json}")
-        failed = False
         return 0
-    finally:
-        stack.stop()
-        if failed:
-            for name, _ in stack.procs:
-                print(f"--- {name} log (tail) ---\n{stack.tail(name)}", file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
