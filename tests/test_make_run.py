@@ -45,8 +45,15 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
         assert page.status_code == 200
         assert "Sign in" in page.text
         started = psutil.Process(proc.pid).children(recursive=True)
-        names = " ".join(" ".join(p.cmdline()) for p in started)
-        for part in ("redis-server", "uvicorn", "worker", "beat", "hostagent --host local-sim"):
+
+        def cmdline(p: psutil.Process) -> str:
+            try:
+                return " ".join(p.cmdline())
+            except psutil.Error:  # a short-lived helper that just exited (a zombie)
+                return ""
+
+        names = " ".join(cmdline(p) for p in started)
+        for part in ("redis-server", "uvicorn", "worker", "beat", "hostagent --host local-sim --wait"):
             assert part in names, f"{part} not started: {names}"
     finally:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers

@@ -181,7 +181,9 @@ def main() -> int:
         children.append(Child(f"worker-{demo}", worker_argv(f"host.{demo}", demo), env))
         # Its host agent: live memory and metrics, and the memory watchdog.
         children.append(
-            Child(f"hostagent-{demo}", [PY, "manage.py", "hostagent", "--host", demo], env)
+            Child(
+                f"hostagent-{demo}", [PY, "manage.py", "hostagent", "--host", demo, "--wait"], env
+            )
         )
         children.append(
             Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)

@@ -90,6 +90,12 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
         yield LiveServer(url=url, env=env, log=log)
     finally:
         stop_process(proc, timeout=15)
+        # Models the tests left running (their servers live in their own sessions).
+        from apps.hosts.engines.process import ProcessEngine
+
+        engine = ProcessEngine(runs_dir=tmp / "runs")
+        for managed in engine.list_managed():
+            engine.kill(managed.handle)
 
 
 @pytest.fixture(scope="session")

@@ -75,8 +75,10 @@ def test_scaling_does_not_change_the_ratios(realtime, scaled):
     with realtime.client() as a, scaled.client() as b:
         slow = measure(a, 1834, 32, scale=1, seed=11)
         fast = measure(b, 1834, 32, scale=10, seed=11)
+    # The client's own fixed wall-clock cost (sending, tokenizing: a few ms) is multiplied
+    # by the scale too, which adds 2–5 % to a 1.1 s TTFT at 10×: allow 8 %.
     for key in ("ttft", "decode"):
-        assert abs(fast[key] / slow[key] - 1) <= 0.05, key
+        assert abs(fast[key] / slow[key] - 1) <= 0.08, key
 
 
 def test_concurrent_streams_share_bandwidth(scaled):

@@ -15,6 +15,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", required=True, help="the host's name in the panel")
         parser.add_argument(
+            "--wait", action="store_true", help="wait for the host to be added instead of failing"
+        )
+        parser.add_argument(
             "--memory-interval",
             type=float,
             default=MEM_INTERVAL_S,
@@ -29,6 +32,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         name = options["host"]
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        if options["wait"] and not Host.objects.filter(name=name).exists():
+            self.stdout.write(f"waiting for a host named {name!r} to be added…")
+            self.stdout.flush()
+            while not stop.wait(2) and not Host.objects.filter(name=name).exists():
+                pass
+            if stop.is_set():
+                return
         if not Host.objects.filter(name=name).exists():
             known = ", ".join(Host.objects.values_list("name", flat=True)) or "none yet"
             raise CommandError(f"no host named {name!r} (hosts: {known}); add it in Django admin")
@@ -37,9 +50,6 @@ class Command(BaseCommand):
             or not 0.2 <= options["scrape_interval"] <= 60
         ):
             raise CommandError("memory interval must be 0.05–10 s and scrape interval 0.2–60 s")
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
         agent = HostAgent(
             name,
             mem_interval=options["memory_interval"],
