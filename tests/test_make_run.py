@@ -53,7 +53,13 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
                 return ""
 
         names = " ".join(cmdline(p) for p in started)
-        for part in ("redis-server", "uvicorn", "worker", "beat", "hostagent --host local-sim --wait"):
+        for part in (
+            "redis-server",
+            "uvicorn",
+            "worker",
+            "beat",
+            "hostagent --host local-sim --wait",
+        ):
             assert part in names, f"{part} not started: {names}"
     finally:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
