@@ -143,7 +143,7 @@ def _server_version(run: Run) -> str:
     import httpx
 
     try:
-        response = httpx.get(run_runner._local(run.endpoint) + "/version", timeout=5)
+        response = httpx.get(run.local_endpoint + "/version", timeout=5)
         data = response.json()
         version = str(data.get("version", ""))
         return f"{version} (sparksim)" if data.get("simulated") else version
@@ -232,7 +232,7 @@ def _measure(job: Job, run: Run) -> bool:
     scale = job.context["time_scale"]
     levels = _levels(job, run)
     total = sum(spec.requests + spec.warmup for _, spec in levels)
-    base_url, model = run_runner._local(run.endpoint), run.served_name  # no ORM in the loop
+    base_url, model = run.local_endpoint, run.served_name  # no ORM in the loop
     monitor = _Monitor(job)
     monitor.update(step="Running", done=0, total=total, percent=0)
     monitor.start()

@@ -313,7 +313,6 @@ def _error_text(text: str) -> str:
 def _prepare(conversation_id: int, content: str) -> dict:
     from apps.chat.models import Conversation, Message
     from apps.runs.models import RunState
-    from apps.runs.runner import _local
 
     conv = Conversation.objects.select_related("run", "run__recipe", "run__host").get(
         pk=conversation_id
@@ -339,7 +338,7 @@ def _prepare(conversation_id: int, content: str) -> dict:
         "user_message": user_message.as_dict(),
         "assistant_id": assistant.pk,
         "run_id": run.pk,
-        "url": _local(run.endpoint) + "/v1/chat/completions",
+        "url": run.local_endpoint + "/v1/chat/completions",
         "body": {
             "model": run.served_name,
             "messages": history,

@@ -104,6 +104,12 @@ class Run(models.Model):
         return f"http://{self.host.advertise_host}:{self.port}"
 
     @property
+    def local_endpoint(self) -> str:
+        """The endpoint as the panel's own processes reach it (a server bound to all
+        interfaces is reached on loopback)."""
+        return self.endpoint.replace("//0.0.0.0:", "//127.0.0.1:")
+
+    @property
     def served_name(self) -> str:
         return self.recipe.served_model_name or self.recipe.model_id
 

@@ -64,10 +64,6 @@ class _Pusher:
         fragment_push(group=BROADCAST_GROUP, html=html)
 
 
-def _local(url: str) -> str:
-    return url.replace("//0.0.0.0:", "//127.0.0.1:")
-
-
 def _scaled(run: Run, seconds: float) -> float:
     return seconds / run.host.sim_time_scale if run.host.simulated else seconds
 
@@ -237,7 +233,7 @@ def _read_into(
 
 def _models_ready(run: Run) -> bool:
     try:
-        return httpx.get(_local(run.endpoint) + "/v1/models", timeout=1).status_code == 200
+        return httpx.get(run.local_endpoint + "/v1/models", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -253,7 +249,7 @@ def _warm_up(run: Run, pusher: _Pusher) -> None:
     ttfts: list[float] = []
     scale = run.host.sim_time_scale if run.host.simulated else 1.0
     deadline = time.monotonic() + _scaled(run, PHASE_TIMEOUT_S[S.WARMING])
-    with httpx.Client(base_url=_local(run.endpoint), timeout=max(_scaled(run, 300), 10)) as client:
+    with httpx.Client(base_url=run.local_endpoint, timeout=max(_scaled(run, 300), 10)) as client:
         for i in range(WARMUP_MAX_REQUESTS):
             _check_stop(run)
             t0 = time.monotonic()

@@ -292,7 +292,7 @@ class HostAgent:
         else:
             if self.deriver is None or self.deriver_run != run.pk:
                 self.deriver, self.deriver_run = scrape.Deriver(), run.pk
-            url = run.endpoint.replace("//0.0.0.0:", "//127.0.0.1:") + "/metrics"
+            url = run.local_endpoint + "/metrics"
             result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
                                              max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip
             self.deriver.feed(time.monotonic(), snapshot if result.ok else None)
