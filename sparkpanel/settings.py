@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "axes",
+    "ninja",  # the JSON API (its Swagger UI files are served locally: no CDN)
     "apps.accounts",
     "apps.core",
     "apps.recipes",
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "apps.benchmarks",
     "apps.telemetry",
     "apps.chat",
+    "apps.api",
 ]
 
 MIDDLEWARE = [
@@ -141,6 +143,12 @@ CHAT_STALL_TIMEOUT_S = float(env_int("CHAT_STALL_TIMEOUT_SECONDS", 60))
 # networks may scrape it.
 METRICS_TOKEN = env_secret("METRICS_TOKEN")
 METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.1/32", "::1/128"])
+# Where people reach the panel (e.g. https://sparkpanel.lan): makes links in webhook
+# payloads absolute. Blank: paths only.
+SITE_URL = env_str("SITE_URL", "").rstrip("/")
+# Outgoing webhooks: seconds before each retry (six attempts in all by default).
+_RETRIES = env_list("WEBHOOK_RETRY_DELAYS", ["10", "30", "90", "270", "810"])
+WEBHOOK_RETRY_DELAYS = [int(v) for v in _RETRIES]
 
 # --- Celery ----------------------------------------------------------------------------
 # The longest task (a model's first load plus warm-up, or a long benchmark suite) must
@@ -238,5 +246,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}},
+    # httpx logs every request's full URL at INFO: webhook URLs may carry their own tokens.
+    "loggers": {"axes": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }

@@ -11,6 +11,7 @@ urlpatterns = [
     path("hosts/", include("apps.hosts.urls")),
     path("benchmarks/", include("apps.benchmarks.urls")),
     path("chat/", include("apps.chat.urls")),
+    path("api/", include("apps.api.urls")),
     path("admin/", admin.site.urls),
     path("metrics", panel_metrics, name="panel-metrics"),
 ]

@@ -31,6 +31,13 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery-staple-42"
 
 
+def pytest_configure(config) -> None:
+    # Hundreds of tests create users; the production hasher (PBKDF2, about a second per user
+    # on a busy 2-core machine) would cost minutes. Signing in with the real hasher is still
+    # tested: the browser tests' live server runs with the production settings.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def require_service(available: bool, what: str) -> None:
     """Skip when a service is missing on a developer's machine; fail under CI=true."""
     if available:

@@ -1,6 +1,9 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from apps.accounts import views
+from apps.api import webhooks
+
 urlpatterns = [
     path(
         "login/",
@@ -10,4 +13,9 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("profile/", views.profile, name="profile"),
+    path("profile/tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
+    path("profile/webhooks/", webhooks.webhook_add, name="webhook-add"),
+    path("profile/webhooks/<int:pk>/delete/", webhooks.webhook_delete, name="webhook-delete"),
+    path("profile/webhooks/<int:pk>/test/", webhooks.webhook_test, name="webhook-test"),
 ]

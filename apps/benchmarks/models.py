@@ -189,6 +189,10 @@ class Job(models.Model):
             self.state = to
             for key, value in fields.items():
                 setattr(self, key, value)
+            if to in FINISHED_JOB_STATES:  # the owner's webhooks (after commit; never raises)
+                from apps.api.webhooks import job_finished
+
+                job_finished(self)
         return bool(updated)
 
 

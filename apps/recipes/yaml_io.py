@@ -98,7 +98,8 @@ def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
     return doc, notes, []
 
 
-def _form_data(entry: dict) -> dict:
+def recipe_form_data(entry: dict) -> dict:
+    """A recipe as a dict (YAML entry, API body) → RecipeForm data; absent keys = defaults."""
     data = dict(entry)
     if isinstance(data.get("extra_args"), list):
         data["extra_args"] = format_extra_args([str(t) for t in data["extra_args"]])
@@ -151,7 +152,7 @@ def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportR
             message = f"a recipe {instance.slug!r} already exists; tick 'replace' to overwrite it"
             result.problems.append(_problem(label, message, "slug"))
             continue
-        form = RecipeForm(data=_form_data(entry), instance=instance)
+        form = RecipeForm(data=recipe_form_data(entry), instance=instance)
         if not form.is_valid():
             result.problems.append(EntryErrors(label, {k: list(v) for k, v in form.errors.items()}))
             continue

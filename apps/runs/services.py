@@ -16,7 +16,13 @@ from apps.runs.models import STARTING_STATES, Run, RunState
 
 
 class RunRefused(Exception):
-    """Admission control said no; the message says why, with numbers."""
+    """Admission control said no; the message says why, with numbers. `code` says which
+    rule: host_busy, no_free_port, not_enough_memory, memory_unknown (the state of the
+    host), or image_not_allowed, unsafe_recipe (the request itself)."""
+
+    def __init__(self, message: str, code: str = "refused"):
+        super().__init__(message)
+        self.code = code
 
 
 def _free_port(host: Host) -> int:
@@ -34,7 +40,9 @@ def _free_port(host: Host) -> int:
                 except OSError:
                     continue
         return port
-    raise RunRefused(f"no free port in {host.name}'s range {host.port_min}–{host.port_max}")
+    raise RunRefused(
+        f"no free port in {host.name}'s range {host.port_min}–{host.port_max}", "no_free_port"
+    )
 
 
 def _bind_address(host: Host) -> str:
@@ -49,21 +57,23 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
     try:
         check_utilization(recipe.gpu_memory_utilization)
     except FlagError as exc:  # a recipe row changed behind the validators' back
-        raise RunRefused(f"this recipe cannot be started: {exc}") from None
+        raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
     active = Run.objects.active().filter(host=host).select_related("recipe").first()
     if active is not None:
         raise RunRefused(
             f"{host.name} already runs “{active.recipe}” ({active.get_state_display().lower()}): "
-            "stop it first — one model at a time per Spark."
+            "stop it first — one model at a time per Spark.",
+            "host_busy",
         )
     if not host.image_allowed(recipe.image):
         raise RunRefused(
-            f"{host.name} does not allow the image {recipe.image} (see the host's allowlist)."
+            f"{host.name} does not allow the image {recipe.image} (see the host's allowlist).",
+            "image_not_allowed",
         )
     try:
         memory = host.memory()
     except MeminfoError as exc:
-        raise RunRefused(f"cannot measure {host.name}'s memory: {exc}") from None
+        raise RunRefused(f"cannot measure {host.name}'s memory: {exc}", "memory_unknown") from None
     spec = host.spec()
     pool = float(recipe.gpu_memory_utilization) * spec.cuda_visible_gib * GIB
     needed = pool + spec.freeze_margin_gb * GB
@@ -72,7 +82,8 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
             f"{host.name} has {memory.available_bytes / GB:.1f} GB available; this recipe's vLLM "
             f"pool takes {pool / GB:.1f} GB ({recipe.gpu_memory_utilization} × "
             f"{spec.cuda_visible_gib} GiB) and {spec.freeze_margin_gb:g} GB must stay free, so it "
-            f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization."
+            f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization.",
+            "not_enough_memory",
         )
 
 
@@ -83,7 +94,7 @@ def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = Non
     try:
         argv = serve_argv(recipe, host=_bind_address(host), port=port)
     except UnsafeCommand as exc:  # a recipe row changed behind the validators' back
-        raise RunRefused(f"this recipe cannot be started: {exc}") from None
+        raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
     try:
         with transaction.atomic():
             return Run.objects.create(
@@ -91,7 +102,9 @@ def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = Non
                 argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
             )  # fmt: skip
     except IntegrityError:
-        raise RunRefused(f"{host.name} already has an active run: stop it first.") from None
+        raise RunRefused(
+            f"{host.name} already has an active run: stop it first.", "host_busy"
+        ) from None
 
 
 def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:

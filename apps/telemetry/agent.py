@@ -264,11 +264,15 @@ class HostAgent:
                      "levels measured before that are kept.")  # fmt: skip
 
     def _incident(self, kind: str, message: str, run: Run | None, action: str = "") -> Incident:
+        from apps.api.webhooks import incident_happened
+
         curve = [[round(t, 1), v] for t, v in self.watchdog.history()]
-        return Incident.objects.create(
+        incident = Incident.objects.create(
             host=self.host, run=run, recipe_name=str(run.recipe) if run else "", kind=kind,
             at=timezone.now(), message=message, action=action[:300], memory_curve=curve,
         )  # fmt: skip
+        incident_happened(incident)  # subscribers' webhooks (never raises)
+        return incident
 
     def _banner(self, level: str, message: str) -> None:
         html = render_to_string(

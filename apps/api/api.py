@@ -1,0 +1,86 @@
+"""SparkPanel's JSON API, version 1: /api/v1/ (schema at /api/v1/openapi.json, docs at
+/api/v1/docs)."""
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, JsonResponse
+from ninja import NinjaAPI
+
+from apps.accounts.roles import CAPABILITIES, VIEW_PANEL
+from apps.accounts.services import user_role
+from apps.api import errors
+from apps.api.auth import AUTH, require
+from apps.api.routes import hosts, jobs, planner, recipes, runs
+from apps.api.schemas import MeOut
+from apps.api.tokens import token_user
+
+DESCRIPTION = """
+Everything a script or CI job needs from SparkPanel: hosts and their memory, recipes (create,
+update, YAML import), runs (start, stop, follow), benchmark jobs (queue, follow, cancel,
+results as JSON or CSV, compare) and the memory planner.
+
+**Authentication**: a personal token from your profile page (*Account → API tokens*), sent as
+`Authorization: Bearer spk_…`. A token acts with its owner's role; every endpoint checks the
+same permissions as the pages. In this page you are signed in with your browser session.
+
+**Errors** always look like `{"error": {"code", "message", "fields"}}`: 400 unreadable
+request, 401 missing/invalid/revoked token, 403 the role does not allow it, 404 no such
+object, 409 conflicts with the current state (host busy, job already finished), 422 invalid
+input with messages per field.
+
+**Lists** are paginated: `?limit=50&offset=0` → `{items, count, limit, offset, next_offset}`.
+
+**Retries**: send an `Idempotency-Key` header when queueing a job; a retry with the same key
+returns the same job instead of queueing another. See docs/api.md for curl examples and the
+`manage.py spark` command line.
+"""
+
+
+def _docs_login(view):
+    """The schema and the docs page: a token or a signed-in session with a role."""
+
+    def wrapped(request: HttpRequest, *args, **kwargs):
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer "):
+            user = token_user(header[7:].strip())
+            if user is not None:
+                request.user = user
+        script = request.path.endswith(".json")
+        if not request.user.is_authenticated:
+            if not script:
+                return redirect_to_login(request.get_full_path())
+            return JsonResponse(
+                errors.body("unauthenticated", "Send a token: Authorization: Bearer <token>."),
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="sparkpanel"'},
+            )
+        if not request.user.has_perm(VIEW_PANEL):
+            message = "This account has no role yet; ask an admin to give it one."
+            return JsonResponse(errors.body("forbidden", message), status=403)
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+api = NinjaAPI(
+    title="SparkPanel API",
+    version="1",
+    description=DESCRIPTION,
+    urls_namespace="api-v1",
+    auth=AUTH,
+    docs_decorator=_docs_login,
+)
+errors.install(api)
+for module in (hosts, recipes, runs, jobs, planner):
+    api.add_router("/", module.router)
+
+
+@api.get("/me", response={200: MeOut, **errors.ERRORS}, tags=["account"], summary="Who am I")
+def me(request: HttpRequest):
+    """The token's (or session's) user, role and permissions."""
+    require(request, VIEW_PANEL)
+    role = user_role(request.user)
+    return {
+        "username": request.user.get_username(),
+        "role": role.value if role else None,
+        "permissions": sorted(c for c in CAPABILITIES if request.user.has_perm(f"accounts.{c}")),
+    }

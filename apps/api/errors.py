@@ -1,0 +1,117 @@
+"""One error shape for the whole API: {"error": {"code", "message", "fields"}}.
+
+400 unreadable request, 401 no or bad credentials, 403 the role does not allow it, 404 no
+such object, 409 the action conflicts with the current state (host busy, job finished),
+422 the input is invalid (with field-level messages).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from ninja import Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+log = logging.getLogger(__name__)
+
+CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    422: "invalid",
+    429: "throttled",
+}
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    fields: dict[str, list[str]] | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody
+
+
+# Declared on every operation so the schema tells clients (and schemathesis) what to expect.
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, message: str, *, code: str | None = None, fields: dict | None = None
+    ):
+        super().__init__(message)
+        self.status = status
+        self.code = code or CODES.get(status, "error")
+        self.message = message
+        self.fields = fields
+
+
+def body(code: str, message: str, fields: dict | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "fields": fields}}
+
+
+def _loc_name(loc) -> str:
+    # ninja reports ("body", "payload", "field", 0) or ("query", "limit"): keep what a user
+    # typed, i.e. the field path without the transport and the parameter object's name.
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
+        parts = parts[1:]
+        if len(parts) > 1 and parts[0] in ("payload", "filters", "pagination", "params"):
+            parts = parts[1:]
+    return ".".join(parts) or "__all__"
+
+
+def validation_fields(errors: list[dict]) -> dict[str, list[str]]:
+    fields: dict[str, list[str]] = {}
+    for error in errors:
+        fields.setdefault(_loc_name(error.get("loc", ())), []).append(str(error.get("msg", "")))
+    return fields
+
+
+def install(api) -> None:
+    """Replace ninja's default handlers with ones that answer in the one error shape."""
+
+    def respond(request, status: int, code: str, message: str, fields=None):
+        response = api.create_response(request, body(code, message, fields), status=status)
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="sparkpanel"'
+        return response
+
+    def on_api_error(request, exc: ApiError):
+        return respond(request, exc.status, exc.code, exc.message, exc.fields)
+
+    def on_validation(request, exc: ValidationError):
+        fields = validation_fields(exc.errors)
+        return respond(request, 422, "invalid", "The request has invalid fields.", fields)
+
+    def on_http_error(request, exc: HttpError):
+        message = str(exc)
+        if isinstance(exc, AuthenticationError) and message == "Unauthorized":
+            message = "Send a personal API token: Authorization: Bearer <token>."
+        return respond(request, exc.status_code, CODES.get(exc.status_code, "error"), message)
+
+    def on_404(request, exc):
+        return respond(request, 404, "not_found", str(exc) or "No such object.")
+
+    def on_denied(request, exc):
+        return respond(request, 403, "forbidden", str(exc) or "Your role does not allow this.")
+
+    def on_exception(request, exc: Exception):
+        log.exception("API error on %s %s", request.method, request.path)
+        return respond(
+            request, 500, "server_error", "Internal error; the panel's log has the details."
+        )
+
+    api.add_exception_handler(Exception, on_exception)
+    api.add_exception_handler(Http404, on_404)
+    api.add_exception_handler(PermissionDenied, on_denied)
+    api.add_exception_handler(HttpError, on_http_error)
+    api.add_exception_handler(ValidationError, on_validation)
+    api.add_exception_handler(ApiError, on_api_error)

@@ -1,0 +1,424 @@
+"""What the API answers with (and so what the OpenAPI schema documents)."""
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from ninja import Field, Schema
+from pydantic import ConfigDict
+
+
+class Strict(Schema):
+    """Input schemas refuse unknown keys: a typo must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class MeOut(Schema):
+    username: str
+    role: str | None
+    permissions: list[str]
+
+
+# --- hosts --------------------------------------------------------------------------------
+class MemoryOut(Schema):
+    total_bytes: int | None
+    available_bytes: int | None
+    used_percent: float | None
+    level: str | None = Field(None, description="ok / warn / act (from the host agent)")
+    source: str = Field(description="agent (measured on the Spark), panel, or unknown")
+    error: str | None = None
+
+
+class AgentOut(Schema):
+    live: bool
+    seen_at: datetime | None
+    error: str
+
+
+class RunRef(Schema):
+    id: int
+    state: str
+    recipe: str
+
+
+class HostOut(Schema):
+    name: str
+    description: str
+    engine: str
+    simulated: bool
+    worker_online: bool
+    last_heartbeat: datetime | None
+    agent: AgentOut
+    memory: MemoryOut
+    active_run: RunRef | None
+    jobs_running: int
+    jobs_queued: int
+    url: str
+
+
+# --- recipes ------------------------------------------------------------------------------
+class RecipeFields(Strict):
+    """Every field of a recipe. On create, name, model_id and the three required flags must be
+    given; on update, only what changes."""
+
+    name: str | None = None
+    slug: str | None = None
+    description: str | None = None
+    model_id: str | None = None
+    served_model_name: str | None = None
+    image: str | None = None
+    gpu_memory_utilization: Decimal | None = Field(
+        None, description="At most 0.90 on a Spark (the panel refuses more)."
+    )
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    swap_space: Decimal | None = None
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool | None = None
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    extra_args: list[str] | None = Field(
+        None,
+        description='Further vLLM flags from the allowed list, e.g. ["--load-format", '
+        '"fastsafetensors"]. Never mounts, devices or privileges.',
+    )
+    total_params_b: float | None = None
+    active_params_b: float | None = None
+    weight_format: str | None = None
+    weight_gb: float | None = None
+    num_layers: int | None = None
+    attention_layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    sliding_window_layers: int | None = None
+    sliding_window: int | None = None
+    recurrent_state_mib: float | None = None
+    checkpoint_kv_dtype: str | None = None
+
+
+class PlanSummary(Schema):
+    verdict: str
+    max_concurrency: int | None
+    decode_ceiling_tps: float | None
+
+
+class RecipeOut(Schema):
+    slug: str
+    name: str
+    description: str
+    model_id: str
+    served_model_name: str
+    image: str
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_dtype: str
+    quantization: str
+    swap_space: float
+    enable_prefix_caching: bool
+    enforce_eager: bool
+    max_num_batched_tokens: int | None
+    tensor_parallel_size: int
+    reasoning_parser: str
+    tool_call_parser: str
+    extra_args: list[str]
+    total_params_b: float | None
+    active_params_b: float | None
+    weight_format: str
+    weight_gb: float | None
+    num_layers: int | None
+    attention_layers: int | None
+    kv_heads: int | None
+    head_dim: int | None
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    sliding_window_layers: int | None
+    sliding_window: int | None
+    recurrent_state_mib: float | None
+    checkpoint_kv_dtype: str
+    is_preset: bool
+    created_at: datetime
+    updated_at: datetime
+    plan: PlanSummary
+    url: str
+
+    @staticmethod
+    def resolve_plan(obj) -> dict:
+        plan = obj.plan()
+        return {
+            "verdict": plan.verdict.value,
+            "max_concurrency": plan.max_concurrency,
+            "decode_ceiling_tps": plan.decode_ceiling_tps,
+        }
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return obj.get_absolute_url()
+
+
+class YamlImportIn(Strict):
+    yaml: str = Field(description="A SparkPanel export or a sparkrun recipe (≤ 1 MB).")
+    replace: bool = Field(False, description="Overwrite recipes with the same slug.")
+
+
+class YamlImportOut(Schema):
+    created: list[str]
+    updated: list[str]
+    notes: list[str]
+
+
+# --- runs ---------------------------------------------------------------------------------
+class RunStartIn(Strict):
+    recipe: str = Field(description="The recipe's slug.")
+    host: str = Field(description="The host's name.")
+
+
+class FailureOut(Schema):
+    reason: str
+    advice: str
+    log: str
+
+
+class RunOut(Schema):
+    id: int
+    state: str
+    state_label: str
+    active: bool
+    step: str
+    percent: float = Field(description="Progress of the current phase (pulling, loading), 0–100.")
+    recipe: str
+    host: str
+    started_by: str | None
+    image: str
+    endpoint: str
+    argv: list[str]
+    created_at: datetime
+    updated_at: datetime
+    elapsed_s: float
+    remaining_s: float | None
+    cold_ttft_s: float | None
+    warm_ttft_s: float | None
+    failure: FailureOut | None
+    restart_of: int | None
+    url: str
+
+    @staticmethod
+    def resolve_state_label(obj) -> str:
+        return obj.get_state_display()
+
+    @staticmethod
+    def resolve_active(obj) -> bool:
+        return obj.is_active
+
+    @staticmethod
+    def resolve_recipe(obj) -> str:
+        return obj.recipe.slug
+
+    @staticmethod
+    def resolve_host(obj) -> str:
+        return obj.host.name
+
+    @staticmethod
+    def resolve_started_by(obj) -> str | None:
+        return obj.started_by.get_username() if obj.started_by else None
+
+    @staticmethod
+    def resolve_elapsed_s(obj) -> float:
+        return round(obj.elapsed_seconds(), 1)
+
+    @staticmethod
+    def resolve_remaining_s(obj) -> float | None:
+        remaining = obj.remaining_seconds()
+        return None if remaining is None else round(remaining, 1)
+
+    @staticmethod
+    def resolve_failure(obj) -> dict | None:
+        if obj.state != "failed":
+            return None
+        return {"reason": obj.failure_reason, "advice": obj.failure_advice, "log": obj.failure_log}
+
+    @staticmethod
+    def resolve_restart_of(obj) -> int | None:
+        return obj.restart_of_id
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return obj.get_absolute_url()
+
+
+class RunDetailOut(RunOut):
+    log_tail: str
+
+
+# --- benchmarks ---------------------------------------------------------------------------
+class SuiteOut(Schema):
+    id: int
+    name: str
+    description: str
+    is_default: bool
+    scenarios: list[Any]
+    repetitions: int
+    sweep_enabled: bool
+    sweep_levels: list[int]
+    slo_ttft_s: float
+    slo_tpot_s: float
+
+
+class JobQueueIn(Strict):
+    recipe: str = Field(description="The recipe's slug.")
+    host: str = Field(description="The host's name.")
+    suite: str | None = Field(
+        None, description="The suite's name or id; omitted = the default suite."
+    )
+    note: str = Field("", max_length=200, description="Why, e.g. “nightly after image update”.")
+
+
+class JobOut(Schema):
+    id: int
+    state: str
+    active: bool
+    suite: str
+    suite_id: int
+    recipe: str
+    host: str
+    run: int | None
+    queued_by: str | None
+    note: str
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    progress: dict[str, Any]
+    summary: dict[str, Any]
+    error: str
+    url: str
+    results_url: str
+    csv_url: str
+
+    @staticmethod
+    def resolve_active(obj) -> bool:
+        return obj.is_active
+
+    @staticmethod
+    def resolve_suite(obj) -> str:
+        return obj.plan.get("name") or obj.suite.name
+
+    @staticmethod
+    def resolve_recipe(obj) -> str:
+        return obj.recipe.slug
+
+    @staticmethod
+    def resolve_host(obj) -> str:
+        return obj.host.name
+
+    @staticmethod
+    def resolve_run(obj) -> int | None:
+        return obj.run_id
+
+    @staticmethod
+    def resolve_queued_by(obj) -> str | None:
+        return obj.queued_by.get_username() if obj.queued_by else None
+
+    @staticmethod
+    def resolve_duration_s(obj) -> float | None:
+        duration = obj.duration_seconds()
+        return None if duration is None else round(duration, 1)
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return obj.get_absolute_url()
+
+    @staticmethod
+    def resolve_results_url(obj) -> str:
+        return f"/api/v1/jobs/{obj.pk}/results"
+
+    @staticmethod
+    def resolve_csv_url(obj) -> str:
+        return f"/api/v1/jobs/{obj.pk}/results.csv"
+
+
+class JobDetailOut(JobOut):
+    position: int | None = Field(
+        None, description="0 = running now, 1 = next, …; null once finished."
+    )
+    estimated_start: datetime | None = None
+    estimate_s: float | None = Field(None, description="Median duration of similar jobs.")
+
+
+class CompareOut(Schema):
+    jobs: list[dict[str, Any]]
+
+
+# --- planner ------------------------------------------------------------------------------
+class PlanIn(Strict):
+    """The flags and architecture the planner reads; the same rules as the wizard."""
+
+    gpu_memory_utilization: Decimal = Field(description="At most 0.90.")
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_dtype: str = "auto"
+    swap_space: Decimal | None = None
+    enforce_eager: bool = False
+    max_num_batched_tokens: int | None = None
+    tensor_parallel_size: int | None = 1
+    total_params_b: float | None = None
+    active_params_b: float | None = None
+    weight_format: str = "bf16"
+    weight_gb: float | None = None
+    num_layers: int | None = None
+    attention_layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    sliding_window_layers: int | None = None
+    sliding_window: int | None = None
+    recurrent_state_mib: float | None = None
+    checkpoint_kv_dtype: str | None = None
+    host: str | None = Field(None, description="Plan for this host's memory (default: a Spark).")
+
+
+class PlanWarningOut(Schema):
+    code: str
+    severity: str
+    message: str
+
+
+class BudgetOut(Schema):
+    key: str
+    label: str
+    bytes: float
+
+
+class PlanOut(Schema):
+    verdict: str
+    weights_bytes: float | None
+    active_weight_bytes: float | None
+    kv_bytes_per_token: float | None
+    kv_bytes_per_sequence: float | None
+    state_bytes_per_sequence: float
+    pool_bytes: float
+    headroom_bytes: float
+    kv_available_bytes: float | None
+    kv_needed_bytes: float | None
+    kv_usage_ratio: float | None
+    tokens_that_fit: int | None
+    max_concurrency: int | None
+    largest_safe_utilization: float
+    min_utilization_to_fit: float | None
+    recommended_utilization: float
+    recommendation_reason: str
+    decode_ceiling_tps: float | None
+    decode_ceiling_full_context_tps: float | None
+    decode_ceiling_batch_tps: float | None
+    physical_bytes: float
+    budget: list[BudgetOut]
+    warnings: list[PlanWarningOut]
+    unknowns: list[str]

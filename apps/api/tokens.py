@@ -1,0 +1,53 @@
+"""Creating, checking and revoking personal API tokens (stored as SHA-256 digests).
+
+Tokens are 256 random bits, so a plain (fast) digest is enough: there is nothing to
+brute-force that a slow password hash would protect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.utils import timezone
+
+from apps.api.models import ApiToken
+
+PREFIX = "spk_"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def digest(clear: str) -> str:
+    return hashlib.sha256(clear.encode()).hexdigest()
+
+
+def token_create(*, user, name: str) -> tuple[ApiToken, str]:
+    """A new token for `user`; returns the row and the clear token (shown once, never
+    stored)."""
+    clear = PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user, name=name.strip()[:100] or "token", prefix=clear[:12], digest=digest(clear)
+    )
+    return token, clear
+
+
+def token_revoke(*, token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def token_user(clear: str):
+    """The active user a clear token belongs to, or None (unknown, revoked, user
+    deactivated)."""
+    if not clear.startswith(PREFIX) or len(clear) > 200:
+        return None
+    token = ApiToken.objects.live().select_related("user").filter(digest=digest(clear)).first()
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
