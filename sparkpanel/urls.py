@@ -17,3 +17,4 @@ urlpatterns = [
 ]
 
 handler403 = "apps.core.views.permission_denied"
+handler500 = "apps.core.views.server_error"

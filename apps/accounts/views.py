@@ -26,8 +26,9 @@ def _context(request: HttpRequest, **extra) -> dict:
     return {
         "tokens": ApiToken.objects.filter(user=user),
         "form": extra.pop("form", None) or TokenForm(),
-        "capabilities": [text for code, text in CAPABILITIES.items()
-                         if user.has_perm(f"accounts.{code}")],  # fmt: skip
+        "capabilities": [
+            text for code, text in CAPABILITIES.items() if user.has_perm(f"accounts.{code}")
+        ],
         "current": "profile",
         **webhook_context(request),
         **extra,

@@ -2,7 +2,7 @@
 
 400 unreadable request, 401 no or bad credentials, 403 the role does not allow it, 404 no
 such object, 409 the action conflicts with the current state (host busy, job finished),
-422 the input is invalid (with field-level messages).
+422 the input is invalid (with field-level messages), 503 the database is locked or down.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from ninja import Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -39,7 +40,10 @@ class ErrorOut(Schema):
 
 
 # Declared on every operation so the schema tells clients (and schemathesis) what to expect.
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}
+ERRORS = {
+    400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut,
+    503: ErrorOut,
+}  # fmt: skip
 
 
 class ApiError(Exception):
@@ -103,6 +107,14 @@ def install(api) -> None:
     def on_denied(request, exc):
         return respond(request, 403, "forbidden", str(exc) or "Your role does not allow this.")
 
+    def on_database(request, exc: Exception):
+        log.warning("API: database unavailable on %s %s: %s", request.method, request.path, exc)
+        response = respond(request, 503, "database_unavailable",
+                           "The database is busy or unavailable right now, so nothing was saved. "
+                           "Try again in a moment.")  # fmt: skip
+        response["Retry-After"] = "5"
+        return response
+
     def on_exception(request, exc: Exception):
         log.exception("API error on %s %s", request.method, request.path)
         return respond(
@@ -110,6 +122,8 @@ def install(api) -> None:
         )
 
     api.add_exception_handler(Exception, on_exception)
+    api.add_exception_handler(OperationalError, on_database)
+    api.add_exception_handler(InterfaceError, on_database)
     api.add_exception_handler(Http404, on_404)
     api.add_exception_handler(PermissionDenied, on_denied)
     api.add_exception_handler(HttpError, on_http_error)

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import sys
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template import loader
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
@@ -80,3 +84,29 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 def permission_denied(request: HttpRequest, exception=None) -> HttpResponse:
     return render(request, "403.html", status=403)
+
+
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500. A database that is locked, restarting or unreachable is a 503 that says
+    so (nothing was half-saved: writes are transactions); anything else is the plain 500
+    page. Renders without touching the database or the session."""
+    error = sys.exc_info()[1]
+    if isinstance(error, DATABASE_ERRORS):
+        message = (
+            "The database is busy or unavailable right now, so nothing was saved. "
+            "Try again in a moment."
+        )
+        if request.path.startswith("/api/"):
+            response = JsonResponse(
+                {"error": {"code": "database_unavailable", "message": message, "fields": None}},
+                status=503,
+            )
+        else:
+            html = loader.get_template("503.html").render({"message": message})
+            response = HttpResponse(html, status=503)
+        response["Retry-After"] = "5"
+        return response
+    return HttpResponse(loader.get_template("500.html").render(), status=500)

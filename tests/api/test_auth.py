@@ -133,3 +133,19 @@ def test_profile_token_needs_a_name_and_one_cannot_revoke_anothers(member, opera
 def test_profile_page_requires_login():
     response = Client().get("/accounts/profile/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_admin_sees_and_revokes_tokens_but_never_secrets(admin_user, member, client_as):
+    from apps.api.models import Webhook
+
+    row, clear = token_create(user=member, name="ci")
+    hook = Webhook.objects.create(user=member, url="http://127.0.0.1:9/hook", secret="s3cr3t-xyz",
+                                  events=["job.finished"])  # fmt: skip
+    client = client_as(admin_user)
+    for path in ("/admin/api/apitoken/", f"/admin/api/webhook/{hook.pk}/change/",
+                 "/admin/api/webhookdelivery/"):  # fmt: skip
+        page = client.get(path)
+        assert page.status_code == 200, path
+        assert b"s3cr3t-xyz" not in page.content and clear.encode() not in page.content
+    client.post("/admin/api/apitoken/", {"action": "revoke", "_selected_action": [row.pk]})
+    assert_error(Api(clear).get("/me"), 401)

@@ -216,8 +216,11 @@ def test_operators_start_and_stop_runs_and_a_busy_host_is_409(
 
 def test_run_start_validation(operator, sim_host, qwen, api_as):
     api = api_as(operator)
-    assert_error(api.post("/runs", {"recipe": "nope", "host": sim_host.name}), 404)
-    assert_error(api.post("/runs", {"recipe": qwen.slug, "host": "nope"}), 404)
+    assert_error(api.post("/runs", {"recipe": "nope", "host": sim_host.name}), 422)
+    assert (
+        "host"
+        in assert_error(api.post("/runs", {"recipe": qwen.slug, "host": "nope"}), 422)["fields"]
+    )
     assert_error(api.post("/runs", {"recipe": qwen.slug}), 422)
     sim_host.image_allowlist = ["example.org/other:*"]
     sim_host.save()
@@ -252,8 +255,8 @@ def test_queue_a_job_and_follow_it(member, sim_host, qwen, suite, api_as):
     # Suite by id and the default suite.
     assert api.post("/jobs", body | {"suite": str(suite.pk)}).status_code == 201
     assert api.post("/jobs", {"recipe": qwen.slug, "host": sim_host.name}).status_code == 201
-    assert_error(api.post("/jobs", body | {"suite": "nope"}), 404)
-    assert_error(api.post("/jobs", body | {"host": "nope"}), 404)
+    assert "suite" in assert_error(api.post("/jobs", body | {"suite": "nope"}), 422)["fields"]
+    assert "host" in assert_error(api.post("/jobs", body | {"host": "nope"}), 422)["fields"]
     assert_error(api.post("/jobs", body | {"note": "x" * 201}), 422)
 
 
@@ -356,7 +359,7 @@ def test_planner_without_saving_a_recipe(member, sim_host, api_as):
     assert Recipe.objects.count() == count
     on_host = api.post("/planner", NEMOTRON | {"host": sim_host.name})
     assert on_host.status_code == 200
-    assert_error(api.post("/planner", NEMOTRON | {"host": "nope"}), 404)
+    assert_error(api.post("/planner", NEMOTRON | {"host": "nope"}), 422)
 
 
 def test_planner_refuses_more_than_090(member, api_as):

@@ -13,7 +13,7 @@ from apps.api.auth import require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.models import IdempotencyKey
 from apps.api.pagination import Page
-from apps.api.routes.common import get_or_404
+from apps.api.routes.common import get_or_404, get_or_422
 from apps.api.schemas import CompareOut, JobDetailOut, JobOut, JobQueueIn, SuiteOut
 from apps.benchmarks import selectors
 from apps.benchmarks.models import ACTIVE_JOB_STATES, Job, JobState, Suite
@@ -79,7 +79,7 @@ def _suite(value: str | None) -> Suite:
     if suite is None and value.isdigit():
         suite = Suite.objects.filter(pk=int(value)).first()
     if suite is None:
-        raise ApiError(404, f"No suite {value!r}.")
+        raise ApiError(422, f"No suite {value!r}.", fields={"suite": [f"No suite {value!r}."]})
     return suite
 
 
@@ -135,8 +135,8 @@ def queue_job(
 ):
     """Queue a benchmark on the host's own queue (FIFO, one at a time per host)."""
     require(request, QUEUE_BENCHMARKS)
-    recipe = get_or_404(Recipe.objects.all(), "recipe", slug=payload.recipe)
-    host = get_or_404(Host.objects.all(), "host", name=payload.host)
+    recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
+    host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)
     suite = _suite(payload.suite)
     if not idempotency_key:
         return Status(201, _detail(_queue(request, payload, suite, recipe, host)))

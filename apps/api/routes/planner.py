@@ -4,7 +4,7 @@ from ninja import Router
 from apps.accounts.roles import VIEW_PANEL
 from apps.api.auth import require
 from apps.api.errors import ERRORS, ApiError
-from apps.api.routes.common import form_errors, get_or_404
+from apps.api.routes.common import form_errors, get_or_422
 from apps.api.schemas import PlanIn, PlanOut
 from apps.hosts.models import Host
 from apps.recipes import planner
@@ -57,7 +57,9 @@ def plan(request: HttpRequest, payload: PlanIn):
     require(request, VIEW_PANEL)
     values = payload.model_dump(exclude_none=True)
     host_name = values.pop("host", None)
-    spec = get_or_404(Host.objects.all(), "host", name=host_name).spec() if host_name else None
+    spec = (
+        get_or_422(Host.objects.all(), "host", "host", name=host_name).spec() if host_name else None
+    )
     form = PlanInputForm(data=values)
     if not form.is_valid():
         raise ApiError(422, "The plan's inputs are invalid.", fields=form_errors(form))

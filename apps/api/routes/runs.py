@@ -6,7 +6,7 @@ from apps.accounts.roles import OPERATE_RUNS, VIEW_PANEL
 from apps.api.auth import require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.pagination import Page
-from apps.api.routes.common import get_or_404
+from apps.api.routes.common import get_or_404, get_or_422
 from apps.api.schemas import RunDetailOut, RunOut, RunStartIn
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
@@ -57,8 +57,8 @@ def start_run(request: HttpRequest, payload: RunStartIn):
     """Operators. Admission control as on the Runs page: 409 when the host is busy or lacks
     the memory, 422 when the image is not allowed there."""
     require(request, OPERATE_RUNS)
-    recipe = get_or_404(Recipe.objects.all(), "recipe", slug=payload.recipe)
-    host = get_or_404(Host.objects.all(), "host", name=payload.host)
+    recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
+    host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)
     try:
         run = run_start(recipe=recipe, host=host, user=request.user)
     except RunRefused as exc:
