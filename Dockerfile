@@ -1,7 +1,7 @@
 # The SparkPanel image: web, Celery worker and beat all run from it (see docker-compose.yml).
 # Built for the Spark's own architecture (arm64) or any other: nothing here is GPU-specific,
 # the vLLM container is started by the worker through the Docker socket.
-FROM python:3.11-slim-bookworm
+FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

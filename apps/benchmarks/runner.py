@@ -262,11 +262,14 @@ def _measure(job: Job, run: Run) -> bool:
             finished_before += spec.requests + spec.warmup
             if result.error:
                 raise JobFailed(f"{label}: {result.error}")
+            # Interrupted behind our back (the memory watchdog killed the model, or a
+            # reaper): the level in flight is kept, marked as cut short, and nothing more runs.
+            interrupted = Job.objects.filter(pk=job.pk, state=J.INTERRUPTED).exists()
             if result.sent:
-                _store(job, kind, result)
+                _store(job, kind, result, cut_short=interrupted)
                 job.refresh_from_db(fields=["progress"])
                 push(job, results=True)
-            if result.stopped:
+            if result.stopped or interrupted:
                 return True
     finally:
         monitor.done.set()
@@ -298,7 +301,7 @@ def _p95(values: list[float]) -> float | None:
     return harness.percentiles(values, (95,))["p95"]
 
 
-def _store(job: Job, kind: str, level: harness.LevelResult) -> Result:
+def _store(job: Job, kind: str, level: harness.LevelResult, cut_short: bool = False) -> Result:
     spec = level.spec
     metrics = level.to_dict()
     metrics.pop("requests", None)
@@ -311,7 +314,7 @@ def _store(job: Job, kind: str, level: harness.LevelResult) -> Result:
         concurrency=spec.concurrency,
         ok=level.ok,
         failed=level.failed,
-        complete=not level.stopped and level.sent == spec.requests,
+        complete=not (cut_short or level.stopped) and level.sent == spec.requests,
         ttft_p50_s=level.ttft.get("p50"),
         ttft_p95_s=_p95([r["ttft"] for r in level.requests if r["ok"] and r["ttft"] is not None]),
         ttft_p99_s=level.ttft.get("p99"),

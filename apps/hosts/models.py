@@ -203,6 +203,16 @@ class Host(models.Model):
                 return Memory(total, total - int(self.os_reserve_gb * GB))
         return read_meminfo(path)
 
+    def measured_memory(self) -> tuple[Memory, str]:
+        """The host's memory as the panel should judge it, and where it came from: the host
+        agent's latest sample when the agent is live (it runs ON the Spark — the only right
+        answer for a second Spark), else a reading from this process (right for this
+        machine and for simulated hosts)."""
+        sample = self.agent_sample or {}
+        if self.agent_live and sample.get("mem_total") and sample.get("mem_available") is not None:
+            return Memory(int(sample["mem_total"]), int(sample["mem_available"])), "agent"
+        return self.memory(), "panel"
+
     def fault_specs(self) -> list[str]:
         return [spec.strip() for spec in self.sim_faults.split(",") if spec.strip()]
 

@@ -71,7 +71,7 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
             "image_not_allowed",
         )
     try:
-        memory = host.memory()
+        memory, _source = host.measured_memory()
     except MeminfoError as exc:
         raise RunRefused(f"cannot measure {host.name}'s memory: {exc}", "memory_unknown") from None
     spec = host.spec()

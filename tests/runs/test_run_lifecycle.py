@@ -85,6 +85,23 @@ def test_admission_refuses_when_measured_memory_is_short(sim_host, qwen, operato
     assert not Run.objects.exists()
 
 
+def test_admission_judges_a_host_by_its_own_agent_when_it_is_live(sim_host, qwen, operator):
+    """A second Spark's memory is measured there by its host agent; the panel's own
+    /proc/meminfo (or an idle simulated host) says nothing about it."""
+    from django.utils import timezone
+
+    sim_host.agent_seen_at = timezone.now()
+    sim_host.agent_sample = {"mem_total": 125_000_000_000, "mem_available": 20_000_000_000}
+    sim_host.save()
+    with pytest.raises(RunRefused, match=r"20\.0 GB available") as info:
+        run_start(recipe=qwen, host=sim_host, user=operator)
+    assert info.value.code == "not_enough_memory"
+    # A stale agent is not believed: the panel's own reading (an idle simulated Spark) is.
+    sim_host.agent_seen_at = timezone.now() - timezone.timedelta(minutes=5)
+    sim_host.save()
+    assert run_start(recipe=qwen, host=sim_host, user=operator).state == RunState.QUEUED
+
+
 def test_the_state_machine_refuses_going_backwards(sim_host, qwen, operator):
     run = run_start(recipe=qwen, host=sim_host, user=operator)
     run.transition(RunState.STARTING)

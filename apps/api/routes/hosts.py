@@ -16,20 +16,16 @@ router = Router(tags=["hosts"])
 
 
 def host_out(host: Host) -> dict:
-    sample = host.agent_sample or {}
-    if host.agent_live and sample.get("mem_total"):
-        total, available = sample.get("mem_total"), sample.get("mem_available")
-        memory = {"total_bytes": total, "available_bytes": available, "source": "agent",
-                  "level": sample.get("mem_level")}  # fmt: skip
-    else:
-        try:
-            reading = host.memory()
-            total, available = reading.total_bytes, reading.available_bytes
-            memory = {"total_bytes": total, "available_bytes": available, "source": "panel"}
-        except MeminfoError as exc:
-            total = available = None
-            memory = {"total_bytes": None, "available_bytes": None, "source": "unknown",
-                      "error": str(exc)}  # fmt: skip
+    try:
+        reading, source = host.measured_memory()
+        total, available = reading.total_bytes, reading.available_bytes
+        memory = {"total_bytes": total, "available_bytes": available, "source": source}
+        if source == "agent":
+            memory["level"] = (host.agent_sample or {}).get("mem_level")
+    except MeminfoError as exc:
+        total = available = None
+        memory = {"total_bytes": None, "available_bytes": None, "source": "unknown",
+                  "error": str(exc)}  # fmt: skip
     memory["used_percent"] = (
         round(100 * (1 - available / total), 1) if total and available is not None else None
     )
