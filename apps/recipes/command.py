@@ -105,14 +105,27 @@ def shell_line(argv: list[str]) -> str:
 
 def assert_safe_argv(argv: list[str]) -> None:
     """Refuse a `vllm serve` vector that could freeze a Spark or smuggle in options."""
-    if len(argv) < 3 or argv[1] != "serve":
+    # The Docker engine runs argv[0] as the container's entrypoint: it must be vllm.
+    if len(argv) < 3 or argv[0] != "vllm" or argv[1] != "serve":
         raise UnsafeCommand("expected 'vllm serve <model> ...'")
     if any(not isinstance(a, str) for a in argv):
         raise UnsafeCommand("every argument must be a string")
     flags = argv[3:]
     name = "--gpu-memory-utilization"
-    values = [flags[i + 1] for i, a in enumerate(flags[:-1]) if a == name]
-    values += [a.split("=", 1)[1] for a in flags if a.startswith(name + "=")]
+    values = []
+    for i, arg in enumerate(flags):
+        if not arg.startswith("--"):
+            continue
+        # vLLM reads --gpu_memory_utilization as --gpu-memory-utilization, and argparse
+        # takes any unambiguous prefix (--gpu-memory-util): count every spelling.
+        flag, eq, inline = arg.partition("=")
+        flag = flag.replace("_", "-")
+        if flag == name:
+            values.append(inline if eq else (flags[i + 1] if i + 1 < len(flags) else ""))
+        elif name.startswith(flag) and len(flag) > 2:
+            raise UnsafeCommand(f"{arg} abbreviates {name}: spell it out")
+        elif flag == "--config":
+            raise UnsafeCommand("--config would read flags from a file nobody checked")
     if not values:
         raise UnsafeCommand(
             f"{name} is missing: vLLM would use its default 0.92. {spark.UTILIZATION_RULE}"
