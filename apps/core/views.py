@@ -18,11 +18,8 @@ from apps.core.models import Notice
 from apps.core.selectors import system_status
 from apps.core.services import notice_post
 
-# Sections the navigation shows before their capability has landed. Each page says so
-# plainly rather than pretending; the entries disappear as the apps arrive.
-SECTIONS = {}
 
-
+@require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     from apps.hosts.models import Host
     from apps.runs.models import Run

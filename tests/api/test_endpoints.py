@@ -80,6 +80,9 @@ def test_recipes_list_get_and_paginate(member, api_as):
 def test_members_cannot_write_recipes(member, api_as):
     api = api_as(member)
     assert_error(api.post("/recipes", RECIPE), 403, "forbidden")
+    # The role is checked before the body is read: invalid input is still a 403.
+    assert_error(api.post("/recipes", {"wat": 1}), 403)
+    assert_error(api.call("post", "/recipes", "{not json"), 403)
     slug = Recipe.objects.first().slug
     assert_error(api.patch(f"/recipes/{slug}", {"max_num_seqs": 3}), 403)
     assert_error(api.post("/recipes/import", {"yaml": "recipes: []"}), 403)

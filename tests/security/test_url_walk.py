@@ -73,7 +73,7 @@ OBJECT_SCOPED = {
 }
 # Read-only pages without a method check: a POST renders the page like a GET (the walk still
 # checks that nothing changed).
-ANSWERS_POST_LIKE_GET = {"dashboard"}
+ANSWERS_POST_LIKE_GET: set[str] = set()
 # API writes a member may call (by the operation's function name).
 MEMBER_API_WRITES = {"queue_job": "members queue benchmarks", "plan": "computes, saves nothing"}
 

@@ -9,7 +9,7 @@ from ninja import Header, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.accounts.roles import QUEUE_BENCHMARKS, VIEW_PANEL
-from apps.api.auth import require
+from apps.api.auth import needs, require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.models import IdempotencyKey
 from apps.api.pagination import Page
@@ -120,7 +120,10 @@ def _detail(job: Job) -> Job:
 
 
 @router.post(
-    "/jobs", response={200: JobDetailOut, 201: JobDetailOut, **ERRORS}, summary="Queue a job"
+    "/jobs",
+    auth=needs(QUEUE_BENCHMARKS),
+    response={200: JobDetailOut, 201: JobDetailOut, **ERRORS},
+    summary="Queue a job",
 )
 def queue_job(
     request: HttpRequest,
@@ -209,7 +212,10 @@ def get_job(request: HttpRequest, job_id: int):
 
 
 @router.post(
-    "/jobs/{int:job_id}/cancel", response={200: JobDetailOut, **ERRORS}, summary="Cancel a job"
+    "/jobs/{int:job_id}/cancel",
+    auth=needs(QUEUE_BENCHMARKS),
+    response={200: JobDetailOut, **ERRORS},
+    summary="Cancel a job",
 )
 def cancel_job(request: HttpRequest, job_id: int):
     """The owner or an operator. Queued: cancelled at once. Running: state `cancelling`, it

@@ -5,7 +5,7 @@ from ninja import Router, Status
 from ninja.pagination import paginate
 
 from apps.accounts.roles import EDIT_RECIPES, VIEW_PANEL
-from apps.api.auth import require
+from apps.api.auth import needs, require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.pagination import Page
 from apps.api.routes.common import form_errors, get_or_404
@@ -40,7 +40,10 @@ def list_recipes(request: HttpRequest):
 
 
 @router.post(
-    "/recipes/import", response={200: YamlImportOut, **ERRORS}, summary="Import recipes (YAML)"
+    "/recipes/import",
+    auth=needs(EDIT_RECIPES),
+    response={200: YamlImportOut, **ERRORS},
+    summary="Import recipes (YAML)",
 )
 def import_recipes(request: HttpRequest, payload: YamlImportIn):
     """Operators. All or nothing: any problem and nothing is saved (422, problems by recipe)."""
@@ -69,14 +72,24 @@ def get_recipe(request: HttpRequest, slug: str):
     return get_or_404(Recipe.objects.all(), "recipe", slug=slug)
 
 
-@router.post("/recipes", response={201: RecipeOut, **ERRORS}, summary="Create a recipe")
+@router.post(
+    "/recipes",
+    auth=needs(EDIT_RECIPES),
+    response={201: RecipeOut, **ERRORS},
+    summary="Create a recipe",
+)
 def create_recipe(request: HttpRequest, payload: RecipeFields):
     """Operators. Field-level errors (422) use the same words as the recipe form."""
     require(request, EDIT_RECIPES)
     return Status(201, _save(request, payload.model_dump(exclude_unset=True), None))
 
 
-@router.patch("/recipes/{slug}", response={200: RecipeOut, **ERRORS}, summary="Update a recipe")
+@router.patch(
+    "/recipes/{slug}",
+    auth=needs(EDIT_RECIPES),
+    response={200: RecipeOut, **ERRORS},
+    summary="Update a recipe",
+)
 def update_recipe(request: HttpRequest, slug: str, payload: RecipeFields):
     """Operators. Only the fields sent change; the whole recipe is validated again."""
     require(request, EDIT_RECIPES)

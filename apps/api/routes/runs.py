@@ -3,7 +3,7 @@ from ninja import Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.accounts.roles import OPERATE_RUNS, VIEW_PANEL
-from apps.api.auth import require
+from apps.api.auth import needs, require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.pagination import Page
 from apps.api.routes.common import get_or_404, get_or_422
@@ -52,7 +52,9 @@ def get_run(request: HttpRequest, run_id: int):
     return get_or_404(_runs(), "run", pk=run_id)
 
 
-@router.post("/runs", response={201: RunOut, **ERRORS}, summary="Start a run")
+@router.post(
+    "/runs", auth=needs(OPERATE_RUNS), response={201: RunOut, **ERRORS}, summary="Start a run"
+)
 def start_run(request: HttpRequest, payload: RunStartIn):
     """Operators. Admission control as on the Runs page: 409 when the host is busy or lacks
     the memory, 422 when the image is not allowed there."""
@@ -67,7 +69,12 @@ def start_run(request: HttpRequest, payload: RunStartIn):
     return Status(201, get_or_404(_runs(), "run", pk=run.pk))
 
 
-@router.post("/runs/{int:run_id}/stop", response={202: RunOut, **ERRORS}, summary="Stop a run")
+@router.post(
+    "/runs/{int:run_id}/stop",
+    auth=needs(OPERATE_RUNS),
+    response={202: RunOut, **ERRORS},
+    summary="Stop a run",
+)
 def stop_run(request: HttpRequest, run_id: int):
     """Operators. 202: the host's worker stops it (poll the run until it is stopped)."""
     require(request, OPERATE_RUNS)
