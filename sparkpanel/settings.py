@@ -166,7 +166,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A Redis restart must not kill a 20-minute benchmark or a 15-minute model load: the task
+# carries on and acks on the new connection. The duplicate this could cause (the message
+# redelivered after the visibility timeout) is harmless by design: run_job and the start
+# task check the database state first (tests/faults/test_redis_restart.py).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_TRACK_STARTED = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
