@@ -249,6 +249,24 @@ def test_a_server_crash_mid_stream_is_recorded_and_the_level_carries_on(tmp_path
     assert result.server["ok"] is False and "/metrics" in result.server["error"]
 
 
+def test_a_stalled_stream_is_a_per_request_timeout_and_the_level_carries_on(tmp_path):
+    # Every stream stops after its 4th token for a minute: the harness's per-request limit
+    # ends each one, records it as a timeout with what arrived, and the level finishes.
+    sim = launch(tmp_path, *NEMOTRON_FLAGS, "--fault", "stall:60@4", time_scale=1)
+
+    async def go():
+        async with await Client.create(sim.url, request_timeout=1.5) as client:
+            return await run_level(client, spec(58, 8, requests=2, warmup=1), None, time_scale=1)
+
+    try:
+        result = run_async(go())
+    finally:
+        sim.stop()
+    assert result.sent == 2 and result.ok == 0 and result.errors == {"timeout": 2}
+    assert all(r.error_kind == "timeout" and r.ttft is not None for r in result.details)
+    assert all("within 1.5 s" in r.error for r in result.details)
+
+
 # --- 7: the server's own view -------------------------------------------------------------------
 
 
