@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 from django.conf import settings
@@ -83,6 +85,19 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, proc=None) ->
             raise AssertionError(f"{what}: process exited with {proc.returncode}")
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def kill_worker_tree(proc) -> None:
+    """SIGKILL a Celery worker and its pool processes at once — not the model server, which
+    lives in its own session and survives, exactly as on a Spark."""
+    main = psutil.Process(proc.pid)
+    celery = [main] + [
+        p for p in main.children(recursive=True) if "celery" in " ".join(p.cmdline())
+    ]
+    for p in celery:
+        p.send_signal(signal.SIGKILL)
+    psutil.wait_procs(celery, timeout=10)
+    proc.wait(timeout=10)
 
 
 def child_env(**overrides: str) -> dict[str, str]:

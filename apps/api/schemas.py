@@ -58,7 +58,27 @@ class HostOut(Schema):
 
 
 # --- recipes ------------------------------------------------------------------------------
-class RecipeFields(Strict):
+class ArchitectureFields(Strict):
+    """The model's architecture, as the planner reads it (all optional: the planner says
+    what it cannot compute without)."""
+
+    total_params_b: float | None = None
+    active_params_b: float | None = None
+    weight_format: str | None = None
+    weight_gb: float | None = None
+    num_layers: int | None = None
+    attention_layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    sliding_window_layers: int | None = None
+    sliding_window: int | None = None
+    recurrent_state_mib: float | None = None
+    checkpoint_kv_dtype: str | None = None
+
+
+class RecipeFields(ArchitectureFields):
     """Every field of a recipe. On create, name, model_id and the three required flags must be
     given; on update, only what changes."""
 
@@ -87,20 +107,6 @@ class RecipeFields(Strict):
         description='Further vLLM flags from the allowed list, e.g. ["--load-format", '
         '"fastsafetensors"]. Never mounts, devices or privileges.',
     )
-    total_params_b: float | None = None
-    active_params_b: float | None = None
-    weight_format: str | None = None
-    weight_gb: float | None = None
-    num_layers: int | None = None
-    attention_layers: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    sliding_window_layers: int | None = None
-    sliding_window: int | None = None
-    recurrent_state_mib: float | None = None
-    checkpoint_kv_dtype: str | None = None
 
 
 class PlanSummary(Schema):
@@ -357,7 +363,7 @@ class CompareOut(Schema):
 
 
 # --- planner ------------------------------------------------------------------------------
-class PlanIn(Strict):
+class PlanIn(ArchitectureFields):
     """The flags and architecture the planner reads; the same rules as the wizard."""
 
     gpu_memory_utilization: Decimal = Field(description="At most 0.90.")
@@ -368,20 +374,7 @@ class PlanIn(Strict):
     enforce_eager: bool = False
     max_num_batched_tokens: int | None = None
     tensor_parallel_size: int | None = 1
-    total_params_b: float | None = None
-    active_params_b: float | None = None
     weight_format: str = "bf16"
-    weight_gb: float | None = None
-    num_layers: int | None = None
-    attention_layers: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    sliding_window_layers: int | None = None
-    sliding_window: int | None = None
-    recurrent_state_mib: float | None = None
-    checkpoint_kv_dtype: str | None = None
     host: str | None = Field(None, description="Plan for this host's memory (default: a Spark).")
 
 

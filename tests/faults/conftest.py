@@ -4,8 +4,6 @@ share the test's database and runs directory, and SIGKILL of a worker with its p
 
 from __future__ import annotations
 
-import signal
-
 import psutil
 from django.db import connection
 
@@ -32,19 +30,6 @@ def worker_env(settings, **extra: str) -> dict[str, str]:
         "SPARKPANEL_VAR_DIR": str(settings.VAR_DIR),
         **extra,
     }
-
-
-def kill_worker_tree(proc) -> None:
-    """SIGKILL a Celery worker and its pool processes at once — not the model server, which
-    lives in its own session and survives, exactly as on a Spark."""
-    main = psutil.Process(proc.pid)
-    celery = [main] + [
-        p for p in main.children(recursive=True) if "celery" in " ".join(p.cmdline())
-    ]
-    for p in celery:
-        p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(celery, timeout=10)
-    proc.wait(timeout=10)
 
 
 def sim_servers(host) -> list[psutil.Process]:

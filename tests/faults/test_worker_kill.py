@@ -26,8 +26,8 @@ from apps.hosts.engines.base import State
 from apps.runs import runner as run_runner
 from apps.runs.models import Run, RunState
 from apps.runs.tasks import reconcile_all
-from tests.conftest import wait_for
-from tests.faults.conftest import kill_worker_tree, sim_servers, tiny_suite, worker_env
+from tests.conftest import kill_worker_tree, wait_for
+from tests.faults.conftest import sim_servers, tiny_suite, worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 

@@ -2,9 +2,6 @@
 SIGKILLed with its pool): the server it started keeps running, and the next worker adopts
 it and takes the run to ready — never a second server for one run."""
 
-import signal
-
-import psutil
 import pytest
 from django.db import connection
 
@@ -12,21 +9,9 @@ from apps.hosts.engines import engine_for
 from apps.hosts.engines.base import State
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
-from tests.conftest import wait_for
+from tests.conftest import kill_worker_tree, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
-
-
-def _kill_worker_tree(proc) -> None:
-    """SIGKILL the worker and its pool processes — not the model server, which lives on
-    (as a container, or a process in its own session) exactly as it would on a Spark."""
-    main = psutil.Process(proc.pid)
-    celery = [main] + [
-        p for p in main.children(recursive=True) if "celery" in " ".join(p.cmdline())
-    ]
-    for p in celery:
-        p.send_signal(signal.SIGKILL)
-    psutil.wait_procs(celery, timeout=10)
 
 
 def _state(run) -> str:
@@ -46,7 +31,7 @@ def test_a_worker_killed_mid_start_leaves_one_server_which_the_next_worker_adopt
     run = run_start(recipe=qwen, host=engine_host, user=operator)
     wait_for(lambda: _state(run) == RunState.LOADING, 60, "loading")
     handle = Run.objects.get(pk=run.pk).handle
-    _kill_worker_tree(start_worker.processes[node])
+    kill_worker_tree(start_worker.processes[node])
 
     engine = engine_for(engine_host)
     [server] = engine.list_managed()
