@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # redis-server: broker + channel layer; chromium: browser tests; docker.io: the Docker
-# engine the DockerEngine tests drive; docker-compose: validates docker-compose.yml.
-if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose; then
+# engine the DockerEngine tests drive; docker-compose: validates docker-compose.yml;
+# postgresql: the server binaries for the PostgreSQL-restart fault test (its own cluster).
+if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql; then
   if [ "${CI:-}" = "true" ]; then
     echo "!! CI=true and the test services could not be installed" >&2
     exit 1
