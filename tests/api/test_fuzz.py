@@ -72,3 +72,20 @@ schema.app = WSGIHandler()
 )
 def test_no_input_breaks_the_api(case, fuzz_token):
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_token}"}, checks=CHECKS)
+
+
+def test_the_served_schema_is_valid_openapi(member):
+    from django.test import Client
+    from openapi_spec_validator import validate
+
+    _, token = token_create(user=member, name="schema")
+    served = Client().get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    document = served.json()
+    validate(document)  # raises with the path of the first problem
+    assert document["openapi"].startswith("3.1")
+    operations = [op for path in document["paths"].values() for op in path.values()]
+    assert len(operations) >= 20
+    # Every operation documents the one error shape and needs a bearer token or a session.
+    for op in operations:
+        assert {"401", "403", "422"} <= set(op["responses"]), op["operationId"]
+        assert op.get("security"), op["operationId"]

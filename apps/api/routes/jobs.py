@@ -25,7 +25,7 @@ router = Router(tags=["benchmarks"])
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
 MAX_COMPARE = 6
-CSV_RESPONSE = {"responses": {"200": {"description": "CSV, one row per measured level",
+CSV_RESPONSE = {"responses": {200: {"description": "CSV, one row per measured level",
                 "content": {"text/csv": {"schema": {"type": "string"}}}}}}  # fmt: skip
 
 
@@ -177,7 +177,7 @@ def _queue(request, payload: JobQueueIn, suite: Suite, recipe: Recipe, host: Hos
 
 
 @router.get("/jobs/compare", response={200: CompareOut, **ERRORS}, summary="Compare jobs",
-            openapi_extra={"responses": {"200": {"content": {"text/csv": {
+            openapi_extra={"responses": {200: {"content": {"text/csv": {
                 "schema": {"type": "string"}}}}}})  # fmt: skip
 def compare_jobs(request: HttpRequest, ids: str, format: str = "json"):
     """`ids=12,15,17` (2–6 jobs): each job's results, capacity answer and context, in the
