@@ -18,14 +18,16 @@ Everything a script or CI job needs from SparkPanel: hosts and their memory, rec
 update, YAML import), runs (start, stop, follow), benchmark jobs (queue, follow, cancel,
 results as JSON or CSV, compare) and the memory planner.
 
-**Authentication**: a personal token from your profile page (*Account → API tokens*), sent as
-`Authorization: Bearer spk_…`. A token acts with its owner's role; every endpoint checks the
-same permissions as the pages. In this page you are signed in with your browser session.
+**Authentication**: a personal token from your profile page (click your name at the top
+right → *API tokens*), sent as `Authorization: Bearer spk_…`. A token acts with its
+owner's role; every endpoint checks the same permissions as the pages. In this page you
+are signed in with your browser session.
 
 **Errors** always look like `{"error": {"code", "message", "fields"}}`: 400 unreadable
 request, 401 missing/invalid/revoked token, 403 the role does not allow it, 404 no such
 object, 409 conflicts with the current state (host busy, job already finished), 422 invalid
-input with messages per field.
+input with messages per field, 503 the database is busy or restarting (nothing was saved;
+retry).
 
 **Lists** are paginated: `?limit=50&offset=0` → `{items, count, limit, offset, next_offset}`.
 
