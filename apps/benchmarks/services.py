@@ -89,7 +89,7 @@ class QueueEntry:
     estimate_s: float | None
 
 
-def estimate_seconds(job: Job) -> float | None:
+def _estimate_seconds(job: Job) -> float | None:
     """The median duration of recent finished jobs like this one (same suite and recipe,
     else same suite)."""
     done = Job.objects.filter(
@@ -115,6 +115,16 @@ def host_queue_entries(host: Host) -> list[QueueEntry]:
     now = timezone.now()
     entries: list[QueueEntry] = []
     clock: datetime | None = now
+    # Queued jobs mostly share a suite and recipe: one estimate per kind, not per job (a
+    # queue of hundreds would otherwise cost hundreds of queries on every page and push).
+    estimates: dict[tuple[int, int, int], float | None] = {}
+
+    def estimate_seconds(job: Job) -> float | None:
+        key = (job.suite_id, job.recipe_id, job.host_id)
+        if key not in estimates:
+            estimates[key] = _estimate_seconds(job)
+        return estimates[key]
+
     for job in running:
         estimate = estimate_seconds(job)
         entries.append(QueueEntry(job, 0, job.started_at, estimate))
