@@ -174,10 +174,7 @@ def job_payload(job) -> dict:
             "url": _absolute(job.get_absolute_url()),
         },
         # As on the job's page (computed from the stored levels, as the runner does).
-        "summary": {
-            "capacity_users": answer["users"] if answer else None,
-            "capacity_text": answer["text"] if answer else "",
-        },
+        "summary": selectors.summary_of(answer),
         "capacity": answer,
     }
 

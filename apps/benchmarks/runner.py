@@ -335,11 +335,7 @@ def _progress(job: Job, **values) -> None:
 
 
 def _summarise(job: Job) -> None:
-    answer = selectors.capacity_answer(job)
-    summary = {
-        "capacity_users": answer["users"] if answer else None,
-        "capacity_text": answer["text"] if answer else "",
-    }
+    summary = selectors.summary_of(selectors.capacity_answer(job))
     Job.objects.filter(pk=job.pk).update(summary=summary)
     job.summary = summary
 

@@ -88,6 +88,14 @@ def capacity_answer(job: Job) -> dict | None:
     return answer
 
 
+def summary_of(answer: dict | None) -> dict:
+    """A job's stored summary (and the webhook's): the capacity answer in two fields."""
+    return {
+        "capacity_users": answer["users"] if answer else None,
+        "capacity_text": answer["text"] if answer else "",
+    }
+
+
 def scenario_chart(job: Job) -> dict:
     rows = scenario_rows(job)
     labels = [f"{r.result.prompt_tokens}/{r.result.output_tokens}" for r in rows]

@@ -140,3 +140,10 @@ def host_queue_entries(host: Host) -> list[QueueEntry]:
         if clock is not None:
             clock = None if estimate is None else clock + timedelta(seconds=estimate)
     return entries
+
+
+def queue_entry(job: Job) -> QueueEntry | None:
+    """Where an active job stands in its host's queue (None once it has finished)."""
+    if not job.is_active:
+        return None
+    return next((e for e in host_queue_entries(job.host) if e.job.pk == job.pk), None)

@@ -16,6 +16,7 @@ from apps.benchmarks.services import (
     host_queue_entries,
     job_cancel,
     job_queue,
+    queue_entry,
 )
 from apps.hosts.models import Host
 
@@ -72,10 +73,9 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def job_context(job: Job) -> dict:
-    entries = {e.job.pk: e for e in host_queue_entries(job.host)} if job.is_active else {}
     return {
         "job": job,
-        "entry": entries.get(job.pk),
+        "entry": queue_entry(job),
         "scenario_rows": selectors.scenario_rows(job),
         "sweep": selectors.sweep_results(job),
         "capacity": selectors.capacity_answer(job),

@@ -17,7 +17,7 @@ from apps.api.routes.common import get_or_404, get_or_422
 from apps.api.schemas import CompareOut, JobDetailOut, JobOut, JobQueueIn, SuiteOut
 from apps.benchmarks import selectors
 from apps.benchmarks.models import ACTIVE_JOB_STATES, Job, JobState, Suite
-from apps.benchmarks.services import JobRefused, host_queue_entries, job_cancel, job_queue
+from apps.benchmarks.services import JobRefused, job_cancel, job_queue, queue_entry
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 
@@ -109,13 +109,10 @@ def _replay(request: HttpRequest, key: str, request_hash: str) -> Status | None:
 def _detail(job: Job) -> Job:
     """The job with where it stands in its host's queue."""
     job = _jobs().get(pk=job.pk)
-    job.position = job.estimated_start = job.estimate_s = None
-    if job.is_active:
-        for entry in host_queue_entries(job.host):
-            if entry.job.pk == job.pk:
-                job.position = entry.position
-                job.estimated_start = entry.estimated_start
-                job.estimate_s = entry.estimate_s
+    entry = queue_entry(job)
+    job.position = entry.position if entry else None
+    job.estimated_start = entry.estimated_start if entry else None
+    job.estimate_s = entry.estimate_s if entry else None
     return job
 
 
