@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from apps.accounts.roles import CAPABILITIES
+from apps.accounts.roles import CAPABILITIES, perm
 from apps.api.models import ApiToken
 from apps.api.tokens import token_create, token_revoke
 
@@ -26,9 +26,7 @@ def _context(request: HttpRequest, **extra) -> dict:
     return {
         "tokens": ApiToken.objects.filter(user=user),
         "form": extra.pop("form", None) or TokenForm(),
-        "capabilities": [
-            text for code, text in CAPABILITIES.items() if user.has_perm(f"accounts.{code}")
-        ],
+        "capabilities": [text for code, text in CAPABILITIES.items() if user.has_perm(perm(code))],
         "current": "profile",
         **webhook_context(request),
         **extra,

@@ -2,10 +2,10 @@
 /api/v1/docs)."""
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from ninja import NinjaAPI
 
-from apps.accounts.roles import CAPABILITIES, VIEW_PANEL
+from apps.accounts.roles import CAPABILITIES, VIEW_PANEL, perm
 from apps.accounts.services import user_role
 from apps.api import errors
 from apps.api.auth import AUTH, require
@@ -46,18 +46,12 @@ def _docs_login(view):
             user = token_user(header[7:].strip())
             if user is not None:
                 request.user = user
-        script = request.path.endswith(".json")
         if not request.user.is_authenticated:
-            if not script:
-                return redirect_to_login(request.get_full_path())
-            return JsonResponse(
-                errors.body("unauthenticated", "Send a token: Authorization: Bearer <token>."),
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="sparkpanel"'},
-            )
+            if request.path.endswith(".json"):  # a script: answer like the rest of the API
+                return errors.json_error(401, "unauthenticated", errors.NO_TOKEN)
+            return redirect_to_login(request.get_full_path())
         if not request.user.has_perm(VIEW_PANEL):
-            message = "This account has no role yet; ask an admin to give it one."
-            return JsonResponse(errors.body("forbidden", message), status=403)
+            return errors.json_error(403, "forbidden", errors.NO_ROLE)
         return view(request, *args, **kwargs)
 
     return wrapped
@@ -84,5 +78,5 @@ def me(request: HttpRequest):
     return {
         "username": request.user.get_username(),
         "role": role.value if role else None,
-        "permissions": sorted(c for c in CAPABILITIES if request.user.has_perm(f"accounts.{c}")),
+        "permissions": sorted(c for c in CAPABILITIES if request.user.has_perm(perm(c))),
     }

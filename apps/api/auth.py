@@ -13,14 +13,14 @@ from ninja.security import HttpBearer
 from ninja.security.session import SessionAuth
 
 from apps.accounts.roles import VIEW_PANEL
-from apps.api.errors import ApiError
+from apps.api.errors import NO_ROLE, ApiError
 from apps.api.tokens import token_user
 
 
 def require(request, permission: str) -> None:
     if not request.user.has_perm(permission):
         if not request.user.has_perm(VIEW_PANEL):
-            raise ApiError(403, "This account has no role yet; ask an admin to give it one.")
+            raise ApiError(403, NO_ROLE)
         raise ApiError(403, "Your role does not allow this.", code="forbidden")
 
 

@@ -11,7 +11,7 @@ import logging
 
 from django.core.exceptions import PermissionDenied
 from django.db import InterfaceError, OperationalError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from ninja import Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
@@ -27,6 +27,14 @@ CODES = {
     422: "invalid",
     429: "throttled",
 }
+
+
+NO_TOKEN = "Send a personal API token: Authorization: Bearer <token>."  # noqa: S105 (a message, not a secret)
+NO_ROLE = "This account has no role yet; ask an admin to give it one."
+DATABASE_UNAVAILABLE = (
+    "The database is busy or unavailable right now, so nothing was saved. Try again in a moment."
+)
+WWW_AUTHENTICATE = 'Bearer realm="sparkpanel"'
 
 
 class ErrorBody(Schema):
@@ -61,6 +69,14 @@ def body(code: str, message: str, fields: dict | None = None) -> dict:
     return {"error": {"code": code, "message": message, "fields": fields}}
 
 
+def json_error(status: int, code: str, message: str) -> JsonResponse:
+    """The error shape from a plain Django view (outside ninja's handlers)."""
+    response = JsonResponse(body(code, message), status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = WWW_AUTHENTICATE
+    return response
+
+
 def _loc_name(loc) -> str:
     # ninja reports ("body", "payload", "field", 0) or ("query", "limit"): keep what a user
     # typed, i.e. the field path without the transport and the parameter object's name.
@@ -85,7 +101,7 @@ def install(api) -> None:
     def respond(request, status: int, code: str, message: str, fields=None):
         response = api.create_response(request, body(code, message, fields), status=status)
         if status == 401:
-            response["WWW-Authenticate"] = 'Bearer realm="sparkpanel"'
+            response["WWW-Authenticate"] = WWW_AUTHENTICATE
         return response
 
     def on_api_error(request, exc: ApiError):
@@ -98,7 +114,7 @@ def install(api) -> None:
     def on_http_error(request, exc: HttpError):
         message = str(exc)
         if isinstance(exc, AuthenticationError) and message == "Unauthorized":
-            message = "Send a personal API token: Authorization: Bearer <token>."
+            message = NO_TOKEN
         return respond(request, exc.status_code, CODES.get(exc.status_code, "error"), message)
 
     def on_404(request, exc):
@@ -109,9 +125,7 @@ def install(api) -> None:
 
     def on_database(request, exc: Exception):
         log.warning("API: database unavailable on %s %s: %s", request.method, request.path, exc)
-        response = respond(request, 503, "database_unavailable",
-                           "The database is busy or unavailable right now, so nothing was saved. "
-                           "Try again in a moment.")  # fmt: skip
+        response = respond(request, 503, "database_unavailable", DATABASE_UNAVAILABLE)
         response["Retry-After"] = "5"
         return response
 

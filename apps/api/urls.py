@@ -2,13 +2,12 @@
 so the site-wide login redirect does not apply to it."""
 
 from django.contrib.auth.decorators import login_not_required
-from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.urls import URLPattern, URLResolver, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.api.api import api
-from apps.api.errors import body
+from apps.api.errors import json_error
 
 
 def _docs(request, **kwargs):
@@ -29,7 +28,7 @@ def _open(patterns):
 @csrf_exempt  # nothing to protect: it only ever answers 404
 @login_not_required
 def not_found(request, rest=""):
-    return JsonResponse(body("not_found", f"No API endpoint /api/{rest}."), status=404)
+    return json_error(404, "not_found", f"No API endpoint /api/{rest}.")
 
 
 _patterns, _app, _namespace = api.urls

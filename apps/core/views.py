@@ -92,17 +92,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
     page. Renders without touching the database or the session."""
     error = sys.exc_info()[1]
     if isinstance(error, DATABASE_ERRORS):
-        message = (
-            "The database is busy or unavailable right now, so nothing was saved. "
-            "Try again in a moment."
-        )
+        from apps.api.errors import DATABASE_UNAVAILABLE, json_error
+
         if request.path.startswith("/api/"):
-            response = JsonResponse(
-                {"error": {"code": "database_unavailable", "message": message, "fields": None}},
-                status=503,
-            )
+            response = json_error(503, "database_unavailable", DATABASE_UNAVAILABLE)
         else:
-            html = loader.get_template("503.html").render({"message": message})
+            html = loader.get_template("503.html").render({"message": DATABASE_UNAVAILABLE})
             response = HttpResponse(html, status=503)
         response["Retry-After"] = "5"
         return response
