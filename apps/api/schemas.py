@@ -192,7 +192,28 @@ class FailureOut(Schema):
     log: str
 
 
-class RunOut(Schema):
+class _RecipeOnHost(Schema):
+    """Resolvers runs and jobs share (each is one recipe on one host); the fields are
+    declared by each schema, in its own order."""
+
+    @staticmethod
+    def resolve_active(obj) -> bool:
+        return obj.is_active
+
+    @staticmethod
+    def resolve_recipe(obj) -> str:
+        return obj.recipe.slug
+
+    @staticmethod
+    def resolve_host(obj) -> str:
+        return obj.host.name
+
+    @staticmethod
+    def resolve_url(obj) -> str:
+        return obj.get_absolute_url()
+
+
+class RunOut(_RecipeOnHost):
     id: int
     state: str
     state_label: str
@@ -220,18 +241,6 @@ class RunOut(Schema):
         return obj.get_state_display()
 
     @staticmethod
-    def resolve_active(obj) -> bool:
-        return obj.is_active
-
-    @staticmethod
-    def resolve_recipe(obj) -> str:
-        return obj.recipe.slug
-
-    @staticmethod
-    def resolve_host(obj) -> str:
-        return obj.host.name
-
-    @staticmethod
     def resolve_started_by(obj) -> str | None:
         return obj.started_by.get_username() if obj.started_by else None
 
@@ -253,10 +262,6 @@ class RunOut(Schema):
     @staticmethod
     def resolve_restart_of(obj) -> int | None:
         return obj.restart_of_id
-
-    @staticmethod
-    def resolve_url(obj) -> str:
-        return obj.get_absolute_url()
 
 
 class RunDetailOut(RunOut):
@@ -286,7 +291,7 @@ class JobQueueIn(Strict):
     note: str = Field("", max_length=200, description="Why, e.g. “nightly after image update”.")
 
 
-class JobOut(Schema):
+class JobOut(_RecipeOnHost):
     id: int
     state: str
     active: bool
@@ -309,20 +314,8 @@ class JobOut(Schema):
     csv_url: str
 
     @staticmethod
-    def resolve_active(obj) -> bool:
-        return obj.is_active
-
-    @staticmethod
     def resolve_suite(obj) -> str:
         return obj.plan.get("name") or obj.suite.name
-
-    @staticmethod
-    def resolve_recipe(obj) -> str:
-        return obj.recipe.slug
-
-    @staticmethod
-    def resolve_host(obj) -> str:
-        return obj.host.name
 
     @staticmethod
     def resolve_run(obj) -> int | None:
@@ -336,10 +329,6 @@ class JobOut(Schema):
     def resolve_duration_s(obj) -> float | None:
         duration = obj.duration_seconds()
         return None if duration is None else round(duration, 1)
-
-    @staticmethod
-    def resolve_url(obj) -> str:
-        return obj.get_absolute_url()
 
     @staticmethod
     def resolve_results_url(obj) -> str:
