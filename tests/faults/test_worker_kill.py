@@ -44,6 +44,18 @@ def _results(job: Job) -> list[tuple]:
     )
 
 
+def _next_worker_runs_the_queue(start_worker, sim_host, env, first, second) -> None:
+    """A new worker for the host (its start-up reconcile, then the periodic one as beat
+    sends it): the killed job ends interrupted and the next one runs to done."""
+    start_worker(sim_host.queue, sim_host.name + "-2", **env)
+    reconcile_all()
+    wait_for(
+        lambda: (_job(first).state, _job(second).state) == (J.INTERRUPTED, J.DONE),
+        60,
+        "the first job interrupted and the second done",
+    )
+
+
 def test_a_worker_killed_mid_job_interrupts_it_once_and_the_host_runs_the_next_job(
     start_worker, sim_host, qwen, member, operator, settings
 ):
@@ -75,14 +87,7 @@ def test_a_worker_killed_mid_job_interrupts_it_once_and_the_host_runs_the_next_j
     [server] = engine.list_managed()
     assert str(server.handle) == run.handle and server.status.state is State.RUNNING
 
-    # The next worker: its start-up reconcile, then the periodic one (as beat sends it).
-    start_worker(sim_host.queue, sim_host.name + "-2", **env)
-    reconcile_all()
-    wait_for(
-        lambda: (_job(first).state, _job(second).state) == (J.INTERRUPTED, J.DONE),
-        60,
-        "the first job interrupted and the second done",
-    )
+    _next_worker_runs_the_queue(start_worker, sim_host, env, first, second)
     after, second = _job(first), _job(second)
     assert "stopped in the middle" in after.error
     assert after.started_at == before.started_at  # executed once: never restarted
@@ -133,13 +138,7 @@ def test_a_worker_killed_while_a_job_loads_its_model_leaves_one_server_for_the_n
     [server] = engine.list_managed()
     assert str(server.handle) == run.handle and server.status.state is State.RUNNING
 
-    start_worker(sim_host.queue, sim_host.name + "-2", **env)
-    reconcile_all()
-    wait_for(
-        lambda: (_job(first).state, _job(second).state) == (J.INTERRUPTED, J.DONE),
-        60,
-        "the first job interrupted and the second done",
-    )
+    _next_worker_runs_the_queue(start_worker, sim_host, env, first, second)
     after, second = _job(first), _job(second)
     assert after.started_at == before.started_at and not after.results.exists()
     assert [r[2] for r in _results(second)] == ["only"]
