@@ -17,7 +17,7 @@ from apps.core.events import BROADCAST_GROUP, fragment_push
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.recipes.spark import GB
-from apps.runs.logparse import LogFollower, Phase
+from vllm_adapter.logparse import LogFollower, Phase
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 
 log = logging.getLogger(__name__)

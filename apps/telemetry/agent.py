@@ -35,7 +35,7 @@ from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
-from apps.telemetry import scrape
+from vllm_adapter import metrics as scrape
 from apps.telemetry.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog

@@ -1,4 +1,4 @@
-"""apps.telemetry.scrape: fetching, parsing and deriving vLLM's /metrics, against a real
+"""vllm_adapter.metrics: fetching, parsing and deriving vLLM's /metrics, against a real
 sparksim and against tiny local servers that misbehave. Only 127.0.0.1 is contacted."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from apps.telemetry.scrape import (
+from vllm_adapter.metrics import (
     HTML_ERROR,
     SAMPLE_KEYS,
     Deriver,
@@ -602,7 +602,7 @@ def test_scrape_imports_no_django():
     from pathlib import Path
 
     code = (
-        "import sys, apps.telemetry.scrape; "
+        "import sys, vllm_adapter.metrics; "
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     root = Path(__file__).resolve().parents[2]

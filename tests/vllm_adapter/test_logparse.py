@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.runs.logparse import LogEvent, LogFollower, Phase, parse_line
+from vllm_adapter.logparse import LogEvent, LogFollower, Phase, parse_line
 
 API = "(APIServer pid=123) INFO 11-29 08:50:01 [api_server.py:1800] "
 CORE = "(EngineCore_0 pid=45) INFO 11-29 08:52:11 [gpu_model_runner.py:2602] "

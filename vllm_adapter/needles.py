@@ -1,0 +1,48 @@
+"""What the contract generator looks for in vLLM's source. Pure data, no imports.
+
+``tools/vllm_contract.py`` runs inside a venv that has a given vLLM and no panel
+dependencies, so this module must import nothing but the standard library.
+
+LOG_LINES maps one id per log line the panel reads (the rules in ``logparse``) to a
+regular expression that finds that line's format string in vLLM's source. The generator
+stores every matching string with its file and line; ``tests/vllm_adapter`` renders each
+stored format with sample values and checks that ``logparse`` still reads it. A needle
+that finds nothing in a version is recorded as missing, which is itself a finding (the
+line was reworded or removed).
+"""
+
+from __future__ import annotations
+
+LOG_LINES: dict[str, str] = {
+    # STARTING
+    "server_version": r"^vLLM (?:API )?server version %s",
+    "non_default_args": r"^non-default args: %s",
+    "engine_init": r"^Initializing a V1 LLM engine \(v%s\)",
+    "architecture": r"^Resolved architecture: %s",
+    "max_model_len": r"^Using max model len %s",
+    # LOADING
+    "start_load": r"^Starting to load model %s",
+    "weights_took": r"^Loading weights took %",
+    "model_took": r"^Model loading took %s GiB",
+    # COMPILING
+    "dynamo": r"Dynamo bytecode transform time: %",
+    "compile_total": r"torch\.compile took %",
+    "kv_memory": r"^Available KV cache memory: %",
+    "kv_size": r"KV cache size: %s tokens",
+    "concurrency": r"Maximum concurrency for %s tokens per request: %",
+    "graph_done": r"^Graph capturing finished in %",
+    "init_engine": r"^init engine \(profile, create kv cache, warmup model\) took",
+    # SERVING
+    "server_start": r"^Starting vLLM (?:API )?server on %s",
+    # FAILURES
+    "free_memory": r"Free memory on device",
+    "kv_too_small": r"larger than the maximum number of tokens that can be stored in KV cache",
+    "no_cache_memory": r"No available memory for the cache blocks",
+    "engine_failed": r"^Engine core initialization failed",
+    "engine_dead": r"EngineCore encountered an issue",
+}
+
+# Modules whose registries the generator reads (first import that works wins).
+QUANTIZATION_MODULE = "vllm.model_executor.layers.quantization"
+REASONING_MODULES = ("vllm.reasoning",)
+TOOL_PARSER_MODULES = ("vllm.tool_parsers", "vllm.entrypoints.openai.tool_parsers")
