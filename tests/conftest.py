@@ -28,6 +28,8 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.recipes.presets import RECIPES
 
+pytest_plugins = ["tests.real_vllm.fixtures"]  # the shared real-vLLM server (real_vllm)
+
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery-staple-42"
