@@ -110,7 +110,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": env_int("SQLITE_TIMEOUT_SECONDS", 20),
     }
     # Tests use a file, not memory, so that real worker processes can share the test data.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+    # SPARKPANEL_TEST_DB lets two test runs on one machine keep apart.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env_str("SPARKPANEL_TEST_DB", str(VAR_DIR / "test-db.sqlite3"))
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, result backend and Channels layer share one URL -------------

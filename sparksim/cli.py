@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import re
 import signal
 import sys
 import time
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import uvicorn
 
-from apps.recipes.flags import EXTRA_FLAGS
 from apps.recipes.planner import (
     kv_bytes_per_sequence,
     kv_bytes_per_token_split,
@@ -46,11 +46,85 @@ from sparksim.faults import FAULT_HELP, Faults, FaultSpecError, fail_start_error
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import BUILTIN, Profile, resolve_profile
-from sparksim.server import VLLM_VERSION, App, ServerState
+from sparksim.server import App, ServerState
 from sparksim.tokenizer import DEFAULT_TOKENIZER
+from vllm_adapter import contract as vllm_contract
 
 log = logging.getLogger("sparksim")
 VLLM_DEFAULT_UTILIZATION = 0.92
+SIM_FLAGS = ("--profile", "--time-scale", "--load-time-scale", "--jit-seconds", "--fault",
+             "--meminfo-file", "--log-level", "--vllm-version")  # fmt: skip
+# What the simulator reads when the vector leaves a value to vLLM's own default resolution
+# (vLLM picks these at run time from the platform; the contract records None).
+SIM_DEFAULTS = {
+    "host": "127.0.0.1",  # vLLM's default is all interfaces; the simulator's is loopback
+    "port": 8000,
+    "gpu_memory_utilization": VLLM_DEFAULT_UTILIZATION,
+    "max_model_len": None,
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 8192,
+    "kv_cache_dtype": "auto",
+    "quantization": None,
+    "enable_prefix_caching": True,
+    "enforce_eager": False,
+    "tensor_parallel_size": 1,
+    "reasoning_parser": None,
+    "tool_call_parser": None,
+    "served_model_name": None,
+    "load_format": "auto",
+}
+
+
+class VllmArgsError(Exception):
+    """vLLM would exit here: `code` and the lines it prints on stderr."""
+
+    def __init__(self, code: int, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.code = code
+        self.lines = lines
+
+
+def split_sim_flags(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(simulator flags, the `vllm serve` vector): the simulator's own flags may sit
+    anywhere in the vector (the process engine appends them)."""
+    sim, rest = [], []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        name = token.partition("=")[0]
+        if name in SIM_FLAGS:
+            sim.append(token)
+            if "=" not in token and i + 1 < len(tokens):
+                sim.append(tokens[i + 1])
+                i += 1
+        else:
+            rest.append(token)
+        i += 1
+    return sim, rest
+
+
+def vllm_args(tokens: list[str], version: str | None = None) -> argparse.Namespace:
+    """Parse the `vllm serve` part as the imitated vLLM does: its parser (an unknown option
+    exits 2 with vLLM's `unrecognized arguments` line), then the checks it makes when it
+    builds its engine config (an invalid quantization method fails as vLLM fails)."""
+    contract = vllm_contract.load(version)
+    argv = ["vllm", "serve", *tokens]
+    try:
+        values = contract.parse(argv)
+    except vllm_contract.ArgvError as exc:
+        raise VllmArgsError(2, [exc.usage, exc.line]) from None
+    problems = contract._check_values(values)
+    if problems:
+        raise VllmArgsError(1, [f"ValueError: {p.message}" for p in problems])
+    if not values.get("model_tag"):
+        raise VllmArgsError(2, ["usage: vllm serve [model_tag] [options]",
+                                "vllm serve: error: a model is required"])  # fmt: skip
+    merged = {**SIM_DEFAULTS, **values}
+    merged["model"] = merged.pop("model_tag")
+    merged["vllm_version"] = contract.version
+    return argparse.Namespace(**merged)
+
+
 SHARD_GB = 5.0
 
 
@@ -67,39 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=FAULT_HELP,
     )
-    serve.add_argument("model")
-    v = serve.add_argument_group("vllm serve flags")
-    v.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (vLLM's default is all interfaces; the simulator's is loopback)",
-    )
-    v.add_argument("--port", type=int, default=8000)
-    v.add_argument("--served-model-name", nargs="+", default=None)
-    v.add_argument("--gpu-memory-utilization", type=float, default=VLLM_DEFAULT_UTILIZATION)
-    v.add_argument("--max-model-len", type=int, default=None)
-    v.add_argument("--max-num-seqs", type=int, default=256)
-    v.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    v.add_argument(
-        "--kv-cache-dtype",
-        default="auto",
-        choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"],
-    )
-    v.add_argument("--quantization", "-q", default=None)
-    v.add_argument("--swap-space", type=float, default=4.0)
-    v.add_argument(
-        "--enable-prefix-caching", dest="enable_prefix_caching", action="store_true", default=True
-    )
-    v.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
-    v.add_argument("--enforce-eager", action="store_true")
-    v.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    v.add_argument("--reasoning-parser", default=None)
-    v.add_argument("--tool-call-parser", default=None)
-    for flag, spec in EXTRA_FLAGS.items():
-        if spec.kind == "switch":
-            v.add_argument(flag, action="store_true")
-        else:
-            v.add_argument(flag, default=None)
+    # The vLLM part of the vector is parsed by the imitated vLLM's own contract (see
+    # vllm_args); this parser holds only the simulator's flags.
+    serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="`vllm serve` arguments")
     s = serve.add_argument_group("simulator")
     s.add_argument(
         "--profile",
@@ -138,8 +182,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a /proc/meminfo-format file with the simulated memory use",
     )
     s.add_argument("--log-level", default="INFO")
+    s.add_argument(
+        "--vllm-version",
+        default=None,
+        choices=vllm_contract.available_versions(),
+        help="the vLLM version to imitate (its parser, defaults and log formats; "
+        "default: the newest SparkPanel has a contract for)",
+    )
     registry.add_parser(sub)
     return parser
+
+
+_PLACEHOLDER = re.compile(r"%(?:\.\d+)?[sdf]|\{\}")
+
+
+class LogFormats:
+    """The imitated version's own format strings (from its contract), so sparksim's log is
+    written in exactly the shapes that version prints; a line the version's source lacks
+    falls back to the given format."""
+
+    def __init__(self, version: str | None):
+        self.formats = vllm_contract.load(version).log_formats
+
+    def __call__(self, key: str, fallback: str, *values) -> tuple:
+        for entry in self.formats.get(key, ()):
+            text = entry["format"]
+            if len(_PLACEHOLDER.findall(text)) == len(values) and "{}" not in text:
+                return (text, *values)
+        return (fallback, *values)
 
 
 class VllmFormatter(logging.Formatter):
@@ -202,9 +272,10 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
         await asyncio.sleep(sim_seconds / scale)
 
     name = args.served_model_name[0] if args.served_model_name else args.model
-    log.info(
-        "vLLM API server version %s (sparksim %s: simulated, no GPU)", VLLM_VERSION, __version__
-    )
+    fmt = LogFormats(args.vllm_version)
+    log.info(*fmt("server_version", "vLLM server version %s, serving model %s",
+                  args.vllm_version, name))  # fmt: skip
+    log.info("sparksim %s: a simulation of vLLM %s, no GPU", __version__, args.vllm_version)
     non_default = {
         "model": args.model,
         "host": args.host,
@@ -222,7 +293,12 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
     for line in faults.describe():
         log.warning(line)
     log.info("Resolved architecture: %s", profile.architecture_name)
-    log.info("Using max model len %d", args.max_model_len)
+    log.info("Using max model len %s", args.max_model_len)
+    config = (
+        f"model={args.model!r}, max_seq_len={args.max_model_len}, quantization={args.quantization}"
+    )
+    log.info(*fmt("engine_init", "Initializing a V1 LLM engine (v%s) with config: %s",
+                  args.vllm_version, config))  # fmt: skip
     plan = memory_plan(profile, args)
     await pause(3.0)
 
@@ -249,17 +325,22 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
             raise StartupFailed(fail_start_error("load"))
     log.info("Loading weights took %.2f seconds", load_seconds)
     log.info(
-        "Model loading took %.4f GiB memory and %.6f seconds",
-        plan.weights / GIB,
-        load_seconds + 1.5,
+        *fmt(
+            "model_took",
+            "Model loading took %s GiB memory and %.6f seconds",
+            f"{plan.weights / GIB:.4f}",
+            load_seconds + 1.5,
+        )
     )
 
     if not args.enforce_eager:
         await pause(profile.compile_seconds * 0.3)
-        log.info("Dynamo bytecode transform time: %.2f s", profile.compile_seconds * 0.3)
+        log.info(*fmt("dynamo", "%sDynamo bytecode transform time: %.2f s", "",
+                      profile.compile_seconds * 0.3))  # fmt: skip
         await pause(profile.compile_seconds * 0.7)
         log.info("Compiling a graph for dynamic shape takes %.2f s", profile.compile_seconds * 0.7)
-        log.info("torch.compile takes %.2f s in total", profile.compile_seconds)
+        log.info(*fmt("compile_total", "%storch.compile took %.2f s in total", "",
+                      profile.compile_seconds))  # fmt: skip
 
     await pause(5.0)  # memory profiling run
     if faults.fail_start_phase == "profile":
@@ -279,12 +360,16 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
         )
     memory.set_footprint(int(plan.pool))
     log.info("Available KV cache memory: %.2f GiB", plan.kv_available / GIB)
-    log.info("GPU KV cache size: %s tokens", f"{plan.tokens:,}")
     seq_tokens = max(plan.per_seq_max / plan.per_token, 1.0)
     log.info(
-        "Maximum concurrency for %s tokens per request: %.2fx",
-        f"{args.max_model_len:,}",
-        plan.tokens / seq_tokens,
+        *fmt(
+            "kv_size",
+            "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+            "GPU",
+            f"{plan.tokens:,}",
+            f"{args.max_model_len:,}",
+            plan.tokens / seq_tokens,
+        )
     )
     states = args.max_num_seqs * plan.state
     if states and plan.per_seq_max + plan.state <= plan.kv_available < states + plan.per_seq_max:
@@ -318,16 +403,20 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
             if faults.fail_start_phase == "graphs" and k == 2:
                 raise StartupFailed(fail_start_error("graphs"))
         log.info(
-            "Graph capturing finished in %d secs, took %.2f GiB",
-            round(profile.graph_capture_seconds),
-            plan.graphs / GIB * 0.2,
+            *fmt(
+                "graph_done",
+                "Graph capturing finished in %.0f secs, took %.2f GiB",
+                profile.graph_capture_seconds,
+                plan.graphs / GIB * 0.2,
+            )
         )
     init = 5.0 + (
         0 if args.enforce_eager else profile.graph_capture_seconds + profile.compile_seconds
     )
-    log.info("init engine (profile, create kv cache, warmup model) took %.2f seconds", init)
-    log.info("Starting vLLM API server 0 on http://%s:%d", args.host, args.port)
-    log.info("Serving model %s as %s", args.model, name)
+    compiled = 0 if args.enforce_eager else profile.compile_seconds
+    log.info(*fmt("init_engine", "init engine (profile, create kv cache, warmup model) took %.2f s "
+                  "(compilation: %.2f s)", init, compiled))  # fmt: skip
+    log.info(*fmt("server_start", "Starting vLLM server on %s", f"http://{args.host}:{args.port}"))
     return plan
 
 
@@ -454,7 +543,20 @@ async def _quietly(task: asyncio.Task) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    if tokens[:1] == ["serve"]:
+        sim, rest = split_sim_flags(tokens[1:])
+        args = parser.parse_args(["serve", *sim])
+        try:
+            vllm = vllm_args(rest, args.vllm_version)
+        except VllmArgsError as exc:
+            for line in exc.lines:
+                print(line, file=sys.stderr)
+            return exc.code
+        for key, value in vars(vllm).items():
+            setattr(args, key, value)
+    else:
+        args = parser.parse_args(tokens)
     if args.command == "registry":
         return registry.run(args)
     try:

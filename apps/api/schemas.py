@@ -95,7 +95,6 @@ class RecipeFields(ArchitectureFields):
     max_num_seqs: int | None = None
     kv_cache_dtype: str | None = None
     quantization: str | None = None
-    swap_space: Decimal | None = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
     max_num_batched_tokens: int | None = None
@@ -127,7 +126,6 @@ class RecipeOut(Schema):
     max_num_seqs: int
     kv_cache_dtype: str
     quantization: str
-    swap_space: float
     enable_prefix_caching: bool
     enforce_eager: bool
     max_num_batched_tokens: int | None
@@ -154,6 +152,17 @@ class RecipeOut(Schema):
     updated_at: datetime
     plan: PlanSummary
     url: str
+    argv: list[str] = Field(
+        description="The exact `vllm serve` vector the panel runs for this recipe on its "
+        "default host (the first host; the port is the first of its range)."
+    )
+    upgrade_notes: list[str]
+
+    @staticmethod
+    def resolve_argv(obj) -> list[str]:
+        from apps.runs.services import default_argv
+
+        return default_argv(obj)
 
     @staticmethod
     def resolve_plan(obj) -> dict:
@@ -359,7 +368,6 @@ class PlanIn(ArchitectureFields):
     max_model_len: int
     max_num_seqs: int
     kv_cache_dtype: str = "auto"
-    swap_space: Decimal | None = None
     enforce_eager: bool = False
     max_num_batched_tokens: int | None = None
     tensor_parallel_size: int | None = 1

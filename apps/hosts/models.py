@@ -16,6 +16,7 @@ from apps.hosts.meminfo import Memory, read_meminfo
 from apps.recipes import planner, spark
 from apps.recipes.flags import IMAGE
 from apps.recipes.spark import GB
+from vllm_adapter import contract as vllm_contract
 
 HOST_NAME = RegexValidator(
     r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$",
@@ -38,6 +39,16 @@ class HostQuerySet(models.QuerySet):
     def online(self):
         return self.filter(last_heartbeat__gte=timezone.now() - HEARTBEAT_STALE)
 
+    def default(self):
+        """The host a recipe is checked and shown for when no host is named: the first."""
+        return self.order_by("name").first()
+
+
+def validate_vllm_version(value: str) -> None:
+    if value and value not in vllm_contract.available_versions():
+        known = ", ".join(vllm_contract.available_versions())
+        raise ValidationError(f"SparkPanel has no contract for vLLM {value} (it knows {known}).")
+
 
 class Host(models.Model):
     """One DGX Spark (or a simulated one) and everything the panel may do on it.
@@ -54,6 +65,12 @@ class Host(models.Model):
         HOST = "host", "The host's network"
 
     name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME])
+    vllm_version = models.CharField(
+        "vLLM version", max_length=32, blank=True, validators=[validate_vllm_version],
+        help_text="The vLLM version of this host's images. Recipes are checked against its "
+        "own parser and registries (vllm_adapter/contracts). Blank: the newest SparkPanel "
+        "knows.",
+    )  # fmt: skip
     description = models.CharField(max_length=200, blank=True)
     engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.DOCKER)
     simulated = models.BooleanField(
@@ -169,6 +186,10 @@ class Host(models.Model):
             self.last_heartbeat is not None
             and timezone.now() - self.last_heartbeat < HEARTBEAT_STALE
         )
+
+    @property
+    def contract_version(self) -> str:
+        return self.vllm_version or vllm_contract.latest_version()
 
     def spec(self) -> planner.HostSpec:
         return planner.HostSpec(

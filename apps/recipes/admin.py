@@ -26,7 +26,7 @@ class RecipeAdmin(admin.ModelAdmin):
             "is_preset"]}),
         ("vLLM flags", {"fields": [
             "gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype",
-            "quantization", "swap_space", "enable_prefix_caching", "enforce_eager",
+            "quantization", "enable_prefix_caching", "enforce_eager",
             "max_num_batched_tokens", "tensor_parallel_size", "reasoning_parser",
             "tool_call_parser", "extra_args"]}),
         ("Architecture", {"fields": [

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from apps.recipes import spark
 from apps.recipes.flags import FlagError, check_utilization
+from vllm_adapter import contract as vllm_contract
 
 
 class RecipeLike(Protocol):
@@ -25,7 +26,6 @@ class RecipeLike(Protocol):
     max_num_seqs: int
     kv_cache_dtype: str
     quantization: str
-    swap_space: Decimal
     enable_prefix_caching: bool
     enforce_eager: bool
     max_num_batched_tokens: int | None
@@ -37,10 +37,6 @@ class RecipeLike(Protocol):
 
 class UnsafeCommand(ValueError):
     """The argument vector breaks a Spark safety rule; nothing may be started with it."""
-
-
-def _number(value: Decimal | float) -> str:
-    return format(Decimal(str(value)).normalize(), "f")
 
 
 def serve_argv(
@@ -61,7 +57,6 @@ def serve_argv(
     argv += ["--kv-cache-dtype", recipe.kv_cache_dtype]
     if recipe.quantization:
         argv += ["--quantization", recipe.quantization]
-    argv += ["--swap-space", _number(recipe.swap_space)]
     argv.append(
         "--enable-prefix-caching" if recipe.enable_prefix_caching else "--no-enable-prefix-caching"
     )
@@ -112,20 +107,26 @@ def assert_safe_argv(argv: list[str]) -> None:
         raise UnsafeCommand("every argument must be a string")
     flags = argv[3:]
     name = "--gpu-memory-utilization"
+    # Every spelling every known vLLM maps to the same option: its aliases
+    # (--device-memory-utilization), underscores (--gpu_memory_utilization) and, where
+    # argparse allows them, abbreviations (--gpu-memory-util).
+    contracts = [vllm_contract.load(v) for v in vllm_contract.available_versions()]
     values = []
     for i, arg in enumerate(flags):
         if not arg.startswith("--"):
             continue
-        # vLLM reads --gpu_memory_utilization as --gpu-memory-utilization, and argparse
-        # takes any unambiguous prefix (--gpu-memory-util): count every spelling.
         flag, eq, inline = arg.partition("=")
-        flag = flag.replace("_", "-")
-        if flag == name:
+        flag = vllm_contract.Contract.normalise(flag)
+        resolved = {(c.resolve(flag)[1], c.dest_of(flag)) for c in contracts}
+        dests = {dest for _, dest in resolved}
+        if "config" in dests or flag == "--config":
+            raise UnsafeCommand("--config would read flags from a file nobody checked")
+        if "gpu_memory_utilization" in dests or flag == name:
+            if any(how == "abbreviation" for how, _ in resolved) and flag != name:
+                raise UnsafeCommand(f"{arg} abbreviates {name}: spell it out")
             values.append(inline if eq else (flags[i + 1] if i + 1 < len(flags) else ""))
         elif name.startswith(flag) and len(flag) > 2:
             raise UnsafeCommand(f"{arg} abbreviates {name}: spell it out")
-        elif flag == "--config":
-            raise UnsafeCommand("--config would read flags from a file nobody checked")
     if not values:
         raise UnsafeCommand(
             f"{name} is missing: vLLM would use its default 0.92. {spark.UTILIZATION_RULE}"
@@ -138,3 +139,48 @@ def assert_safe_argv(argv: list[str]) -> None:
         raise UnsafeCommand(str(exc)) from None
     if argv[2].startswith("-"):
         raise UnsafeCommand("the model must come right after 'serve'")
+
+
+# The recipe field that sets each typed flag; anything else came from the extra arguments.
+FIELD_OF_FLAG: dict[str, str] = {
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--max-model-len": "max_model_len",
+    "--max-num-seqs": "max_num_seqs",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--quantization": "quantization",
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--no-enable-prefix-caching": "enable_prefix_caching",
+    "--enforce-eager": "enforce_eager",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--reasoning-parser": "reasoning_parser",
+    "--tool-call-parser": "tool_call_parser",
+    "--served-model-name": "served_model_name",
+}
+
+
+def contract_problems(recipe: RecipeLike, version: str | None = None) -> list[tuple[str, str]]:
+    """(field, message) for everything the given vLLM version would refuse in the recipe's
+    vector — in vLLM's own words, with advice. [] when that vLLM accepts it."""
+    try:
+        contract = vllm_contract.load(version)
+    except KeyError as exc:
+        return [("image", str(exc.args[0]))]
+    try:
+        argv = serve_argv(recipe)
+    except UnsafeCommand as exc:
+        return [("__all__", str(exc))]
+    out = []
+    for problem in contract.check(argv):
+        field = FIELD_OF_FLAG.get(problem.flag, "extra_args" if problem.flag else "__all__")
+        out.append((field, f"vLLM {contract.version}: {problem}"))
+    if (recipe.tensor_parallel_size or 1) > 1:
+        out.append(
+            (
+                "tensor_parallel_size",
+                f"--tensor-parallel-size {recipe.tensor_parallel_size} needs "
+                f"{recipe.tensor_parallel_size} GPUs and a Spark has one: serving across two "
+                "Sparks is not supported yet; use 1",
+            )
+        )
+    return out

@@ -28,20 +28,6 @@ PARSER_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-QUANTIZATIONS = (
-    "nvfp4",
-    "modelopt_fp4",
-    "modelopt",
-    "fp8",
-    "mxfp4",
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "compressed-tensors",
-    "bitsandbytes",
-    "gguf",
-)
 
 
 @dataclass(frozen=True)
@@ -105,7 +91,6 @@ TYPED_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "the KV cache dtype field",
     "--quantization": "the quantization field",
     "-q": "the quantization field",
-    "--swap-space": "the swap space field",
     "--enable-prefix-caching": "the prefix caching checkbox",
     "--no-enable-prefix-caching": "the prefix caching checkbox",
     "--enforce-eager": "the enforce eager checkbox",

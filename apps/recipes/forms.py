@@ -5,8 +5,10 @@ from decimal import Decimal
 from django import forms
 
 from apps.recipes import planner, spark
+from apps.recipes.command import contract_problems
 from apps.recipes.flags import FlagError, format_extra_args, parse_extra_args
 from apps.recipes.models import Recipe, WeightFormat, validate_utilization
+from vllm_adapter import contract as vllm_contract
 
 ARCH_FIELDS = [
     "total_params_b", "active_params_b", "weight_format", "weight_gb", "num_layers",
@@ -15,7 +17,7 @@ ARCH_FIELDS = [
 ]  # fmt: skip
 FLAG_FIELDS = [
     "gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype", "quantization",
-    "swap_space", "enable_prefix_caching", "enforce_eager", "max_num_batched_tokens",
+    "enable_prefix_caching", "enforce_eager", "max_num_batched_tokens",
     "tensor_parallel_size", "reasoning_parser", "tool_call_parser",
 ]  # fmt: skip
 IDENTITY_FIELDS = ["name", "slug", "description", "model_id", "served_model_name", "image"]
@@ -78,10 +80,29 @@ class RecipeForm(forms.ModelForm):
             "enable_prefix_caching": "Prefix caching",
         }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, vllm_version: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["slug"].required = False
         self.fields["slug"].help_text = "Blank: made from the name."
+        self.vllm_version = vllm_version
+
+    def checked_version(self) -> str:
+        """The vLLM whose parser and registries judge this recipe: the default host's (each
+        start checks again against its own host's)."""
+        if self.vllm_version:
+            return self.vllm_version
+        from apps.hosts.models import Host
+
+        host = Host.objects.default()
+        return host.contract_version if host is not None else vllm_contract.latest_version()
+
+    def _post_clean(self):
+        super()._post_clean()
+        if self.errors:
+            return  # the typed checks first: the vector is only built from valid fields
+        version = self.checked_version()
+        for field, message in contract_problems(self.instance, version):
+            self.add_error(None if field not in self.fields else field, message)
 
 
 class PlanInputForm(forms.Form):
@@ -92,7 +113,6 @@ class PlanInputForm(forms.Form):
     max_model_len = forms.IntegerField(min_value=1, max_value=10_000_000, initial=8192)
     max_num_seqs = forms.IntegerField(min_value=1, max_value=1024, initial=4)
     kv_cache_dtype = forms.ChoiceField(choices=Recipe.KV_CACHE_DTYPE_CHOICES, initial="auto")
-    swap_space = forms.DecimalField(min_value=0, max_value=256, required=False, initial=0)
     enforce_eager = forms.BooleanField(required=False)
     max_num_batched_tokens = forms.IntegerField(min_value=1, max_value=1_048_576, required=False)
     tensor_parallel_size = forms.IntegerField(min_value=1, max_value=8, required=False, initial=1)
@@ -134,7 +154,6 @@ class PlanInputForm(forms.Form):
             max_model_len=d["max_model_len"],
             max_num_seqs=d["max_num_seqs"],
             kv_cache_dtype=d.get("kv_cache_dtype") or "auto",
-            swap_space_gib=float(d.get("swap_space") or 0),
             enforce_eager=bool(d.get("enforce_eager")),
             max_num_batched_tokens=d.get("max_num_batched_tokens"),
             tensor_parallel_size=d.get("tensor_parallel_size") or 1,

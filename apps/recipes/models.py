@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -14,7 +12,6 @@ from apps.recipes import planner, spark
 from apps.recipes.flags import (
     KV_CACHE_DTYPES,
     PARSER_NAME,
-    QUANTIZATIONS,
     SERVED_NAME,
     FlagError,
     check_utilization,
@@ -83,7 +80,6 @@ class Recipe(models.Model):
     model's architecture (for the memory planner)."""
 
     KV_CACHE_DTYPE_CHOICES = [(v, v) for v in KV_CACHE_DTYPES]
-    QUANTIZATION_CHOICES = [("", "none / from the checkpoint"), *((q, q) for q in QUANTIZATIONS)]
     CHECKPOINT_KV_CHOICES = [
         ("", "model dtype"),
         ("bf16", "bf16"),
@@ -126,11 +122,10 @@ class Recipe(models.Model):
         help_text="Sequences served at once (the seeds recommend 4–10).",
     )
     kv_cache_dtype = models.CharField(max_length=16, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
-    quantization = models.CharField(max_length=32, choices=QUANTIZATION_CHOICES, blank=True)
-    swap_space = models.DecimalField(
-        "swap space (GiB)", max_digits=5, decimal_places=1, default=Decimal("0"),
-        validators=[MinValueValidator(0), MaxValueValidator(256)],
-        help_text="0 on a Spark: swap lives in the same memory pool.",
+    quantization = models.CharField(
+        max_length=32, blank=True, validators=[validate_parser],
+        help_text="Blank: detected from the checkpoint (NVFP4, FP8, AWQ… checkpoints say what "
+        "they are). Otherwise a method name of the image's vLLM (e.g. modelopt_fp4).",
     )  # fmt: skip
     enable_prefix_caching = models.BooleanField(default=True)
     enforce_eager = models.BooleanField(
@@ -182,6 +177,11 @@ class Recipe(models.Model):
     checkpoint_kv_dtype = models.CharField(
         "KV dtype of 'auto'", max_length=8, choices=CHECKPOINT_KV_CHOICES, blank=True
     )
+
+    upgrade_notes = models.JSONField(
+        default=list, blank=True, editable=False,
+        help_text="What upgrades of SparkPanel changed in this recipe, and why.",
+    )  # fmt: skip
 
     is_preset = models.BooleanField(default=False)
     created_by = models.ForeignKey(
@@ -272,7 +272,6 @@ class Recipe(models.Model):
             max_model_len=self.max_model_len,
             max_num_seqs=self.max_num_seqs,
             kv_cache_dtype=self.kv_cache_dtype,
-            swap_space_gib=float(self.swap_space or 0),
             enforce_eager=self.enforce_eager,
             max_num_batched_tokens=self.max_num_batched_tokens,
             tensor_parallel_size=self.tensor_parallel_size,

@@ -97,7 +97,6 @@ class Flags:
     max_model_len: int
     max_num_seqs: int = 1
     kv_cache_dtype: str = "auto"
-    swap_space_gib: float = 0.0
     enforce_eager: bool = False
     max_num_batched_tokens: int | None = None
     tensor_parallel_size: int = 1
@@ -380,7 +379,9 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
     if kv_available is not None and per_token:
         tokens_fit = max(0, math.floor(max(kv_available - state, 0.0) / per_token))
     if kv_available is not None and per_seq is not None and per_seq + state > 0:
-        max_conc = max(0, math.floor(max(kv_available, 0.0) / (per_seq + state)))
+        # A vanishingly small sequence (a denormal per-token size) would overflow to inf.
+        ratio = max(kv_available, 0.0) / (per_seq + state)
+        max_conc = max(0, math.floor(ratio)) if math.isfinite(ratio) else None
 
     if kv_available is None or kv_needed is None:
         verdict = Verdict.UNKNOWN
@@ -427,13 +428,6 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
             "above-recommended",
             Severity.WARNING,
             f"Utilization {util:g} is above the {rec} recommended for {rec_reason}.",
-        )
-    if flags.swap_space_gib > 0:
-        warn(
-            "swap-space",
-            Severity.WARNING,
-            f"--swap-space {flags.swap_space_gib:g} GiB: on a Spark CPU swap space comes from "
-            "the same memory pool as the GPU; use --swap-space 0.",
         )
     if element >= 2 and flags.max_model_len >= FP8_KV_SUGGESTED_FROM and per_seq:
         warn(

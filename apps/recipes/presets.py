@@ -159,7 +159,6 @@ RECIPES: list[dict] = [
         ),
         **architecture_of("qwen3.5-35b-a3b-nvfp4"),
         "image": DEFAULT_IMAGE,
-        "quantization": "nvfp4",
         "gpu_memory_utilization": Decimal("0.90"),
         "max_model_len": 32768,
         "max_num_seqs": 1,
@@ -175,7 +174,6 @@ RECIPES: list[dict] = [
         ),
         **architecture_of("llama-3.3-70b-nvfp4"),
         "image": DEFAULT_IMAGE,
-        "quantization": "nvfp4",
         "gpu_memory_utilization": Decimal("0.85"),
         "max_model_len": 4096,
         "max_num_seqs": 10,
@@ -186,15 +184,14 @@ RECIPES: list[dict] = [
         "slug": "120b-moe-safest",
         "description": (
             "Seed 004's most conservative setup for a 120B MoE: utilization 0.80, 8K context, "
-            "one sequence, fp8 KV, no swap space."
+            "one sequence, fp8 KV. (The seed's --swap-space 0 is today's behaviour: vLLM has had no "
+            "CPU swap since 0.18.)"
         ),
         **architecture_of("nemotron-3-super-120b-nvfp4"),
         "image": DEFAULT_IMAGE,
-        "quantization": "nvfp4",
         "gpu_memory_utilization": Decimal("0.80"),
         "max_model_len": 8192,
         "max_num_seqs": 1,
         "kv_cache_dtype": "fp8",
-        "swap_space": Decimal("0"),
     },
 ]

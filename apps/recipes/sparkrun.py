@@ -33,6 +33,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from vllm_adapter import advice
+from vllm_adapter import contract as vllm_contract
+
 # sparkrun's runtimes that start vLLM (the last three are its multi-node and
 # custom-build flavours); sglang, llama-cpp and trtllm are other engines.
 VLLM_RUNTIMES = frozenset({"vllm", "vllm-distributed", "vllm-ray", "eugr-vllm"})
@@ -137,7 +140,10 @@ CHECKPOINT_KV_DTYPES = {
     "fp8_e5m2": "fp8",
 }
 # sparkrun's SGLang-style names and plain synonyms, in vLLM's vocabulary.
-QUANTIZATION_ALIASES = {"modelopt_fp4": "nvfp4", "fp4": "nvfp4", "none": ""}
+QUANTIZATION_ALIASES = {"none": ""}
+# sparkrun's metadata names the checkpoint's format, not a vLLM flag: vLLM detects these
+# from the checkpoint itself (hf_quant_config.json), so the recipe leaves the flag out.
+CHECKPOINT_DETECTED = {"nvfp4", "fp4", "modelopt_fp4"}
 
 _PARAM_SUFFIX_BILLIONS = {"T": 1000.0, "B": 1.0, "M": 1e-3, "K": 1e-6}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -335,8 +341,29 @@ def _quantization(value: object, path: str, recipe: SparkrunRecipe) -> str | Non
         return QUANTIZATION_ALIASES.get(name, name)
     if value is None:
         return ""
-    recipe._error(path, f"expected a vLLM quantization method such as nvfp4, got {_shown(value)}")
+    recipe._error(
+        path, f"expected a vLLM quantization method such as modelopt_fp4, got {_shown(value)}"
+    )
     return None
+
+
+def _metadata_quantization(value: object, path: str, recipe: SparkrunRecipe) -> str | None:
+    if isinstance(value, str) and value.strip().lower() in CHECKPOINT_DETECTED:
+        return ""
+    return _quantization(value, path, recipe)
+
+
+def _removed(flag: str) -> Reader:
+    """A key for a flag today's vLLM no longer has: not carried over, and the import says
+    why (real vLLM would refuse the whole vector with 'unrecognized arguments')."""
+
+    def read(value: object, path: str, recipe: SparkrunRecipe) -> None:
+        recipe.ignored.append(
+            f"{path} ({_shown(value)}): not carried over — "
+            + advice.for_flag(flag, vllm_contract.latest_version())
+        )
+
+    return read
 
 
 def _billions(value: object, path: str, recipe: SparkrunRecipe) -> float | None:
@@ -389,7 +416,7 @@ DEFAULTS_FIELDS: dict[str, tuple[str, Reader]] = {
     "max_num_batched_tokens": ("max_num_batched_tokens", _positive_whole),
     "enable_prefix_caching": ("enable_prefix_caching", _boolean),
     "enforce_eager": ("enforce_eager", _boolean),
-    "swap_space": ("swap_space", _number),
+    "swap_space": ("", _removed("--swap-space")),
     "quantization": ("quantization", _quantization),
 }
 METADATA_FIELDS: dict[str, tuple[str, Reader]] = {
@@ -401,7 +428,7 @@ METADATA_FIELDS: dict[str, tuple[str, Reader]] = {
     "attention_layers": ("attention_layers", _count),
     "num_kv_heads": ("kv_heads", _positive_whole),
     "head_dim": ("head_dim", _positive_whole),
-    "quantization": ("quantization", _quantization),
+    "quantization": ("quantization", _metadata_quantization),
     # sparkrun's override for the weight size; mixed-precision checkpoints need it.
     "model_vram": ("weight_gb", _gigabytes),
 }
@@ -420,7 +447,7 @@ COMMAND_FLAGS: dict[str, tuple[str, Reader]] = {
     "served-model-name": ("served_model_name", _text),
     "quantization": ("quantization", _quantization),
     "q": ("quantization", _quantization),
-    "swap-space": ("swap_space", _number),
+    "swap-space": ("", _removed("--swap-space")),
 }
 COMMAND_SWITCHES: dict[str, tuple[str, bool]] = {
     "enable-prefix-caching": ("enable_prefix_caching", True),

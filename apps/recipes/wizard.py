@@ -37,7 +37,6 @@ DEFAULTS = {
     "max_model_len": "8192",
     "max_num_seqs": "4",
     "kv_cache_dtype": "auto",
-    "swap_space": "0",
     "enable_prefix_caching": "on",
     "tensor_parallel_size": "1",
     "image": DEFAULT_IMAGE,

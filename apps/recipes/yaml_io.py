@@ -18,6 +18,7 @@ from apps.recipes.models import Recipe
 
 FORMAT_VERSION = 1
 FIELDS = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", *ARCH_FIELDS]
+READ_ONLY = ("argv",)
 
 
 @dataclass
@@ -51,6 +52,9 @@ def recipe_to_dict(recipe: Recipe) -> dict:
         if value in (None, "") and name not in IDENTITY_FIELDS[:4]:
             continue
         data[name] = value
+    from apps.runs.services import default_argv
+
+    data["argv"] = default_argv(recipe)
     return data
 
 
@@ -140,7 +144,8 @@ def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportR
     seen: set[str] = set()
     for index, entry in enumerate(entries):
         label = f"recipe {index + 1}" + (f" ({entry.get('name')})" if entry.get("name") else "")
-        unknown = sorted(set(map(str, entry)) - set(FIELDS))
+        # argv is what an export shows (the vector for the default host), never an input.
+        unknown = sorted(set(map(str, entry)) - set(FIELDS) - set(READ_ONLY))
         if unknown:
             result.problems.append(_problem(label, f"unknown key(s): {', '.join(unknown)}"))
             continue

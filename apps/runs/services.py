@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
-from apps.recipes.command import UnsafeCommand, serve_argv
+from apps.recipes.command import UnsafeCommand, contract_problems, serve_argv
 from apps.recipes.flags import FlagError, check_utilization
 from apps.recipes.models import Recipe
 from apps.recipes.spark import GB, GIB
@@ -53,11 +53,35 @@ def _bind_address(host: Host) -> str:
     return "0.0.0.0" if bridged else host.advertise_host  # noqa: S104
 
 
+def argv_on(recipe: Recipe, host: Host, port: int | None = None) -> list[str]:
+    """The exact `vllm serve` vector the panel runs for a recipe on a host (the port is the
+    first of the host's range unless the run got another)."""
+    return serve_argv(recipe, host=_bind_address(host), port=port or host.port_min)
+
+
+def default_argv(recipe: Recipe) -> list[str]:
+    """The vector for the default host (what the API and the YAML export show); without
+    any host, the vector an engine would complete with its own address and port."""
+    host = Host.objects.default()
+    try:
+        return argv_on(recipe, host) if host is not None else serve_argv(recipe)
+    except UnsafeCommand:
+        return []
+
+
 def admission_check(*, recipe: Recipe, host: Host) -> None:
     try:
         check_utilization(recipe.gpu_memory_utilization)
     except FlagError as exc:  # a recipe row changed behind the validators' back
         raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
+    problems = contract_problems(recipe, host.contract_version)
+    if problems:
+        # The recipe was checked against the default host's vLLM; this host may differ.
+        raise RunRefused(
+            f"{host.name}'s vLLM {host.contract_version} would refuse this recipe: "
+            + "; ".join(message for _, message in problems),
+            "unsafe_recipe",
+        )
     active = Run.objects.active().filter(host=host).select_related("recipe").first()
     if active is not None:
         raise RunRefused(
@@ -92,7 +116,7 @@ def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = Non
     admission_check(recipe=recipe, host=host)
     port = _free_port(host)
     try:
-        argv = serve_argv(recipe, host=_bind_address(host), port=port)
+        argv = argv_on(recipe, host, port)
     except UnsafeCommand as exc:  # a recipe row changed behind the validators' back
         raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
     try:

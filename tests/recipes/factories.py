@@ -17,7 +17,6 @@ def recipe_data(**overrides) -> dict:
         "max_num_seqs": "4",
         "kv_cache_dtype": "fp8",
         "quantization": "",
-        "swap_space": "0",
         "enable_prefix_caching": "on",
         "max_num_batched_tokens": "",
         "tensor_parallel_size": "1",

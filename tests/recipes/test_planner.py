@@ -166,12 +166,11 @@ def test_warnings_name_the_unsafe_flags():
         Architecture(
             total_params_b=70.6, num_layers=80, kv_heads=8, head_dim=128, weight_format="nvfp4"
         ),
-        Flags(0.90, 65536, max_num_seqs=1, swap_space_gib=4, max_num_batched_tokens=65536),
+        Flags(0.90, 65536, max_num_seqs=1, max_num_batched_tokens=65536),
     )
     codes = {w.code for w in result.warnings}
     assert {
         "above-recommended",
-        "swap-space",
         "fp16-kv-long-context",
         "huge-batched-tokens",
     } <= codes
@@ -248,7 +247,6 @@ flag_sets = st.builds(
     max_model_len=st.integers(1, 10_000_000),
     max_num_seqs=st.integers(1, 1024),
     kv_cache_dtype=st.sampled_from(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]),
-    swap_space_gib=st.floats(0, 64),
     enforce_eager=st.booleans(),
     max_num_batched_tokens=st.one_of(st.none(), st.integers(1, 1_000_000)),
     tensor_parallel_size=st.integers(1, 8),

@@ -34,8 +34,7 @@ def test_the_four_spec_presets_exist_after_migrate():
     safest = presets["120b-moe-safest"]
     assert serve_argv(safest)[3:] == [
         "--gpu-memory-utilization", "0.80", "--max-model-len", "8192", "--max-num-seqs", "1",
-        "--kv-cache-dtype", "fp8", "--quantization", "nvfp4", "--swap-space", "0",
-        "--enable-prefix-caching",
+        "--kv-cache-dtype", "fp8", "--enable-prefix-caching",
     ]  # fmt: skip
 
 
@@ -177,8 +176,8 @@ def test_docker_command_mounts_only_the_hf_cache():
 
 def test_yaml_round_trips_every_field():
     make_recipe(
-        name="Everything", description="all fields", served_model_name="qwen", swap_space=Decimal("0.5"),
-        enforce_eager=True, enable_prefix_caching=False, max_num_batched_tokens=4096, tensor_parallel_size=2,
+        name="Everything", description="all fields", served_model_name="qwen",
+        enforce_eager=True, enable_prefix_caching=False, max_num_batched_tokens=4096, tensor_parallel_size=1,
         reasoning_parser="qwen3", tool_call_parser="hermes", extra_args=["--load-format", "fastsafetensors"],
         active_params_b=3.0, weight_gb=20.5, attention_layers=16, sliding_window_layers=4, sliding_window=512,
         recurrent_state_mib=61.4, checkpoint_kv_dtype="fp8", quantization="fp8", kv_lora_rank=None,

@@ -113,7 +113,6 @@ def test_full_recipe_maps_every_field() -> None:
         "max_num_batched_tokens": 8192,
         "enable_prefix_caching": True,
         "enforce_eager": False,
-        "swap_space": 0,
         "total_params_b": 120.0,
         "active_params_b": 12.0,
         "weight_format": "nvfp4",
@@ -122,7 +121,8 @@ def test_full_recipe_maps_every_field() -> None:
         "attention_layers": 8,
         "kv_heads": 2,
         "head_dim": 128,
-        "quantization": "nvfp4",
+        # metadata says the checkpoint is NVFP4: vLLM detects that itself, so no flag.
+        "quantization": "",
         "weight_gb": 74.5,
     }
     assert recipe.description == "Official vLLM Spark recipe"
@@ -134,6 +134,9 @@ def test_port_and_host_are_reported_as_ignored() -> None:
     assert recipe.ignored == [
         "defaults.port (8000): SparkPanel chooses the port of each run itself.",
         "defaults.host (0.0.0.0): SparkPanel chooses the address the server listens on itself.",
+        "defaults.swap_space (0 (int)): not carried over — --swap-space was removed in vLLM "
+        "0.18: there is no CPU swap any more (which is what the seeds' --swap-space 0 asked "
+        "for on a Spark); delete it",
         "metadata.maintainer (someone <someone@example.com>): who maintains the sparkrun "
         "recipe; not imported.",
     ]
@@ -238,7 +241,6 @@ def test_wrong_types_are_reported_per_key() -> None:
                 "max_model_len": "lots",
                 "tensor_parallel": 0,
                 "enable_prefix_caching": "yes please",
-                "swap_space": -1,
                 "kv_cache_dtype": "int4",
             },
             metadata={"num_layers": 12.5, "model_dtype": "q4_k_m"},
@@ -250,7 +252,6 @@ def test_wrong_types_are_reported_per_key() -> None:
         "defaults.max_model_len: expected a whole number, got 'lots'",
         "defaults.tensor_parallel: expected a whole number of at least 1, got 0",
         "defaults.enable_prefix_caching: expected true or false, got 'yes please'",
-        "defaults.swap_space: expected a number of at least 0, got -1 (int)",
         "defaults.kv_cache_dtype: expected one of auto, bf16, fp8, fp8_e4m3, fp8_e5m2, got 'int4'",
         "metadata.num_layers: expected a whole number, got 12.5 (float)",
         "metadata.model_dtype: expected one of bf16, fp16, fp32, fp8, int8, nvfp4, mxfp4, "
@@ -364,10 +365,20 @@ def test_a_bad_default_is_reported_once_even_when_the_command_uses_it() -> None:
     assert recipe.errors == {"defaults.max_model_len": ["expected a whole number, got 'lots'"]}
 
 
-def test_sglang_style_quantization_name_is_translated() -> None:
+def test_vllm_quantization_names_pass_through_and_checkpoint_formats_are_detected() -> None:
+    # modelopt_fp4 is vLLM's own method name; the form checks it against the image's vLLM.
     recipe = parse_sparkrun(minimal(defaults={"quantization": "modelopt_fp4"}))
+    assert recipe.fields["quantization"] == "modelopt_fp4"
+    # metadata describes the checkpoint: vLLM detects NVFP4 from hf_quant_config.json itself.
+    recipe = parse_sparkrun(minimal(metadata={"quantization": "nvfp4"}))
+    assert recipe.fields["quantization"] == ""
 
-    assert recipe.fields["quantization"] == "nvfp4"
+
+def test_swap_space_is_not_carried_over_and_the_import_says_why() -> None:
+    recipe = parse_sparkrun(minimal(defaults={"swap_space": 0}))
+    assert "swap_space" not in recipe.fields
+    assert any("defaults.swap_space" in note and "removed in vLLM 0.18" in note
+               for note in recipe.ignored), recipe.ignored  # fmt: skip
 
 
 def test_looks_like_sparkrun_for_sparkrun_recipes() -> None:

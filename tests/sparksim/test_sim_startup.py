@@ -23,7 +23,7 @@ STARTUP_ORDER = [
     "Capturing CUDA graphs",
     "Graph capturing finished in",
     "init engine (profile, create kv cache, warmup model) took",
-    "Starting vLLM API server 0 on http://127.0.0.1:",
+    "Starting vLLM server on http://127.0.0.1:",
     "Application startup complete.",
 ]
 
