@@ -184,8 +184,8 @@ RECIPES: list[dict] = [
         "slug": "120b-moe-safest",
         "description": (
             "Seed 004's most conservative setup for a 120B MoE: utilization 0.80, 8K context, "
-            "one sequence, fp8 KV. (The seed's --swap-space 0 is today's behaviour: vLLM has had no "
-            "CPU swap since 0.18.)"
+            "one sequence, fp8 KV. (The seed's --swap-space 0 is today's behaviour: vLLM has "
+            "had no CPU swap since 0.18.)"
         ),
         **architecture_of("nemotron-3-super-120b-nvfp4"),
         "image": DEFAULT_IMAGE,

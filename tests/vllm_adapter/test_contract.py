@@ -55,7 +55,7 @@ def test_contracts_are_versions_of_vllm_read_from_vllm():
     assert "modelopt_fp4" in data["quantization_methods"]
     assert "nvfp4" not in data["quantization_methods"]
     assert not contract.load("0.33.0").has("--swap-space")
-    with pytest.raises(KeyError, match="no contract for vLLM 0.11.0"):
+    with pytest.raises(KeyError, match=r"no contract for vLLM 0\.11\.0"):
         contract.load("0.11.0")
     with pytest.raises(KeyError):
         contract.load("../../etc/passwd")
