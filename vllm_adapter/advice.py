@@ -13,16 +13,20 @@ REMOVED: dict[str, str] = {
         "--swap-space was removed in vLLM 0.18: there is no CPU swap any more (which is what "
         "the seeds' --swap-space 0 asked for on a Spark); delete it"
     ),
-    "--disable-log-requests": (
-        "request logging is off by default in today's vLLM; delete it "
-        "(--enable-log-requests turns it on)"
-    ),
     "--task": (
         "--task is not a vllm serve option any more: for embedding, reranking or reward models "
         "use --runner pooling (with --convert embed/classify/reward to adapt a generative model)"
     ),
     "--num-scheduler-steps": "multi-step scheduling was removed with the V0 engine; delete it",
     "--use-v2-block-manager": "the V1 engine has one block manager; delete it",
+    "--calculate-kv-scales": (
+        "vLLM 0.32+ has no --calculate-kv-scales: fp8 KV scales come from the checkpoint "
+        "(or default to 1.0); delete it"
+    ),
+    "--max-num-partial-prefills": (
+        "vLLM 0.32+ has no --max-num-partial-prefills (the V1 scheduler chunks prefills "
+        "itself); delete it"
+    ),
 }
 
 VALUES: dict[tuple[str, str], str] = {

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from apps.recipes import spark
+from vllm_adapter import advice
 
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$")
 LOCAL_PATH = re.compile(r"^/(?:[A-Za-z0-9._-]+/?)+$")
@@ -48,7 +49,6 @@ EXTRA_FLAGS: dict[str, FlagSpec] = {
     "--enable-expert-parallel": FlagSpec("switch", "expert parallelism for MoE layers"),
     "--disable-log-stats": FlagSpec("switch", "no periodic stats in the log"),
     "--enable-log-requests": FlagSpec("switch", "log every request"),
-    "--calculate-kv-scales": FlagSpec("switch", "compute fp8 KV scales dynamically"),
     "--load-format": FlagSpec(
         "choice",
         "weight loader (fastsafetensors can shorten a 10-15 min first load)",
@@ -70,9 +70,6 @@ EXTRA_FLAGS: dict[str, FlagSpec] = {
         "choice", "tokenizer implementation", choices=("auto", "slow", "mistral", "custom")
     ),
     "--seed": FlagSpec("int", "random seed", minimum=0, maximum=2**31 - 1),
-    "--max-num-partial-prefills": FlagSpec(
-        "int", "concurrent partial prefills", minimum=1, maximum=64
-    ),
     "--long-prefill-token-threshold": FlagSpec(
         "int", "a prefill longer than this is 'long'", minimum=1, maximum=1_048_576
     ),
@@ -142,8 +139,11 @@ def validate_extra_args(tokens: list[str]) -> list[str]:
             continue
         spec = EXTRA_FLAGS.get(flag)
         if spec is None:
+            gone = advice.REMOVED.get(flag)
             problems.append(
-                f"{flag} is not an allowed extra argument (allowed: "
+                f"{flag}: {gone}"
+                if gone
+                else f"{flag} is not an allowed extra argument (allowed: "
                 + ", ".join(sorted(EXTRA_FLAGS))
                 + ")"
             )
