@@ -11,7 +11,7 @@ class HostAdmin(admin.ModelAdmin):
         "last_heartbeat", "heartbeat_worker", "unmanaged", "inventory_at", "inventory_error"
     ]  # fmt: skip
     fieldsets = [
-        (None, {"fields": ["name", "description", "engine", "advertise_host",
+        (None, {"fields": ["name", "description", "engine", "vllm_version", "advertise_host",
                            ("port_min", "port_max")]}),
         ("Docker", {
             "description": "The container template is fixed; these are the only choices. "

@@ -85,6 +85,26 @@ class RecipeForm(forms.ModelForm):
         self.fields["slug"].required = False
         self.fields["slug"].help_text = "Blank: made from the name."
         self.vllm_version = vllm_version
+        # Suggestions from the checked vLLM's own registries; any value is still checked.
+        for name, listed in (
+            ("quantization", "vllm-quantization"),
+            ("reasoning_parser", "vllm-reasoning-parsers"),
+            ("tool_call_parser", "vllm-tool-parsers"),
+        ):
+            if name in self.fields:
+                self.fields[name].widget.attrs["list"] = listed
+
+    def vllm_registries(self) -> dict:
+        """The datalists the form's text fields suggest from (templates: datalists.html)."""
+        c = vllm_contract.load(self.checked_version())
+        return {
+            "version": c.version,
+            "lists": {
+                "vllm-quantization": c.quantization_methods,
+                "vllm-reasoning-parsers": c.reasoning_parsers,
+                "vllm-tool-parsers": c.tool_parsers,
+            },
+        }
 
     def checked_version(self) -> str:
         """The vLLM whose parser and registries judge this recipe: the default host's (each
