@@ -21,6 +21,17 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class ImageIdentity:
+    """The image a server really gets: a tag moves under you (a nightly), a digest does not.
+    Everything is blank where there is no image (a local process)."""
+
+    reference: str = ""  # the reference the engine runs (a simulated host's sim image)
+    digest: str = ""  # the registry's manifest digest, "sha256:…"; blank for a local build
+    pinned: str = ""  # "repo@sha256:…": what `docker pull` takes to get exactly this image
+    image_id: str = ""  # the local image id ("sha256:…" of its config)
+
+
+@dataclass(frozen=True)
 class Handle:
     engine: str
     ref: str  # container id, or "pid:create_time" for a process
@@ -106,6 +117,10 @@ class Engine(abc.ABC):
 
     def pull(self, spec: LaunchSpec, progress=None, should_stop=None) -> None:
         return None
+
+    def image_identity(self, spec: LaunchSpec) -> ImageIdentity:
+        """What the run will run, by digest (read after any pull, before the start)."""
+        return ImageIdentity()
 
     def list_unmanaged(self) -> list[dict]:
         """Servers on the host that the panel did not start: {id, name, image, status}."""

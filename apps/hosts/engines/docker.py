@@ -37,7 +37,16 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
-from apps.hosts.engines.base import Engine, EngineError, Handle, LaunchSpec, Managed, State, Status
+from apps.hosts.engines.base import (
+    Engine,
+    EngineError,
+    Handle,
+    ImageIdentity,
+    LaunchSpec,
+    Managed,
+    State,
+    Status,
+)
 from apps.recipes.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -113,6 +122,24 @@ def split_image(image: str) -> tuple[str, str]:
     if not sep or "/" in tag:
         return image, "latest"
     return name, tag
+
+
+def _repo_name(reference: str) -> str:
+    """The repository of a reference, as Docker writes it in RepoDigests."""
+    name = reference.partition("@")[0] if "@" in reference else split_image(reference)[0]
+    for prefix in ("docker.io/", "index.docker.io/"):
+        name = name.removeprefix(prefix)
+    return name.removeprefix("library/")
+
+
+def repo_digest(reference: str, repo_digests: list[str]) -> str:
+    """The `repo@sha256:…` entry of an image's RepoDigests for the repository `reference`
+    names (an image pulled from two registries has one entry each), else the first."""
+    want = _repo_name(reference)
+    for entry in repo_digests:
+        if _repo_name(entry) == want:
+            return entry
+    return repo_digests[0] if repo_digests else ""
 
 
 def image_allowed(allowlist: list[str], image: str) -> bool:
@@ -250,6 +277,25 @@ class DockerEngine(Engine):
             raise EngineError(f"pulling {image} failed: {_short(exc)}") from None
         if not self.has_image(image):
             raise EngineError(f"pulling {image} ended without the image")
+
+    def image_identity(self, spec: LaunchSpec) -> ImageIdentity:
+        """The image the run gets, by digest, as this Spark's Docker has it now (after the
+        pull, before the start): the registry's manifest digest from `RepoDigests` (none
+        for an image built or imported locally) and the local image id."""
+        image = self.image_for(spec)
+        try:
+            found = self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            return ImageIdentity(reference=image)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker: {_short(exc)}") from None
+        pinned = repo_digest(image, found.attrs.get("RepoDigests") or [])
+        return ImageIdentity(
+            reference=image,
+            digest=pinned.rpartition("@")[2] if pinned else "",
+            pinned=pinned,
+            image_id=found.id or "",
+        )
 
     def _ensure_sim_base(self) -> None:
         if self.has_image(SIM_BASE_IMAGE):
