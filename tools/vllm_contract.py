@@ -348,7 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = cli.add_subparsers(dest="command", required=True)
     write = sub.add_parser("write", help="write vllm-<version>.json into a folder")
     write.add_argument("folder", type=Path)
-    sub.add_parser("check", help="check argument vectors (JSON on stdin) with vLLM's parser")
+    check_cmd = sub.add_parser(
+        "check", help="check argument vectors (JSON on stdin) with vLLM's parser"
+    )
+    check_cmd.add_argument(
+        "--with-options",
+        action="store_true",
+        help="also print the version and its serve options (to compare with a contract file)",
+    )
     args = cli.parse_args(argv)
     if args.command == "write":
         data = contract()
@@ -363,7 +370,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     vectors = json.load(sys.stdin)
-    json.dump(check(vectors), sys.stdout)
+    results: object = check(vectors)
+    if args.with_options:
+        import vllm
+
+        results = {
+            "vllm_version": vllm.__version__,
+            "options": _options(serve_parser()[1]),
+            "results": results,
+        }
+    json.dump(results, sys.stdout)
     sys.stdout.write("\n")
     return 0
 

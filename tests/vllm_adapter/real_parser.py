@@ -18,14 +18,17 @@ def venv_python(version: str) -> Path:
     return ROOT / "var" / name / "bin" / "python"
 
 
-def real_check(vectors: list[list[str]], version: str = "0.33.0") -> list[dict]:
+def real_check(
+    vectors: list[list[str]], version: str = "0.33.0", *, with_options: bool = False
+) -> list[dict] | dict:
     python = venv_python(version)
     require_service(
         python.exists(), f"vLLM {version} in {python.parent.parent} (tools/vllm_env.sh)"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO")}
     result = subprocess.run(
-        [str(python), str(ROOT / "tools" / "vllm_contract.py"), "check"],
+        [str(python), str(ROOT / "tools" / "vllm_contract.py"), "check"]
+        + (["--with-options"] if with_options else []),
         input=json.dumps(vectors), capture_output=True, text=True, timeout=300, env=env,
         cwd=ROOT,
     )  # fmt: skip

@@ -43,8 +43,12 @@ def _mine(version: str, argv: list[str]) -> tuple[bool, str]:
 @pytest.mark.real_vllm
 def test_the_rebuilt_parser_answers_exactly_as_vllm_0_33_0s_own_parser():
     vectors = [["vllm", "serve", "some/model", *flags] for flags in BATTERY]
-    for real in real_check(vectors, "0.33.0"):
+    answer = real_check(vectors, "0.33.0", with_options=True)
+    for real in answer["results"]:
         assert _mine("0.33.0", real["argv"]) == (real["ok"], real["error"]), real["argv"]
+    # The committed contract is what this vLLM says today, not an edited copy.
+    assert answer["vllm_version"] == "0.33.0"
+    assert answer["options"] == contract.load("0.33.0").data["options"]
 
 
 def test_contracts_are_versions_of_vllm_read_from_vllm():
