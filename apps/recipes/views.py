@@ -8,7 +8,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES
-from apps.recipes.command import docker_run_argv, serve_argv, shell_line
+from apps.recipes.command import contract_problems, docker_run_argv, serve_argv, shell_line
 from apps.recipes.forms import (
     ARCH_FIELDS,
     FLAG_FIELDS,
@@ -21,6 +21,7 @@ from apps.recipes.models import Recipe
 from apps.recipes.services import plan_context
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 from apps.runs.views import start_form_context
+from vllm_adapter import contract as vllm_contract
 
 
 def _recipe(slug: str) -> Recipe:
@@ -46,6 +47,20 @@ def recipe_list(request: HttpRequest) -> HttpResponse:
     return render(request, "recipes/list.html", {"rows": rows})
 
 
+def vllm_check(recipe: Recipe) -> dict:
+    """Whether the default host's vLLM accepts the recipe today (a host's version may have
+    changed since the recipe was saved)."""
+    from apps.hosts.models import Host
+
+    host = Host.objects.default()
+    version = host.contract_version if host else vllm_contract.latest_version()
+    return {
+        "version": version,
+        "host": host,
+        "problems": [message for _, message in contract_problems(recipe, version)],
+    }
+
+
 @require_GET
 def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
     recipe = _recipe(slug)
@@ -58,6 +73,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "serve_line": shell_line(serve_argv(recipe)),
             "docker_line": shell_line(docker_run_argv(recipe)),
             "runs": recipe.runs.select_related("host")[:20],
+            "vllm_check": vllm_check(recipe),
             **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),
         },

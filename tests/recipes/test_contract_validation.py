@@ -100,3 +100,18 @@ def test_the_data_migration_fixes_stored_recipes_and_says_what_it_changed():
     notes = " ".join(recipe.upgrade_notes)
     assert "Removed --swap-space 4" in notes and "nvfp4" in notes
     call_command("check")
+
+
+def test_the_recipe_page_says_which_vllm_accepts_it_and_what_an_upgrade_changed(
+    client_as, member
+):
+    recipe = make_recipe(upgrade_notes=["Removed --swap-space 0: vLLM 0.18 removed the option."])
+    html = client_as(member).get(recipe.get_absolute_url()).content.decode()
+    assert "Accepted by the parser and registries of vLLM 0.33.0" in html
+    assert "Removed --swap-space 0" in html
+    # A host whose vLLM lacks what the recipe uses: the page says so, in vLLM's words.
+    Recipe.objects.filter(pk=recipe.pk).update(reasoning_parser="step5")
+    Host.objects.create(name="a-old-spark", vllm_version="0.32.0")
+    html = client_as(member).get(recipe.get_absolute_url()).content.decode()
+    assert "vLLM 0.32.0 (on a-old-spark) would refuse this recipe" in html
+    assert "--reasoning-parser: &#x27;step5&#x27;" in html
