@@ -233,6 +233,12 @@ class RunOut(_RecipeOnHost):
     host: str
     started_by: str | None
     image: str
+    image_digest: str = Field(
+        description="The registry's manifest digest of the image when the run started "
+        "(a tag moves, a digest does not); blank on a process host or for a local image."
+    )
+    image_pinned: str = Field(description="repo@sha256:… — pulls exactly that image.")
+    image_id: str = Field(description="The local image id on the host.")
     endpoint: str
     argv: list[str]
     created_at: datetime
@@ -273,8 +279,29 @@ class RunOut(_RecipeOnHost):
         return obj.restart_of_id
 
 
+class PlanCheckOut(Schema):
+    quantity: str = Field(
+        description="kv_cache_gib, kv_cache_tokens, max_concurrency or model_memory_gib."
+    )
+    label: str
+    predicted: float | None = Field(description="What the planner predicted on this host.")
+    measured: float | None = Field(description="What vLLM reported at this start.")
+    ratio: float | None = Field(description="measured ÷ predicted.")
+
+
 class RunDetailOut(RunOut):
     log_tail: str
+    plan_check: list[PlanCheckOut] = Field(
+        description="Plan against measured: the planner's numbers beside vLLM's own."
+    )
+
+    @staticmethod
+    def resolve_plan_check(obj) -> list[dict]:
+        return [
+            {"quantity": c.quantity, "label": c.label, "predicted": c.predicted,
+             "measured": c.measured, "ratio": c.ratio}
+            for c in obj.plan_vs_measured()
+        ]  # fmt: skip
 
 
 # --- benchmarks ---------------------------------------------------------------------------
@@ -309,6 +336,9 @@ class JobOut(_RecipeOnHost):
     recipe: str
     host: str
     run: int | None
+    image_digest: str = Field(
+        description="The manifest digest of the image the measured run had (blank: none)."
+    )
     queued_by: str | None
     note: str
     queued_at: datetime

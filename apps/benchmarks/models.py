@@ -147,6 +147,9 @@ class Job(models.Model):
     plan = models.JSONField(default=dict)
     progress = models.JSONField(default=dict, blank=True)
     context = models.JSONField(default=dict, blank=True)  # image, argv, host, versions…
+    # The digest of the image the run measured had (`context` carries the pinned reference):
+    # a nightly tag moves under you, so results compare by digest, not by tag.
+    image_digest = models.CharField(max_length=80, blank=True, db_index=True)
     summary = models.JSONField(default=dict, blank=True)  # capacity answer, headline numbers
     error = models.TextField(blank=True)
     queued_at = models.DateTimeField(default=timezone.now, db_index=True)

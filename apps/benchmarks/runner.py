@@ -56,6 +56,8 @@ def run_job(job_id: int) -> None:
         context = {
             "run": run.pk,
             "image": run.image,
+            "image_digest": run.image_digest,
+            "image_pinned": run.image_pinned,
             "argv": run.argv,
             "host": job.host.name,
             "simulated": job.host.simulated,
@@ -64,7 +66,9 @@ def run_job(job_id: int) -> None:
             "model_id": job.recipe.model_id,
             "server_version": _server_version(run),
         }
-        if not job.move(J.PREPARING, J.RUNNING, run=run, context=context):
+        if not job.move(
+            J.PREPARING, J.RUNNING, run=run, context=context, image_digest=run.image_digest
+        ):
             _finish_cancelled(job)
             return
         push(job)

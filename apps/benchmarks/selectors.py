@@ -182,6 +182,7 @@ EXPORT_FIELDS = [
     ("recipe", lambda j, r: j.recipe.name),
     ("model_id", lambda j, r: j.recipe.model_id),
     ("image", lambda j, r: j.context.get("image", "")),
+    ("image_digest", lambda j, r: j.image_digest),
     ("host", lambda j, r: j.host.name),
     ("simulated", lambda j, r: j.context.get("simulated", False)),
 ]

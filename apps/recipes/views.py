@@ -8,6 +8,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES
+from apps.recipes import calibration
 from apps.recipes.command import contract_problems, docker_run_argv, serve_argv, shell_line
 from apps.recipes.forms import (
     ARCH_FIELDS,
@@ -20,6 +21,7 @@ from apps.recipes.forms import (
 from apps.recipes.models import Recipe
 from apps.recipes.services import plan_context
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
+from apps.runs.calibration import host_corrections, recipe_check_rows
 from apps.runs.views import start_form_context
 from vllm_adapter import contract as vllm_contract
 
@@ -76,6 +78,12 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "vllm_check": vllm_check(recipe),
             **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),
+            # Plan against measured: earlier starts of this image, per host.
+            "corrections": host_corrections(
+                image=recipe.image, arch=recipe.architecture(), flags=recipe.flags(), recipe=recipe
+            ),
+            "plan_checks": recipe_check_rows(recipe),
+            "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
         },
     )
 
@@ -124,7 +132,12 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     from apps.recipes.planner import plan
 
     arch, flags = form.to_planner()
-    return render(request, "recipes/partials/plan.html", plan_context(plan(arch, flags)))
+    corrections = host_corrections(image=request.POST.get("image", ""), arch=arch, flags=flags)
+    return render(
+        request,
+        "recipes/partials/plan.html",
+        {**plan_context(plan(arch, flags)), "corrections": corrections},
+    )
 
 
 @require_GET

@@ -24,6 +24,7 @@ from apps.recipes.models import Recipe
 from apps.recipes.planner import plan
 from apps.recipes.services import config_json_fields, plan_context
 from apps.recipes.spark import DEFAULT_IMAGE
+from apps.runs.calibration import host_corrections
 
 STEPS = {
     1: ("Model", ["model_id", "served_model_name", *ARCH_FIELDS]),
@@ -147,6 +148,9 @@ def _render(
     if plan_form.is_valid():
         arch, flags = plan_form.to_planner()
         plan_ctx = plan_context(plan(arch, flags))
+        plan_ctx["corrections"] = host_corrections(
+            image=data.get("image", ""), arch=arch, flags=flags
+        )  # what vLLM measured on earlier starts of this image
     else:
         plan_ctx = {"plan_errors": plan_form.errors}
     commands = None

@@ -59,6 +59,12 @@ class Run(models.Model):
     )
     argv = models.JSONField(default=list)  # the exact `vllm serve` vector
     image = models.CharField(max_length=255)
+    # What the image tag meant when this run started (a nightly tag moves under you): the
+    # registry's manifest digest, the reference that pulls exactly it, the local image id.
+    # Blank on a process host (no image: its vLLM version comes from the log, in `facts`).
+    image_digest = models.CharField(max_length=80, blank=True)
+    image_pinned = models.CharField(max_length=400, blank=True)
+    image_id = models.CharField(max_length=80, blank=True)
     port = models.PositiveIntegerField()
     handle = models.CharField(max_length=200, blank=True)
     percent = models.FloatField(default=0)
@@ -136,6 +142,17 @@ class Run(models.Model):
         for key, value in fields.items():
             setattr(self, key, value)
 
+    def record_image(self, identity) -> None:
+        """Keep the image's digest (an engine's ImageIdentity). Once per run: a redelivered
+        or adopted start keeps what the first start saw, even if the tag moved since."""
+        if self.image_digest or self.image_id:
+            return
+        fields = {"image_digest": identity.digest, "image_pinned": identity.pinned,
+                  "image_id": identity.image_id}  # fmt: skip
+        Run.objects.filter(pk=self.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(self, key, value)
+
     def mark_failed(self, reason: str, *, advice: str = "", log: str = "") -> None:
         self.transition(
             S.FAILED, failure_reason=reason[:2000], failure_advice=advice, failure_log=log[-20000:]
@@ -159,6 +176,13 @@ class Run(models.Model):
         spent = (timezone.now() - datetime.fromisoformat(span["start"])).total_seconds()
         return spent * (100 - self.percent) / self.percent
 
+    def plan_vs_measured(self) -> list:
+        """What the planner predicted for this run beside what vLLM reported (for the run
+        page; apps/runs/calibration.py)."""
+        from apps.runs.calibration import run_checks
+
+        return run_checks(self)
+
     def phase_seconds(self) -> dict[str, float]:
         from datetime import datetime
 
@@ -169,3 +193,39 @@ class Run(models.Model):
                     datetime.fromisoformat(span["end"]) - datetime.fromisoformat(span["start"])
                 ).total_seconds()
         return out
+
+
+class PlanCheck(models.Model):
+    """One number vLLM reported at a start beside what the planner predicted for that
+    recipe on that host; kept per image and host, so the next plan for that image there can
+    show the measured correction (apps/recipes/calibration.py has the arithmetic)."""
+
+    class Quantity(models.TextChoices):
+        KV_CACHE_GIB = "kv_cache_gib", "KV cache memory (GiB)"
+        KV_CACHE_TOKENS = "kv_cache_tokens", "KV cache tokens"
+        MAX_CONCURRENCY = "max_concurrency", "Maximum concurrency"
+        MODEL_MEMORY_GIB = "model_memory_gib", "Model memory (GiB)"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="plan_checks")
+    host = models.ForeignKey("hosts.Host", on_delete=models.CASCADE, related_name="plan_checks")
+    recipe = models.ForeignKey(
+        "recipes.Recipe", on_delete=models.CASCADE, related_name="plan_checks"
+    )
+    image = models.CharField(max_length=255)  # the tag the run named
+    image_digest = models.CharField(max_length=80, blank=True)  # what the tag meant then
+    vllm_version = models.CharField(max_length=64, blank=True)  # as the server's log said
+    quantity = models.CharField(max_length=24, choices=Quantity.choices)
+    predicted = models.FloatField()
+    measured = models.FloatField()
+    ratio = models.FloatField(help_text="measured ÷ predicted")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "quantity"], name="one_check_per_run_quantity")
+        ]
+        indexes = [models.Index(fields=["host", "image", "quantity", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.quantity}: {self.measured:g} vs {self.predicted:g}"

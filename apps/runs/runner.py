@@ -18,6 +18,7 @@ from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_f
 from apps.hosts.engines.base import State
 from apps.recipes.spark import GB
 from vllm_adapter.logparse import LogFollower, Phase
+from apps.runs.calibration import plan_check_record
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 
 log = logging.getLogger(__name__)
@@ -100,12 +101,14 @@ def start(run_id: int) -> None:
         if run.state in (S.QUEUED, S.PULLING):
             run.transition(S.STARTING, step="Starting the server", percent=0)
             pusher.push(force=True)
+        run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))
         if run.state != S.WARMING:
             _follow(run, engine, handle, pusher)
         _warm_up(run, pusher)
         run.transition(S.READY, step="Ready", percent=100)
+        plan_check_record(run=run)  # what vLLM measured beside what the planner predicted
         pusher.push(force=True)
     except StopRequested:
         stop(run.pk)
