@@ -19,8 +19,16 @@ deliberately lenient:
 * nothing here raises on odd input: an unrecognised line yields no events.
 
 Errors are only recognised on lines logged at ERROR/CRITICAL or printed without a log
-level (tracebacks on stderr): vLLM logs prompts and advice at INFO/WARNING, and a prompt
-that quotes "CUDA out of memory" must not fail a healthy run.
+level (tracebacks and argparse's `vllm serve: error: ...` on stderr): vLLM logs prompts and
+advice at INFO/WARNING, and a prompt that quotes "CUDA out of memory" must not fail a
+healthy run. A "warning" event names a likely cause that is not fatal by itself (PyTorch's
+"GB10 with CUDA capability sm_121 is not compatible" UserWarning: sm_120 kernels often run
+on the Spark): the caller fails the start when vLLM exits, and then gives that advice.
+
+The wording is checked against vLLM itself: the contract files hold the format strings
+found in each supported version's source (``vllm_adapter/needles.py`` says which), and
+``tests/vllm_adapter`` renders every one of them through this parser and replays logs
+captured from a real vLLM (``tests/vllm_adapter/data``).
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from vllm_adapter import advice as _advice
 
 __all__ = ["LogEvent", "LogFollower", "Phase", "parse_line"]
 
@@ -57,7 +67,8 @@ class LogEvent:
     """One thing a log line told us.
 
     kind is "phase" (a step started), "progress" (a k/n counter moved), "fact" (a number
-    worth showing, in `facts`), "error" (with `error` and `advice`) or "ready".
+    worth showing, in `facts`), "error" (with `error` and `advice`), "warning" (a likely
+    cause that is not fatal by itself, with `error` and `advice`) or "ready".
     """
 
     kind: str
@@ -173,9 +184,17 @@ def _counter(match: re.Match[str]) -> tuple[int, int, float] | None:
 # 1. STARTING
 
 
-@_rule(r"vLLM API server version\s+(\S+)")
-def _version(m: re.Match[str]) -> _Hit:
+_VERSION = r"v?(\d{1,4}(?:\.[\w+\-]{1,40}){0,6})"
+
+
+def _version_hit(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.STARTING, f"vLLM {m.group(1)}", facts={"vllm_version": m.group(1)})
+
+
+# "vLLM server version 0.32.0, serving model M" (0.1x-0.3x without the logo), the older
+# "vLLM API server version 0.11.1", and the logo's "█▄▀ █  version 0.32.0" line.
+_rule(r"vLLM (?:API )?server version\s+" + _VERSION)(_version_hit)
+_rule(r"[█▀▄]\s+version\s+" + _VERSION)(_version_hit)
 
 
 @_rule(r"non-default args:")
@@ -189,9 +208,9 @@ def _args(m: re.Match[str]) -> _Hit:
     )
 
 
-@_rule(r"Initializing an? (?:V\d+ )?LLM engine")
+@_rule(r"Initializing an? (?:V\d+ )?LLM engine(?:\s*\(" + _VERSION + r"\))?")
 def _init(m: re.Match[str]) -> _Hit:
-    return _Hit(Phase.STARTING, "Initializing engine")
+    return _Hit(Phase.STARTING, "Initializing engine", facts=_facts(vllm_version=m.group(1)))
 
 
 @_rule(r"Resolved architecture:\s*([\w.]+)")
@@ -207,11 +226,18 @@ def _max_model_len(m: re.Match[str]) -> _Hit:
 
 # 2-4. LOADING
 
+_DRAFTER_STEP = "Loading drafter model"
+
 
 @_rule(r"Starting to load model\b\s*(\S*)")
 def _start_load(m: re.Match[str]) -> _Hit:
     name = m.group(1).rstrip(".…")
     return _Hit(Phase.LOADING, f"Loading model {name}".strip(), percent=0.0)
+
+
+@_rule(r"Loading drafter model\b")
+def _drafter(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.LOADING, _DRAFTER_STEP)
 
 
 @_rule(r"Using model weights format")
@@ -282,7 +308,14 @@ def _graph(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.COMPILING, _COMPILE_STEP)
 
 
-@_rule(r"torch\.compile takes\s*" + _NUM + r"\s*s")
+@_rule(r"Starting torch\.compile|Warming up model for the compilation")
+def _compile_start(m: re.Match[str]) -> _Hit:
+    return _Hit(Phase.COMPILING, _COMPILE_STEP)
+
+
+# Today's "torch.compile took 20.01 s in total" (one per compiled part, e.g. "[backbone] "
+# and "[draft_model] "); older versions said "takes". init engine's line has the total.
+@_rule(r"torch\.compile (?:takes|took)\s*" + _NUM + r"\s*s")
 def _compile_total(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.COMPILING, _COMPILE_STEP, facts=_facts(compile_s=_number(m.group(1))))
 
@@ -292,7 +325,7 @@ def _compile_cache(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.COMPILING, _COMPILE_STEP)
 
 
-@_rule(r"Memory profiling takes\s*" + _NUM + r"\s*s")
+@_rule(r"Memory profiling takes\s*" + _NUM + r"\s*s|Initial profiling/warmup run took")
 def _profiling(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.COMPILING, "Profiling memory")
 
@@ -306,7 +339,9 @@ def _kv_memory(m: re.Match[str]) -> _Hit:
     )
 
 
-@_rule(r"GPU KV cache size:\s*" + _INT + r"\s*tokens")
+# "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx", one
+# line; %s is the pool: "GPU", "CPU", "XPU", "GPU + host".
+@_rule(r"KV cache size:\s*" + _INT + r"\s*tokens")
 def _kv_tokens(m: re.Match[str]) -> _Hit:
     return _Hit(
         Phase.COMPILING,
@@ -374,13 +409,24 @@ def _capture_done(m: re.Match[str]) -> _Hit:
     )
 
 
-@_rule(r"init engine \([^)]{0,120}\) took\s*" + _NUM + r"\s*s")
+# "... took 65.00 s (compilation: 40.00 s)" where torch.compile ran (the total of all its
+# parts, so it replaces compile_s), "... took 36.14 s" where it did not (the CPU build).
+@_rule(
+    r"init engine \([^)]{0,120}\) took\s*"
+    + _NUM
+    + r"\s*s(?:\s*\(compilation:\s*"
+    + _NUM
+    + r"\s*s)?"
+)
 def _init_engine(m: re.Match[str]) -> _Hit:
     return _Hit(
         Phase.COMPILING,
         "Engine initialised",
         percent=100.0,
-        facts=_facts(init_engine_s=_number(m.group(1))),
+        facts=_facts(
+            init_engine_s=_number(m.group(1)),
+            compile_s=_number(m.group(2)) if m.group(2) else None,
+        ),
     )
 
 
@@ -425,7 +471,7 @@ def _free_memory(m: re.Match[str]) -> tuple[str, dict[str, Fact]]:
         + _NUM
         + r"\s*/\s*"
         + _NUM
-        + r"\s*GiB\s*\).{0,200}?utilization\s*\(\s*"
+        + r"\s*GiB\s*\).{0,200}?(?:utilization|weights)\s*\(\s*"
         + _NUM
         + r"\s*,\s*"
         + _NUM,
@@ -476,10 +522,113 @@ def _fixed(text: str) -> Callable[[re.Match[str]], tuple[str, dict[str, Fact]]]:
     return lambda _m: (text, {})
 
 
+_ARCH_ADVICE = (
+    "The image lacks kernels for the Spark's Blackwell GB10 GPU (sm_121): use an image "
+    "built for it (e.g. vllm/vllm-openai:cu130-nightly) and pin that tag in the recipe."
+)
+
+# --- argparse: `vllm serve` refuses its command line (exit status 2, before any log prefix)
+
+# "vllm: error: unrecognized arguments: --swap-space 0" (the top-level parser reports
+# leftovers), "vllm serve: error: argument --dtype: invalid choice: 'x' (choose from ...)",
+# "... argument --max-num-seqs: invalid int value: 'four'", "... the following arguments
+# are required: ...", "... ambiguous option: --max could match ...".
+_ARGPARSE = re.compile(
+    r"^(?P<prog>[\w.\-]{1,80}(?: [\w\-]{1,40}){0,2}): error: (?P<msg>(?:unrecognized arguments"
+    r"|argument |the following arguments are required|ambiguous option|one of the arguments"
+    r"|expected |unexpected option|not allowed with).{0,2000})"
+)
+_ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]{1,120}(?:/[^:\s]{1,120})*): (?P<what>.{1,2000})")
+_FLAG = re.compile(r"(?<![\w-])--?[A-Za-z][\w\-]{0,80}")
+_INVALID_CHOICE = re.compile(
+    r"invalid choice: '?(?P<value>[^'(]{0,200}?)'?\s*\(choose from (?P<choices>.*)\)"
+)
+_INVALID_TYPE = re.compile(r"invalid (?P<type>\w{1,60}) value: '?(?P<value>[^']{0,200})'?")
+
+
+def _flag_advice(flag: str) -> str:
+    return (
+        _advice.REMOVED.get(flag) or f"vLLM has no option {flag}; check its spelling or delete it"
+    )
+
+
+def _argparse_event(segment: str, match: re.Match[str]) -> LogEvent:
+    msg = match.group("msg").strip()
+    facts: dict[str, Fact] = {}
+    before = "vLLM refused its command line before loading anything"
+    if msg.startswith("unrecognized arguments"):
+        flags = [f for f in _FLAG.findall(msg.partition(":")[2]) if f.startswith("--")]
+        facts["bad_flag"] = flags[0] if flags else msg.partition(":")[2].strip()[:120]
+        said = "; ".join(_flag_advice(f) for f in dict.fromkeys(flags)) or msg
+        text = f"{before}: it does not know {', '.join(flags) or 'an argument'}. {said}."
+    elif argument := _ARGUMENT.match(msg):
+        names = argument.group("flag").split("/")  # "-tp/--tensor-parallel-size"
+        flag = next((name for name in names if name.startswith("--")), names[0])
+        what = argument.group("what")
+        facts["bad_flag"] = flag
+        if choice := _INVALID_CHOICE.search(what):
+            value = choice.group("value").strip()
+            facts["bad_value"] = value
+            choices = choice.group("choices")
+            known = _advice.VALUES.get((flag, value))
+            if len(choices) > 300:
+                choices = choices[:297] + "..."
+            text = f"{before}: {flag} does not take {value!r}" + (
+                f"; {known}." if known else f"; it takes one of {choices}."
+            )
+        elif invalid := _INVALID_TYPE.search(what):
+            value = invalid.group("value")
+            facts["bad_value"] = value
+            kind = invalid.group("type")
+            text = f"{before}: {flag} wants a value of type {kind}, and {value!r} is not one."
+        else:
+            text = f"{before}: {flag}: {what}."
+    else:
+        flags = _FLAG.findall(msg)
+        if flags:
+            facts["bad_flag"] = flags[0]
+        text = f"{before}: {msg}."
+    text += " Fix the recipe and start it again."
+    return LogEvent("error", error=segment, advice=text, facts=facts, cause="bad_argument")
+
+
+# --- warnings: a likely cause, not fatal by itself
+
+_WARNING_RULES: list[_ErrorRule] = [
+    # torch's UserWarning, both wordings: "NVIDIA GB10 with CUDA capability sm_121 is not
+    # compatible with the current PyTorch installation." and "Found GPU0 NVIDIA GB10 which
+    # is of compute capability (CC) 12.1." (the older "... of cuda capability 12.1."), whose
+    # following lines are "Minimum and Maximum cuda capability supported by this version
+    # of PyTorch is (8.0) - (12.0)" or "Your installed torch==... does not include kernels
+    # for this GPU". sm_120 kernels often run on sm_121, so vLLM may start regardless.
+    _ErrorRule(
+        "arch",
+        re.compile(
+            r"(?:sm_121|capability 12\.1)\b.{0,200}?(?:not compatible|unsupported|not supported"
+            r"|supported by this version)"
+            r"|which is of (?:cuda|compute) capability(?: \(CC\))? 12\.1\b",
+            re.I,
+        ),
+        _fixed(
+            "PyTorch in this image warned that it has no kernels built for the Spark's GB10 "
+            "GPU (sm_121). vLLM may still run (sm_120 kernels often do); if it stopped, "
+            + _ARCH_ADVICE[0].lower()
+            + _ARCH_ADVICE[1:]
+        ),
+    ),
+]
+
+
 _ERROR_RULES: list[_ErrorRule] = [
     _ErrorRule(
         "free_memory",
-        re.compile(r"Free memory on device.{0,200}?less than desired GPU memory", re.I),
+        # "... is less than desired GPU memory utilization (0.92, 111.96 GiB)" and, with
+        # weights held by another process, "... is less than the engine's budget after
+        # excluding external process's weights (0.9, 98.00 GiB)".
+        re.compile(
+            r"Free memory on device.{0,200}?less than (?:desired GPU memory|the engine's budget)",
+            re.I,
+        ),
         _free_memory,
     ),
     # Before the KV-size rule: sparksim's message also mentions max_model_len.
@@ -507,15 +656,10 @@ _ERROR_RULES: list[_ErrorRule] = [
         "arch",
         re.compile(
             r"no kernel image is available for execution"
-            r"|(?:sm_121|capability 12\.1)\b.{0,200}?(?:not compatible|unsupported|not supported"
-            r"|supported by this version)"
             r"|(?:unsupported|not supported)[^.\n]{0,100}?sm_121",
             re.I,
         ),
-        _fixed(
-            "The image lacks kernels for the Spark's Blackwell GB10 GPU (sm_121): use an image "
-            "built for it (e.g. vllm/vllm-openai:cu130-nightly) and pin that tag in the recipe."
-        ),
+        _fixed(_ARCH_ADVICE),
     ),
     _ErrorRule(
         "illegal_memory_access",
@@ -558,6 +702,16 @@ _ENGINE_FAILED = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start",
     re.I,
 )
+# EngineDeadError: the API server is up but its engine process is gone. vLLM also logs it
+# when it is stopped (SIGINT/SIGTERM) normally, so only a caller that knows the run was
+# not being stopped may treat it as a failure.
+_ENGINE_DEAD = re.compile(r"EngineCore encountered an issue|EngineDeadError", re.I)
+_ENGINE_DEAD_ADVICE = (
+    "vLLM's engine process (EngineCore) died while the API server stayed up; every request "
+    "now fails. The reason is in the lines before this one; if there is none it was killed "
+    "from outside (the kernel's out-of-memory killer leaves no log line: check the host's "
+    "memory). Stop the run and start it again."
+)
 _ENGINE_FAILED_ADVICE = (
     "vLLM's engine failed to start; the reason is in the lines before this one (see the log tail)."
 )
@@ -571,11 +725,16 @@ _RANK_EXCEPTION = 1
 
 
 def _error_event(segment: str, message: str) -> LogEvent | None:
+    argparse_error = _ARGPARSE.search(message)
+    if argparse_error:
+        return _argparse_event(segment, argparse_error)
     for rule in _ERROR_RULES:
         match = rule.pattern.search(message)
         if match:
             advice, facts = rule.advise(match)
             return LogEvent("error", error=segment, advice=advice, facts=facts, cause=rule.cause)
+    if _ENGINE_DEAD.search(message):
+        return LogEvent("error", error=segment, advice=_ENGINE_DEAD_ADVICE, cause="engine_dead")
     exception = _EXCEPTION.search(message)
     detail = (exception.group("msg") or "").strip() if exception else ""
     if exception and not _ENGINE_FAILED.search(detail):
@@ -592,8 +751,17 @@ def _error_event(segment: str, message: str) -> LogEvent | None:
     return None
 
 
+def _warning_event(segment: str, message: str) -> LogEvent | None:
+    for rule in _WARNING_RULES:
+        match = rule.pattern.search(message)
+        if match:
+            advice, facts = rule.advise(match)
+            return LogEvent("warning", error=segment, advice=advice, facts=facts, cause=rule.cause)
+    return None
+
+
 def _error_rank(event: LogEvent) -> int:
-    if event.cause == "engine_failed":
+    if event.cause in ("engine_failed", "engine_dead"):
         return _RANK_ENGINE_FAILED
     if event.cause == "exception":
         return _RANK_EXCEPTION
@@ -605,6 +773,9 @@ def _error_rank(event: LogEvent) -> int:
 
 def _parse_segment(segment: str) -> LogEvent | None:
     level, message = _split_prefix(segment[:_MAX_SEARCH])
+    warning = _warning_event(segment, message)
+    if warning is not None:
+        return warning
     if level in _ERROR_LEVELS:
         error = _error_event(segment, message)
         if error is not None:
@@ -643,14 +814,24 @@ def parse_line(line: str) -> list[LogEvent]:
     return events
 
 
+# Facts of the served model that a speculative-decoding drafter logs again after it (its
+# own "Resolved architecture", "Using max model len", "Loading weights took"): the first
+# value is the served model's and stays.
+_FIRST_WINS = frozenset({"architecture", "max_model_len", "weights_load_s"})
+
+
 class LogFollower:
     """Feed lines; keeps state (current phase, facts, last N lines for failure reports).
 
     The phase never goes backwards: a late line of an earlier phase (vLLM's processes
     interleave) still adds its facts but does not move the progress bar back. `percent`
     is 0-100 within the current phase: the shard counter while LOADING, CUDA graph
-    capture while COMPILING. The first error that names a cause stays the reported one:
-    vLLM follows the root cause with "Engine core initialization failed", which says less.
+    capture while COMPILING; while LOADING it never goes back either, so a second weight
+    load (a speculative-decoding drafter: "Loading drafter model...", then its own shard
+    counter from 0) keeps the bar where it was. The first error that names a cause stays
+    the reported one: vLLM follows the root cause with "Engine core initialization
+    failed", which says less. `warning` is the first warning (a likely cause that is not
+    fatal by itself); a later error that names no cause carries its advice too.
     """
 
     def __init__(self, keep_last: int = 40) -> None:
@@ -662,6 +843,8 @@ class LogFollower:
         self.facts: dict[str, Fact] = {}
         self.ready: bool = False
         self.error: LogEvent | None = None
+        self.warning: LogEvent | None = None
+        self._drafter = False
         self._tail: deque[str] = deque(maxlen=keep_last)
 
     def feed(self, line: str) -> list[LogEvent]:
@@ -682,10 +865,18 @@ class LogFollower:
         return list(self._tail)
 
     def _apply(self, event: LogEvent) -> None:
-        self.facts.update(event.facts)
+        for key, value in event.facts.items():
+            if key not in _FIRST_WINS or key not in self.facts:
+                self.facts[key] = value
+        if event.kind == "warning":
+            if self.warning is None:
+                self.warning = event
+                if self.error is not None and _error_rank(self.error) < 2:
+                    self.error = self._with_warning(self.error)
+            return
         if event.kind == "error":
             if self.error is None or _error_rank(event) > _error_rank(self.error):
-                self.error = event
+                self.error = self._with_warning(event) if _error_rank(event) < 2 else event
             return
         if event.kind == "ready":
             self.ready = True
@@ -694,7 +885,19 @@ class LogFollower:
         if event.phase.rank > self.phase.rank:
             self.phase = event.phase
             self.percent = 0.0
+        step = event.step
+        if event.step == _DRAFTER_STEP:
+            self._drafter = True
+        elif self._drafter and step.startswith("Loading weights"):
+            step = step.replace("Loading weights", "Loading drafter weights", 1)
         if event.percent is not None:
-            self.percent = max(0.0, min(100.0, event.percent))
-        if event.step:
-            self.step = event.step
+            percent = max(0.0, min(100.0, event.percent))
+            self.percent = max(self.percent, percent) if self.phase is Phase.LOADING else percent
+        if step:
+            self.step = step
+
+    def _with_warning(self, event: LogEvent) -> LogEvent:
+        """An error that names no cause, with the earlier warning's advice after its own."""
+        if self.warning is None:
+            return event
+        return replace(event, advice=f"{event.advice} {self.warning.advice}")

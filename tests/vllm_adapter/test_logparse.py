@@ -405,19 +405,52 @@ def test_illegal_memory_access_error() -> None:
     assert "report" in event.advice
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
-        "NVIDIA GB10 with CUDA capability sm_121 is not compatible with the current PyTorch "
-        "installation.",
-    ],
-)
-def test_image_without_sm121_kernels(line: str) -> None:
-    event = error_of(line)
+def test_image_without_sm121_kernels() -> None:
+    event = error_of(
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    )
     assert event.cause == "arch"
     assert "sm_121" in event.advice
     assert "cu130-nightly" in event.advice
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NVIDIA GB10 with CUDA capability sm_121 is not compatible with the current PyTorch "
+        "installation.",
+        "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:283: UserWarning: Found "
+        "GPU0 NVIDIA GB10 which is of cuda capability 12.1.",
+        "UserWarning: Found GPU0 NVIDIA GB10 which is of compute capability (CC) 12.1.",
+    ],
+)
+def test_pytorchs_sm121_warning_is_a_warning_not_an_error(line: str) -> None:
+    event = only(parse_line(line))
+    assert (event.kind, event.cause) == ("warning", "arch")
+    assert "sm_121" in event.advice
+    assert "cu130-nightly" in event.advice
+    follower = LogFollower()
+    follower.feed(line)
+    follower.feed(API + "Starting to load model nvidia/X...")
+    assert follower.error is None  # the start goes on
+    assert follower.warning is not None
+    assert follower.phase is Phase.LOADING
+
+
+def test_a_causeless_error_after_the_sm121_warning_carries_its_advice() -> None:
+    follower = LogFollower()
+    follower.feed(
+        "NVIDIA GB10 with CUDA capability sm_121 is not compatible with the current PyTorch"
+    )
+    follower.feed(CORE_ERR + "EngineCore failed to start.")
+    assert follower.error is not None
+    assert follower.error.cause == "engine_failed"
+    assert "lines before" in follower.error.advice
+    assert "sm_121" in follower.error.advice
+    # ...but a named cause speaks for itself.
+    follower.feed(CORE_ERR + "torch.OutOfMemoryError: CUDA out of memory.")
+    assert follower.error.cause == "out_of_memory"
+    assert "sm_121" not in follower.error.advice
 
 
 def test_engine_failed_alone_is_a_generic_error() -> None:
@@ -481,6 +514,149 @@ def test_errors_are_not_read_from_info_or_warning_lines() -> None:
         )
         == []
     )
+
+
+def test_argparse_errors_name_the_flag() -> None:
+    unknown = error_of("vllm: error: unrecognized arguments: --swap-space 0")
+    assert unknown.cause == "bad_argument"
+    assert unknown.facts == {"bad_flag": "--swap-space"}
+    assert "removed in vLLM 0.18" in unknown.advice
+    two = error_of("vllm serve: error: unrecognized arguments: --foo-bar 3 --baz")
+    assert two.facts == {"bad_flag": "--foo-bar"}
+    assert "--foo-bar" in two.advice and "--baz" in two.advice
+    assert "check its spelling" in two.advice
+
+    choice = error_of(
+        "vllm serve: error: argument --dtype: invalid choice: 'float99' (choose from 'auto', "
+        "'bfloat16', 'float', 'float16', 'float32', 'half')"
+    )
+    assert choice.facts == {"bad_flag": "--dtype", "bad_value": "float99"}
+    assert "--dtype does not take 'float99'" in choice.advice
+    assert "'bfloat16'" in choice.advice
+    # Python 3.12.8+ prints the choices without quotes.
+    bare = error_of(
+        "vllm serve: error: argument --dtype: invalid choice: 'x' (choose from auto, half)"
+    )
+    assert bare.facts["bad_value"] == "x"
+
+    typed = error_of(
+        "vllm serve: error: argument -tp/--tensor-parallel-size: invalid int value: 'two'"
+    )
+    assert typed.facts == {"bad_flag": "--tensor-parallel-size", "bad_value": "two"}
+    assert "int" in typed.advice
+    required = error_of("vllm serve: error: argument --max-model-len: expected one argument")
+    assert required.facts == {"bad_flag": "--max-model-len"}
+    assert "expected one argument" in required.advice
+
+
+def test_argparse_lookalikes_are_not_argument_errors() -> None:
+    # logged (INFO/WARNING) or not argparse's wording
+    assert parse_line(API + "vllm: error: unrecognized arguments: --x") == []
+    assert all(e.cause != "bad_argument" for e in parse_line("vllm: error: something else"))
+
+
+def test_version_from_every_wording() -> None:
+    for line, version in (
+        ("vLLM server version 0.32.0, serving model sparkpanel/tiny-llama", "0.32.0"),
+        ("vLLM API server version 0.11.1 (sparksim 0.1.0: simulated, no GPU)", "0.11.1"),
+        (" ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.33.0", "0.33.0"),
+        (
+            "\x1b[93m▄▄\x1b[0m \x1b[94m▄█\x1b[0m \x1b[1m█     █     █ ▀▄▀ █\x1b[0m  version "
+            "\x1b[1m0.12.0rc2.dev14+g1a2b3c\x1b[0m",
+            "0.12.0rc2.dev14+g1a2b3c",
+        ),
+        ("Initializing a V1 LLM engine (v0.33.0) with config: model='m'", "0.33.0"),
+    ):
+        event = only(parse_line(API + line))
+        assert event.facts == {"vllm_version": version}, line
+        assert event.phase is Phase.STARTING
+    # a version elsewhere is not vLLM's
+    assert parse_line(API + "transformers version 5.19.0 is installed") == []
+
+
+def test_torch_compile_took_and_init_engine_compilation() -> None:
+    assert only(parse_line("[backbone] torch.compile took 20.01 s in total")).facts == {
+        "compile_s": 20.01
+    }
+    assert only(
+        parse_line(
+            "init engine (profile, create kv cache, warmup model) took 65.00 s "
+            "(compilation: 40.00 s)"
+        )
+    ).facts == {"init_engine_s": 65.0, "compile_s": 40.0}
+    assert only(
+        parse_line("init engine (profile, create kv cache, warmup model) took 36.14 s")
+    ).facts == {"init_engine_s": 36.14}
+
+
+def test_cpu_kv_cache_size_and_concurrency_on_one_line() -> None:
+    event = only(
+        parse_line(
+            "(EngineCore pid=10885) INFO 12-01 07:14:01 [kv_cache_utils.py:2327] CPU KV cache "
+            "size: 1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x"
+        )
+    )
+    assert event.facts == {
+        "kv_cache_tokens": 1048576,
+        "max_concurrency": 1024.0,
+        "max_concurrency_len": 1024,
+    }
+    host = only(
+        parse_line(
+            "GPU + host KV cache size: 2,000 tokens, Maximum concurrency for "
+            "1,000 tokens per request: 2.00x"
+        )
+    )
+    assert host.facts["kv_cache_tokens"] == 2000
+
+
+def test_a_drafters_second_weight_load_keeps_the_bar_and_the_first_facts() -> None:
+    follower = LogFollower()
+    for line in (
+        "Resolved architecture: NemotronHForCausalLM",
+        "Using max model len 131072",
+        "Resolved architecture: LlamaForCausalLM",  # the drafter's config
+        "Using max model len 4096",
+        "Starting to load model nvidia/X...",
+        "Loading safetensors checkpoint shards:  50% Completed | 7/14",
+        "Loading safetensors checkpoint shards: 100% Completed | 14/14",
+        "Loading weights took 600.00 seconds",
+        "Loading drafter model...",
+        "Loading safetensors checkpoint shards:   0% Completed | 0/1",
+    ):
+        follower.feed(line)
+    assert (follower.phase, follower.percent) == (Phase.LOADING, 100.0)
+    assert follower.step == "Loading drafter weights 0/1"
+    follower.feed("Loading weights took 2.00 seconds")
+    assert follower.facts["weights_load_s"] == 600.0
+    assert follower.facts["architecture"] == "NemotronHForCausalLM"
+    assert follower.facts["max_model_len"] == 131072
+
+
+def test_free_memory_error_with_externally_held_weights() -> None:
+    event = error_of(
+        CORE_ERR + "ValueError: Free memory on device cuda:0 (80.00/121.69 GiB) on startup is "
+        "less than the engine's budget after excluding external process's weights (0.9, 98.00 "
+        "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
+    assert event.cause == "free_memory"
+    assert event.facts["free_memory_gib"] == 80.0
+    assert event.facts["requested_memory_gib"] == 98.0
+    hint = (
+        API + "Free memory on device (100.0/121.69 GiB) on startup. Desired GPU memory "
+        "utilization is (0.9, 109.52 GiB). Actual usage is 70.0 GiB for consumed memory"
+    )
+    assert [e.kind for e in parse_line(hint)] == []
+
+
+def test_engine_dead_is_its_own_cause() -> None:
+    event = error_of(
+        "(APIServer pid=1) ERROR 12-01 07:17:49 [async_llm.py:906] vllm.v1.engine.exceptions."
+        "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+        "cause."
+    )
+    assert event.cause == "engine_dead"
+    assert "EngineCore" in event.advice
 
 
 # --- robustness ---------------------------------------------------------------------------
