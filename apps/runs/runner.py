@@ -209,8 +209,10 @@ def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
         status = engine.status(handle)
         if status.state is not State.RUNNING:
             _read_into(follower, engine, handle, cursor)  # its last words may say why
+            # No error line named a cause; a warning may have (PyTorch's sm_121 one).
             raise StartFailed(
                 f"{status.describe()} while {run.get_state_display().lower()}",
+                advice=follower.warning.advice if follower.warning else "",
                 log_lines=follower.tail(),
             )
         if time.monotonic() - phase_started > _scaled(run, PHASE_TIMEOUT_S.get(run.state, 1800)):
