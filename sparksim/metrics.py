@@ -40,12 +40,13 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from vllm_adapter.metric_names import COUNTER, GAUGE, HISTOGRAM, LABELNAMES, family
+
 # What prometheus_client's ASGI app (which vLLM mounts at /metrics) answers a client
 # that sends no Accept header, e.g. curl or SparkPanel's poller.
 CONTENT_TYPE: str = CONTENT_TYPE_PLAIN_0_0_4
 
 ENGINE = "0"
-LABELNAMES = ("model_name", "engine")
 
 # vllm/v1/engine/__init__.py FINISH_REASON_STRINGS (newest upstream); vLLM creates a
 # request_success series for each one at start-up.
@@ -99,120 +100,56 @@ class VllmMetrics:
         self.registry = CollectorRegistry()
         reg = self.registry
         labels = (model_name, ENGINE)
+        # Names, types and help texts come from the panel's one table of vLLM metric
+        # families (checked there against the contracts generated from real vLLM).
+        kinds = {GAUGE: Gauge, COUNTER: Counter, HISTOGRAM: Histogram}
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, LABELNAMES, registry=reg)
-
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, LABELNAMES, registry=reg)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...] | list[int]) -> Histogram:
-            return Histogram(name, doc, LABELNAMES, registry=reg, buckets=buckets)
+        def metric(key: str, **kwargs):  # a family of vllm_adapter.metric_names
+            f = family(key)
+            return kinds[f.type](f.name, f.documentation, [*LABELNAMES, *f.labels],
+                                 registry=reg, **kwargs)  # fmt: skip
 
         # Children are bound up front so every series exists (at 0) from the first
         # scrape, as on a real server.
-        self._running = gauge(
-            "vllm:num_requests_running", "Number of requests in model execution batches."
-        ).labels(*labels)
-        self._waiting = gauge(
-            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
-        ).labels(*labels)
-        self._kv_usage = gauge(
-            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
-        ).labels(*labels)
+        self._running = metric("running").labels(*labels)
+        self._waiting = metric("waiting").labels(*labels)
+        self._kv_usage = metric("kv_usage").labels(*labels)
         for child in (self._running, self._waiting, self._kv_usage):
             child.set(0)
 
         info = {str(k): str(v) for k, v in cache_config.items()}
         info.pop("engine", None)
+        cache_info = family("cache_config")
         info_gauge = Gauge(
-            "vllm:cache_config_info",
-            "Information of the LLMEngine CacheConfig",
-            [*info, "engine"],
-            registry=reg,
+            cache_info.name, cache_info.documentation, [*info, "engine"], registry=reg
         )
         info_gauge.labels(**info, engine=ENGINE).set(1)
 
-        self._prefix_queries = counter(
-            "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-        ).labels(*labels)
-        self._prefix_hits = counter(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
-        ).labels(*labels)
-        self._preemptions = counter(
-            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
-        ).labels(*labels)
-        self._prompt_tokens = counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed."
-        ).labels(*labels)
-        self._generation_tokens = counter(
-            "vllm:generation_tokens", "Number of generation tokens processed."
-        ).labels(*labels)
-        self._success_family = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [*LABELNAMES, "finished_reason"],
-            registry=reg,
-        )
+        self._prefix_queries = metric("prefix_queries").labels(*labels)
+        self._prefix_hits = metric("prefix_hits").labels(*labels)
+        self._preemptions = metric("preemptions").labels(*labels)
+        self._prompt_tokens = metric("prompt_tokens").labels(*labels)
+        self._generation_tokens = metric("generation_tokens").labels(*labels)
+        self._success_family = metric("request_success")
         self._success = {
             reason: self._success_family.labels(*labels, reason) for reason in FINISH_REASONS
         }
 
+        def histogram(key: str, buckets) -> object:
+            return metric(key, buckets=buckets).labels(*labels)
+
         token_buckets = build_1_2_5_buckets(max_model_len)
-        self._req_prompt_tokens = histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
-        ).labels(*labels)
-        self._req_generation_tokens = histogram(
-            "vllm:request_generation_tokens",
-            "Number of generation tokens processed.",
-            token_buckets,
-        ).labels(*labels)
-        self._iteration_tokens = histogram(
-            "vllm:iteration_tokens_total",
-            "Histogram of number of tokens per engine_step.",
-            ITERATION_TOKENS_BUCKETS,
-        ).labels(*labels)
-        self._ttft = histogram(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            TTFT_BUCKETS,
-        ).labels(*labels)
-        self._itl = histogram(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            PER_TOKEN_BUCKETS,
-        ).labels(*labels)
-        self._tpot = histogram(
-            "vllm:request_time_per_output_token_seconds",
-            "Histogram of time_per_output_token_seconds per request.",
-            PER_TOKEN_BUCKETS,
-        ).labels(*labels)
-        self._e2e = histogram(
-            "vllm:e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            REQUEST_LATENCY_BUCKETS,
-        ).labels(*labels)
-        self._queue = histogram(
-            "vllm:request_queue_time_seconds",
-            "Histogram of time spent in WAITING phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        ).labels(*labels)
-        self._inference = histogram(
-            "vllm:request_inference_time_seconds",
-            "Histogram of time spent in RUNNING phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        ).labels(*labels)
-        self._prefill = histogram(
-            "vllm:request_prefill_time_seconds",
-            "Histogram of time spent in PREFILL phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        ).labels(*labels)
-        self._decode = histogram(
-            "vllm:request_decode_time_seconds",
-            "Histogram of time spent in DECODE phase for request.",
-            REQUEST_LATENCY_BUCKETS,
-        ).labels(*labels)
+        self._req_prompt_tokens = histogram("request_prompt_tokens", token_buckets)
+        self._req_generation_tokens = histogram("request_generation_tokens", token_buckets)
+        self._iteration_tokens = histogram("iteration_tokens", ITERATION_TOKENS_BUCKETS)
+        self._ttft = histogram("ttft", TTFT_BUCKETS)
+        self._itl = histogram("itl", PER_TOKEN_BUCKETS)
+        self._tpot = histogram("request_tpot", PER_TOKEN_BUCKETS)
+        self._e2e = histogram("e2e", REQUEST_LATENCY_BUCKETS)
+        self._queue = histogram("queue", REQUEST_LATENCY_BUCKETS)
+        self._inference = histogram("inference", REQUEST_LATENCY_BUCKETS)
+        self._prefill = histogram("prefill", REQUEST_LATENCY_BUCKETS)
+        self._decode = histogram("decode", REQUEST_LATENCY_BUCKETS)
 
     # -- scheduler state (set every engine step) ------------------------------------
 

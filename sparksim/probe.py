@@ -1,45 +1,44 @@
 """Measure one streamed completion as a client sees it (SPEC §5 definitions).
 
 Used by sparksim's calibration tests and `make bench`: token ids as the prompt give an
-exact prompt length; every SSE chunk is timestamped on a monotonic clock; TTFT is the first
-chunk carrying generated text; decode tok/s = (tokens − 1) ÷ (last − first).
+exact prompt length; every read of the SSE stream is timestamped on a monotonic clock and
+decoded by the panel's own `vllm_adapter.sse`; TTFT is the first chunk carrying generated
+text; decode tok/s = (tokens − 1) ÷ (last − first). Body and path: `vllm_adapter.endpoints`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 import httpx
 
 from sparksim.corpus import TextStream
+from vllm_adapter import endpoints, sse
 
 
 def measure(
     client: httpx.Client, prompt_tokens: int, gen_tokens: int, scale: float, seed: int
 ) -> dict:
     prompt = TextStream(seed).next_ids(prompt_tokens)
-    body = {
-        "prompt": prompt,
-        "max_tokens": gen_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+    body = endpoints.completion_body(
+        prompt, max_tokens=gen_tokens, stream=True, continuous_usage=True, ignore_eos=True
+    )
     t0 = time.monotonic()
     first = last = None
     usage = None
-    with client.stream("POST", "/v1/completions", json=body) as response:
+    decoder = sse.Decoder()
+    with client.stream("POST", endpoints.COMPLETIONS, json=body) as response:
         response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: {"):
-                continue
+        for data in response.iter_bytes():
             now = time.monotonic()
-            data = json.loads(line[6:])
-            usage = data.get("usage") or usage
-            if data["choices"] and data["choices"][0]["text"]:
-                first = first or now
-                last = now
+            for event in decoder.feed(data):
+                chunk = sse.parse_data(event)
+                if chunk is None:
+                    continue
+                usage = sse.usage(chunk) or usage
+                if any(sse.has_text(choice) for choice in chunk.get("choices") or ()):
+                    first = first or now
+                    last = now
     if usage is None or first is None:
         raise RuntimeError("the stream carried no tokens or no usage")
     if usage["prompt_tokens"] != prompt_tokens or usage["completion_tokens"] != gen_tokens:

@@ -10,7 +10,9 @@ Pure Python (no Django), in three layers so each can be tested on its own:
 - ``parse(text)``: Prometheus text to a ``Snapshot``. Never raises: a body cut short or
   damaged is parsed line by line, the broken lines are dropped and named in
   ``Snapshot.errors``. Accepts vLLM's current metric names and the older ones (SPEC §3),
-  counters with or without ``_total``, and sums the series of several engines.
+  counters with or without ``_total``, and sums the series of several engines. The names
+  come from the one table in ``vllm_adapter.metric_names``. (``totals(text, reader)``:
+  the strict sums the benchmark harness's server cross-check compares.)
 - ``Deriver``: fed one ``(monotonic time, Snapshot)`` per scrape, it turns cumulative
   counters and histograms into rates, windowed percentiles and hit rates.
 
@@ -45,6 +47,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_adapter import metric_names
+
 __all__ = [
     "DEFAULT_WINDOW_S",
     "HTML_ERROR",
@@ -57,6 +61,7 @@ __all__ = [
     "histogram_quantile",
     "parse",
     "scrape",
+    "totals",
 ]
 
 HTML_ERROR = "not Prometheus text (an HTML page)"
@@ -285,27 +290,13 @@ class Snapshot:
         )
 
 
-# Names, the current one first (SPEC §3). Counters are looked up with and without
-# ``_total``; the first name with any series wins, so a server that exposes both a
-# current and a deprecated name is not counted twice.
-_GAUGES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-}
-_COUNTERS: dict[str, tuple[str, ...]] = {
-    "prompt_tokens": ("vllm:prompt_tokens",),
-    "generation_tokens": ("vllm:generation_tokens",),
-    "preemptions": ("vllm:num_preemptions",),
-    "prefix_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
-    "prefix_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
-    "request_success": ("vllm:request_success",),
-}
-_HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-}
+# Names from the one table (``metric_names``), the current one first (SPEC §3). Counters
+# are looked up with and without ``_total``; the first name with any series wins, so a
+# server that exposes both a current and a deprecated name is not counted twice.
+_GAUGES = metric_names.read_by(metric_names.TELEMETRY, metric_names.GAUGE)
+_COUNTERS = metric_names.read_by(metric_names.TELEMETRY, metric_names.COUNTER)
+_HISTOGRAMS = metric_names.read_by(metric_names.TELEMETRY, metric_names.HISTOGRAM)
+_REASON_LABEL = metric_names.family("request_success").labels[0]  # finished_reason
 # Gauges averaged over engines rather than summed.
 _MEAN_GAUGES = frozenset({"kv_usage"})
 
@@ -458,7 +449,7 @@ def parse(text: str) -> Snapshot:
             if key == "request_success":
                 by_reason: dict[str, float] = {}
                 for _, labels, value in found:
-                    reason = labels.get("finished_reason", "")
+                    reason = labels.get(_REASON_LABEL, "")
                     by_reason[reason] = by_reason.get(reason, 0.0) + value
                 values["request_success_by_reason"] = by_reason
     for key, names in _HISTOGRAMS.items():
@@ -469,6 +460,35 @@ def parse(text: str) -> Snapshot:
     if snapshot.empty and not errors:
         errors.append("no vLLM metrics in the body" if samples else "no samples in the body")
     return snapshot
+
+
+def totals(text: str, reader: str) -> dict[str, Any]:
+    """The histograms and counters ``reader`` reads (``metric_names.read_by``), summed
+    over label sets (engines), from a ``/metrics`` body: ``{key: {"sum", "count",
+    "metric"}}`` for a histogram (``metric``: the name found, current or older) and
+    ``{key: value}`` for a counter. A family without series is left out.
+
+    Strict, unlike ``parse``: text that does not parse raises ValueError (the benchmark
+    harness's before/after cross-check needs both bodies whole, or says why not).
+    """
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    out: dict[str, Any] = {}
+    for key, names in metric_names.read_by(reader, metric_names.HISTOGRAM).items():
+        for name in names:
+            if name + "_count" in sums:
+                out[key] = {"sum": sums.get(name + "_sum", 0.0), "count": sums[name + "_count"],
+                            "metric": name}  # fmt: skip
+                break
+    for key, names in metric_names.read_by(reader, metric_names.COUNTER).items():
+        for name in names:
+            value = sums.get(name + "_total", sums.get(name))
+            if value is not None:
+                out[key] = value
+                break
+    return out
 
 
 def scrape(url: str, **kwargs: Any) -> tuple[FetchResult, Snapshot | None]:

@@ -1,7 +1,9 @@
 """A closed-loop load generator for an OpenAI-compatible vLLM server (SPEC §5 metrics).
 
 Pure asyncio + httpx, no Django: the benchmark app's tasks call `run_level` and store
-`LevelResult.to_dict()`.
+`LevelResult.to_dict()`. What it sends and how it reads the answers come from the panel's
+vLLM adapter: paths and bodies from `vllm_adapter.endpoints`, the SSE decoding from
+`vllm_adapter.sse`, the server metrics' names from `vllm_adapter.metric_names`.
 
 How a level runs
 ----------------
@@ -84,17 +86,20 @@ from dataclasses import asdict, dataclass, field, fields
 
 import httpcore
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from vllm_adapter import endpoints, metric_names, sse
+from vllm_adapter.endpoints import error_message as _error_text
+from vllm_adapter.metrics import totals
+from vllm_adapter.sse import StreamError
 
 log = logging.getLogger("sparkpanel.benchmarks")
 
-CHAT_PATH = "/v1/chat/completions"
-JSON_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+CHAT_PATH = endpoints.CHAT_COMPLETIONS
 DEFAULT_PERCENTILES = (50, 90, 99)
 TICK_S = 0.005  # event-loop lag ticker period
 SATURATION_LAG_MS = 5.0  # loop lag p99 above this: the client, not the server, is the limit
 PROMPT_BUILD_PARALLEL = 8
-ERROR_TEXT_MAX = 300
+ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
 _READ_BUFFER_MAX = 1 << 20  # bytes a connection buffers before it stops reading
 
 # --- public data -------------------------------------------------------------------------
@@ -275,12 +280,6 @@ def summarize(values: Iterable[float], scale: float = 1.0) -> dict:
 # --- SSE stream parsing ---------------------------------------------------------------------
 
 
-class StreamError(Exception):
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
 def tokens_in_chunk(chunk: dict, previous_usage: dict | None) -> int:
     """Generated tokens one streamed chunk carries.
 
@@ -297,25 +296,22 @@ def tokens_in_chunk(chunk: dict, previous_usage: dict | None) -> int:
     if usage and usage.get("completion_tokens") is not None:
         before = (previous_usage or {}).get("completion_tokens") or 0
         return max(int(usage["completion_tokens"]) - before, 0)
-    for choice in choices:
-        delta = choice.get("delta")
-        if delta is not None:
-            if delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content"):
-                return 1
-        elif choice.get("text"):
-            return 1
-    return 0
+    return 1 if any(map(sse.has_text, choices)) else 0
 
 
 class StreamParser:
-    """Splits an SSE byte stream into `data:` events and keeps, for every token-bearing
-    chunk, the time its bytes were received and its token count. `feed` raises
-    StreamError on a malformed event or an error event."""
+    """Reads a streamed chat completion: the events come from `vllm_adapter.sse`'s
+    decoder and parser (one SSE implementation for the whole panel); this keeps, for
+    every token-bearing chunk, the time its bytes were received and its token count.
+    `feed` raises `StreamError` on a malformed event, an oversized one or an error
+    event."""
 
-    __slots__ = ("_buf", "done", "finish_reason", "response_id", "times", "tokens", "usage")
+    __slots__ = ("_decode", "_sse", "done", "finish_reason", "response_id", "times", "tokens",
+                 "usage")  # fmt: skip
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._sse = sse.Decoder()
+        self._decode = self._sse.feed
         self.times: list[float] = []
         self.tokens: list[int] = []
         self.usage: dict | None = None
@@ -324,52 +320,31 @@ class StreamParser:
         self.done = False
 
     def feed(self, data: bytes, now: float) -> None:
-        buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        start = 0
-        while True:
-            end = buf.find(b"\n\n", start)
-            if end < 0:
-                break
-            self._event(buf[start:end], now)
-            start = end + 2
-        self._buf = buf[start:]
+        for event in self._decode(data):
+            self._chunk(event, now)
 
     def close(self, now: float | None = None) -> None:
         """The body ended: a last event without its blank line still counts."""
-        if self._buf.strip():
-            self._event(self._buf, time.monotonic() if now is None else now)
-            self._buf = b""
+        for event in self._sse.close():
+            self._chunk(event, time.monotonic() if now is None else now)
 
-    def _event(self, event: bytes, now: float) -> None:
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue  # comments (": ping"), event:, id:, retry:
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                raise StreamError("malformed_sse", f"not JSON: {data[:80]!r} ({exc})") from None
-            if not isinstance(chunk, dict):
-                raise StreamError("malformed_sse", f"not a JSON object: {data[:80]!r}")
-            if "error" in chunk and not chunk.get("choices"):
-                raise StreamError("stream_error", _error_text(chunk))
-            if self.response_id is None:
-                self.response_id = chunk.get("id")
-            n = tokens_in_chunk(chunk, self.usage)
-            usage = chunk.get("usage")
-            if usage:
-                self.usage = usage
-            if n:
-                self.times.append(now)
-                self.tokens.append(n)
-            for choice in chunk.get("choices") or ():
-                if choice.get("finish_reason"):
-                    self.finish_reason = choice["finish_reason"]
+    def _chunk(self, data: bytes, now: float) -> None:
+        chunk = sse.parse_data(data)
+        if chunk is None:
+            self.done = True
+            return
+        if self.response_id is None:
+            self.response_id = chunk.get("id")
+        n = tokens_in_chunk(chunk, self.usage)
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        if n:
+            self.times.append(now)
+            self.tokens.append(n)
+        reason = sse.finish_reason(chunk)
+        if reason:
+            self.finish_reason = reason
 
 
 def stream_metrics(
@@ -725,7 +700,7 @@ class Client:
         self._chat_url = httpx.URL(self.base_url + CHAT_PATH)
         # Plain HTTP on the default transport: connections stamp their own reads/writes.
         self.stamped = transport is None and self._chat_url.scheme == "http"
-        self._stream_headers = {**JSON_HEADERS, **headers}
+        self._stream_headers = {**endpoints.STREAM_HEADERS, **headers}
         self._timeouts = timeout.as_dict()
         # n_tokens -> (filler words, tail words) that hit n exactly last time
         self._templates: dict[int, tuple[int, tuple[str, ...]]] = {}
@@ -743,12 +718,12 @@ class Client:
         return client
 
     async def discover_model(self) -> str:
-        response = await self.http.get("/v1/models", timeout=10)
+        response = await self.http.get(endpoints.MODELS, timeout=10)
         response.raise_for_status()
-        data = response.json().get("data") or []
-        if not data:
-            raise RuntimeError(f"{self.base_url}/v1/models lists no model")
-        return data[0]["id"]
+        ids = endpoints.model_ids(response.json())
+        if not ids:
+            raise RuntimeError(f"{self.base_url}{endpoints.MODELS} lists no model")
+        return ids[0]
 
     async def open_stream(self, payload: bytes, trace=None) -> httpx.Response:
         """POST a serialised chat-completions body and return the response with its body
@@ -768,16 +743,15 @@ class Client:
     async def count_chat_tokens(self, messages: list[dict]) -> int:
         """The chat-templated length of `messages`, by the server's own tokenizer."""
         response = await self.http.post(
-            "/tokenize",
-            json={"model": self.model, "messages": messages, "add_generation_prompt": True},
+            endpoints.TOKENIZE, json=endpoints.tokenize_chat_body(self.model, messages),
             timeout=60,
-        )
+        )  # fmt: skip
         if response.status_code != 200:
             raise RuntimeError(
-                f"POST /tokenize answered HTTP {response.status_code}: "
-                f"{_error_text(_json_or_text(response.content))}"
+                f"POST {endpoints.TOKENIZE} answered HTTP {response.status_code}: "
+                f"{_error_text(response.content)}"
             )
-        return int(response.json()["count"])
+        return endpoints.token_count(response.json())
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -913,40 +887,21 @@ async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]
 
 # --- server metrics ----------------------------------------------------------------------------
 
-HISTOGRAMS = {
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-    "prefill": ("vllm:request_prefill_time_seconds",),
-    "decode": ("vllm:request_decode_time_seconds",),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-}
-COUNTERS = {"prompt_tokens": "vllm:prompt_tokens", "generation_tokens": "vllm:generation_tokens"}
+# The server-side cross-check's families, from the one table of vLLM metric names.
+HISTOGRAMS = metric_names.read_by(metric_names.BENCHMARKS, metric_names.HISTOGRAM)
+COUNTERS = metric_names.read_by(metric_names.BENCHMARKS, metric_names.COUNTER)
 
 
 def parse_metrics(text: str) -> dict:
     """`{"ttft": {"sum", "count", "metric"}, ..., "prompt_tokens": n, ...}` from Prometheus
-    text, summed over label sets (engines); ITL falls back to the pre-0.11 name."""
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    out: dict = {}
-    for key, names in HISTOGRAMS.items():
-        for name in names:
-            if name + "_count" in totals:
-                out[key] = {"sum": totals.get(name + "_sum", 0.0),
-                            "count": totals[name + "_count"], "metric": name}  # fmt: skip
-                break
-    for key, name in COUNTERS.items():
-        value = totals.get(name + "_total", totals.get(name))
-        if value is not None:
-            out[key] = value
-    return out
+    text, summed over label sets (engines); older names are read when the current one is
+    absent (ITL's pre-0.11 name). Raises ValueError on text that does not parse."""
+    return totals(text, metric_names.BENCHMARKS)
 
 
 async def scrape_metrics(client: Client) -> dict:
     """GET /metrics and parse the histograms and counters the cross-check needs."""
-    response = await client.http.get("/metrics", timeout=10)
+    response = await client.http.get(endpoints.METRICS, timeout=10)
     response.raise_for_status()
     return parse_metrics(response.text)
 
@@ -1054,26 +1009,23 @@ async def run_level(
 async def _payloads(client: Client, spec: LevelSpec, total: int) -> list[bytes]:
     scenario = spec.scenario
     base = uuid.uuid4().hex[:12]
-    body = {
-        "model": client.model,
-        "max_tokens": scenario.output_tokens,
-        "min_tokens": scenario.output_tokens,
-        "ignore_eos": True,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+
+    def body(messages: list[dict], salt: str | None = None) -> bytes:
+        return json.dumps(endpoints.chat_body(
+            client.model, messages, max_tokens=scenario.output_tokens, stream=True,
+            continuous_usage=True, min_tokens=scenario.output_tokens, ignore_eos=True,
+            temperature=0, cache_salt=salt,
+        )).encode()  # fmt: skip
+
     if spec.warm_prefix:
-        messages = await build_messages(client, scenario.prompt_tokens, base)
-        payload = json.dumps({**body, "messages": messages}).encode()
-        return [payload] * total
+        return [body(await build_messages(client, scenario.prompt_tokens, base))] * total
     gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
 
     async def one(i: int) -> bytes:
         salt = f"{base}-{i}"
         async with gate:
             messages = await build_messages(client, scenario.prompt_tokens, salt)
-        return json.dumps({**body, "messages": messages, "cache_salt": salt}).encode()
+        return body(messages, salt)
 
     # The first one alone finds the template; the rest reuse it.
     first = await one(0)
@@ -1107,7 +1059,7 @@ async def _one_request(
                 r.first_byte_at = net.last_read_at if net is not None else monotonic()
                 r.status = response.status_code
                 if response.status_code != 200:
-                    text = _error_text(_json_or_text(await response.aread()))
+                    text = _error_text(await response.aread())
                     r.fail(f"http_{response.status_code}", f"HTTP {response.status_code}: {text}")
                 else:
                     encoded = response.headers.get("content-encoding", "identity") != "identity"
@@ -1239,23 +1191,6 @@ def _call(fn: Callable, *args):
     except Exception:  # a callback's bug must not abort the level
         log.exception("benchmark callback %r failed", fn)
         return None
-
-
-def _json_or_text(body: bytes):
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode(errors="replace")
-
-
-def _error_text(body) -> str:
-    """The message of vLLM's error shapes ({"error": {"message"}} or {"message"})."""
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:ERROR_TEXT_MAX]
-        return json.dumps(body)[:ERROR_TEXT_MAX]
-    return str(body).strip()[:ERROR_TEXT_MAX]
 
 
 def _round(value: float | None) -> float | None:

@@ -18,6 +18,7 @@ from apps.benchmarks.models import J, Job, Result
 from apps.core.events import BROADCAST_GROUP, fragment_push
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
+from vllm_adapter import endpoints
 
 log = logging.getLogger(__name__)
 MONITOR_EVERY_S = 0.5
@@ -147,10 +148,8 @@ def _server_version(run: Run) -> str:
     import httpx
 
     try:
-        response = httpx.get(run.local_endpoint + "/version", timeout=5)
-        data = response.json()
-        version = str(data.get("version", ""))
-        return f"{version} (sparksim)" if data.get("simulated") else version
+        response = httpx.get(endpoints.url(run.local_endpoint, endpoints.VERSION), timeout=5)
+        return endpoints.server_version(response.json())
     except (httpx.HTTPError, ValueError, AttributeError):
         return ""
 

@@ -24,6 +24,7 @@ from django.conf import settings
 
 from apps.accounts.roles import USE_CHAT
 from apps.core.consumers import CLOSE_FORBIDDEN, authorise
+from vllm_adapter import endpoints, sse
 
 COALESCE_S = 0.04
 SEND_TIMEOUT_S = 5.0
@@ -266,30 +267,22 @@ async def _stream(url: str, body: dict, state: _StreamState) -> None:
     try:
         async with upstream_client().stream("POST", url, json=body, timeout=timeout) as response:
             if response.status_code != 200:
-                text = (await response.aread()).decode("utf-8", "replace")
                 raise _UpstreamError(
-                    f"the model server answered HTTP {response.status_code}: {_error_text(text)}"
+                    f"the model server answered HTTP {response.status_code}: "
+                    f"{endpoints.error_message(await response.aread())}"
                 )
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            decoder = sse.Decoder()
+            async for data in response.aiter_bytes():
+                for event in decoder.feed(data):
+                    if _take(event, state):
+                        return
+            for event in decoder.close():
+                if _take(event, state):
                     return
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    raise _UpstreamError("the model server sent a malformed chunk") from None
-                if chunk.get("usage"):
-                    state.usage = chunk["usage"]
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    content = delta.get("content") or ""
-                    reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
-                    if content or reasoning:
-                        state.add(content, reasoning)
-                    if choice.get("finish_reason"):
-                        state.finish_reason = choice["finish_reason"]
+    except sse.StreamError as exc:
+        if exc.kind == "stream_error":  # vLLM's error chunk: the engine failed the request
+            raise _UpstreamError(f"the model server failed the answer: {exc}") from None
+        raise _UpstreamError(f"the model server sent a malformed stream: {exc}") from None
     except httpx.TimeoutException:
         raise _UpstreamError(
             f"the model server sent nothing for {stall:g} s: it stalled or is overloaded"
@@ -298,13 +291,21 @@ async def _stream(url: str, body: dict, state: _StreamState) -> None:
         raise _UpstreamError(f"the connection to the model server broke: {exc}") from None
 
 
-def _error_text(text: str) -> str:
-    try:
-        data = json.loads(text)
-        message = data.get("error", {}).get("message") or data.get("message") or text
-    except (ValueError, AttributeError):
-        message = text
-    return str(message)[:300]
+def _take(event: bytes, state: _StreamState) -> bool:
+    """Read one event's chunk into ``state``; True at ``[DONE]``."""
+    chunk = sse.parse_data(event)
+    if chunk is None:
+        return True
+    usage = sse.usage(chunk)
+    if usage:
+        state.usage = usage
+    for choice in chunk.get("choices") or ():
+        content, reasoning = sse.delta_text(choice)
+        if content or reasoning:
+            state.add(content, reasoning)
+        if choice.get("finish_reason"):
+            state.finish_reason = choice["finish_reason"]
+    return False
 
 
 # --- database side (sync) ---------------------------------------------------------------
@@ -338,16 +339,15 @@ def _prepare(conversation_id: int, content: str) -> dict:
         "user_message": user_message.as_dict(),
         "assistant_id": assistant.pk,
         "run_id": run.pk,
-        "url": run.local_endpoint + "/v1/chat/completions",
-        "body": {
-            "model": run.served_name,
-            "messages": history,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": conv.temperature,
-            "top_p": conv.top_p,
-            "max_tokens": conv.max_tokens,
-        },
+        "url": endpoints.url(run.local_endpoint, endpoints.CHAT_COMPLETIONS),
+        "body": endpoints.chat_body(
+            run.served_name,
+            history,
+            max_tokens=conv.max_tokens,
+            stream=True,
+            temperature=conv.temperature,
+            top_p=conv.top_p,
+        ),
     }
 
 

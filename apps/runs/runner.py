@@ -17,9 +17,10 @@ from apps.core.events import BROADCAST_GROUP, fragment_push
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.recipes.spark import GB
-from vllm_adapter.logparse import LogFollower, Phase
 from apps.runs.calibration import plan_check_record
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from vllm_adapter import endpoints
+from vllm_adapter.logparse import LogFollower, Phase
 
 log = logging.getLogger(__name__)
 S = RunState
@@ -238,7 +239,8 @@ def _read_into(
 
 def _models_ready(run: Run) -> bool:
     try:
-        return httpx.get(run.local_endpoint + "/v1/models", timeout=1).status_code == 200
+        url = endpoints.url(run.local_endpoint, endpoints.MODELS)
+        return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -246,11 +248,7 @@ def _models_ready(run: Run) -> bool:
 def _warm_up(run: Run, pusher: _Pusher) -> None:
     """Tiny requests until the time to first token settles: the first after a start pays
     the JIT compile (~25 s on Nemotron-3-Super), so a run is ready only after it."""
-    body = {
-        "model": run.served_name,
-        "messages": [{"role": "user", "content": "Hi"}],
-        "max_tokens": 2,
-    }
+    body = endpoints.chat_body(run.served_name, [{"role": "user", "content": "Hi"}], max_tokens=2)
     ttfts: list[float] = []
     scale = run.host.sim_time_scale if run.host.simulated else 1.0
     deadline = time.monotonic() + _scaled(run, PHASE_TIMEOUT_S[S.WARMING])
@@ -258,7 +256,7 @@ def _warm_up(run: Run, pusher: _Pusher) -> None:
         for i in range(WARMUP_MAX_REQUESTS):
             _check_stop(run)
             t0 = time.monotonic()
-            client.post("/v1/chat/completions", json=body).raise_for_status()
+            client.post(endpoints.CHAT_COMPLETIONS, json=body).raise_for_status()
             ttfts.append((time.monotonic() - t0) * scale)  # simulated seconds, like the server
             _save(
                 run,

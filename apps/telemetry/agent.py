@@ -35,10 +35,11 @@ from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
-from vllm_adapter import metrics as scrape
 from apps.telemetry.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
+from vllm_adapter import endpoints
+from vllm_adapter import metrics as scrape
 
 log = logging.getLogger("sparkpanel.hostagent")
 
@@ -296,7 +297,7 @@ class HostAgent:
         else:
             if self.deriver is None or self.deriver_run != run.pk:
                 self.deriver, self.deriver_run = scrape.Deriver(), run.pk
-            url = run.local_endpoint + "/metrics"
+            url = endpoints.url(run.local_endpoint, endpoints.METRICS)
             result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
                                              max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip
             self.deriver.feed(time.monotonic(), snapshot if result.ok else None)

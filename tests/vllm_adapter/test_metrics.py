@@ -16,6 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from sparksim.faults import mangle_metrics
+from tests.sparksim.conftest import NEMOTRON, NEMOTRON_FLAGS, launch
+from vllm_adapter import metric_names
 from vllm_adapter.metrics import (
     HTML_ERROR,
     SAMPLE_KEYS,
@@ -26,9 +29,8 @@ from vllm_adapter.metrics import (
     histogram_quantile,
     parse,
     scrape,
+    totals,
 )
-from sparksim.faults import mangle_metrics
-from tests.sparksim.conftest import NEMOTRON, NEMOTRON_FLAGS, launch
 
 INF = math.inf
 WINDOWED = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p95", "e2e_p50", "e2e_p95")
@@ -203,6 +205,26 @@ def test_a_current_name_wins_over_a_deprecated_one_instead_of_adding_up():
     )
     snap = parse(text)
     assert (snap.kv_usage, snap.prompt_tokens) == (0.5, 10)
+
+
+def test_totals_reads_current_and_older_names_and_is_strict():
+    text = (
+        "# TYPE vllm:time_per_output_token_seconds histogram\n"
+        'vllm:time_per_output_token_seconds_bucket{le="+Inf",engine="0"} 4\n'
+        'vllm:time_per_output_token_seconds_count{engine="0"} 4\n'
+        'vllm:time_per_output_token_seconds_sum{engine="0"} 0.2\n'
+        'vllm:prompt_tokens_total{engine="0"} 10\n'
+        'vllm:prompt_tokens_total{engine="1"} 5\n'
+        'vllm:num_requests_running{engine="0"} 3\n'
+    )
+    got = totals(text, metric_names.BENCHMARKS)
+    assert got == {
+        "itl": {"sum": 0.2, "count": 4.0, "metric": "vllm:time_per_output_token_seconds"},
+        "prompt_tokens": 15.0,
+    }
+    assert "running" not in totals(text, metric_names.TELEMETRY)  # gauges are not totals
+    with pytest.raises(ValueError):
+        totals("vllm:x{ 1\n", metric_names.BENCHMARKS)
 
 
 @pytest.mark.parametrize(
