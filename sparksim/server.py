@@ -12,6 +12,8 @@ from __future__ import annotations
 import array
 import asyncio
 import collections
+import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -32,6 +34,7 @@ ECHO_PREFIX = "/sparksim echo "
 log = logging.getLogger("sparksim.api")
 VLLM_VERSION = "0.11.0"
 MAX_BODY = 16 * 1024 * 1024
+COMPACT = (",", ":")  # vLLM writes JSON without spaces
 REASONING_SHARE = 4  # with a reasoning parser, the first quarter of the output (≤ 64)
 TRACE_LIMIT = 10_000  # streamed requests whose chunk times /sparksim/trace keeps...
 TRACE_CHUNKS_MAX = 4_000_000  # ...and chunks in all (12 bytes each: ~48 MB at most)
@@ -118,6 +121,56 @@ class ApiError(Exception):
         }
 
 
+def vllm_validation(message: str, param: str | None = None, value=None) -> ApiError:
+    """vLLM's VLLMValidationError: a 400 BadRequestError whose message ends with
+    "(parameter=..., value=...)" when it names them."""
+    extras = [f"parameter={param}"] if param is not None else []
+    if value is not None:
+        extras.append(f"value={value}")
+    if extras:
+        message = f"{message} ({', '.join(extras)})"
+    return ApiError(400, message, "BadRequestError", param)
+
+
+def _input_repr(value) -> str:
+    if isinstance(value, dict):
+        return f"<dict of {len(value)} items>"
+    if isinstance(value, list):
+        return f"<list of {len(value)} items>"
+    return str(value)
+
+
+def request_validation(*errors: tuple[str, str, str, object] | tuple) -> ApiError:
+    """FastAPI's request validation error as vLLM answers it: type "Bad Request", the
+    first error's location as param, and pydantic's errors in the message. Each error is
+    (loc, type, msg, input[, ctx])."""
+    lines = []
+    for loc, kind, msg, value, *ctx in errors:
+        detail = {"type": kind, "loc": loc, "msg": msg, "input": _input_repr(value)}
+        if ctx:
+            detail["ctx"] = ctx[0]
+        lines.append(f"  {detail!r}")
+    count = f"{len(errors)} validation error" + ("s" if len(errors) > 1 else "")
+    return ApiError(400, count + ":\n" + "\n".join(lines), "Bad Request", errors[0][0])
+
+
+def _int_field(body: dict, name: str) -> int | None:
+    """An optional integer field, refused as pydantic refuses a non-integer."""
+    value = body.get(name)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str):
+        raise request_validation(
+            (
+                f"body.{name}",
+                "int_parsing",
+                "Input should be a valid integer, unable to parse string as an integer",
+                value,
+            )
+        )
+    raise request_validation((f"body.{name}", "int_type", "Input should be a valid integer", value))
+
+
 @dataclass
 class ServerState:
     model: str
@@ -137,6 +190,30 @@ class ServerState:
     def __post_init__(self) -> None:
         self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
         self.crash = TokenCrashCounter(self.faults.crash_after_tokens)
+
+    @property
+    def fingerprint(self) -> str:
+        """vLLM's system_fingerprint shape: vllm-<version>-<8 hex of the config's hash>."""
+        config = f"{self.model}\0{self.max_model_len}".encode()
+        return f"vllm-{VLLM_VERSION}-{hashlib.sha256(config).hexdigest()[:8]}"
+
+
+def _permission(created: float) -> dict:
+    """The one entry vLLM lists under a model's "permission"."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+        "object": "model_permission",
+        "created": int(created),
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
 
 
 class App:
@@ -159,16 +236,18 @@ class App:
         try:
             handler = ROUTES.get((method, path))
             if handler is None:
-                if any(p == path for _, p in ROUTES):
-                    raise ApiError(405, "Method Not Allowed", "MethodNotAllowed")
-                raise ApiError(404, "Not Found", "NotFoundError")
+                # Not vLLM's error shape but FastAPI's, as vLLM answers an unknown route.
+                status = 405 if any(p == path for _, p in ROUTES) else 404
+                detail = "Method Not Allowed" if status == 405 else "Not Found"
+                await _json(send, status, {"detail": detail})
+                return
             await handler(self, scope, receive, send)
         except ApiError as exc:
             await _json(send, exc.status, exc.body())
 
     # --- plain endpoints --------------------------------------------------------------
     async def health(self, scope, receive, send) -> None:
-        await _raw(send, 200, b"", "text/plain")
+        await _raw(send, 200, b"", None)  # vLLM: an empty 200 without a content type
 
     async def models(self, scope, receive, send) -> None:
         if not self.state.ready:
@@ -182,6 +261,7 @@ class App:
                 "root": self.state.model,
                 "parent": None,
                 "max_model_len": self.state.max_model_len,
+                "permission": [_permission(self.state.started)],
             }
             for name in self.state.served_names
         ]
@@ -262,32 +342,48 @@ class App:
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
-            raise ApiError(400, "Give either 'prompt' (a string) or 'messages'.")
+            raise request_validation(
+                ("body.prompt", "missing", "Field required", body),
+                ("body.messages", "missing", "Field required", body),
+            )
         tokens = self.tokenizer.encode(text)
         await _json(
             send,
             200,
-            {"count": len(tokens), "max_model_len": self.state.max_model_len, "tokens": tokens},
+            {
+                "count": len(tokens),
+                "max_model_len": self.state.max_model_len,
+                "tokens": tokens,
+                "token_strs": None,
+            },
         )
 
     async def detokenize(self, scope, receive, send) -> None:
         body = await _body(receive)
         self._check_model(body)
         tokens = body.get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
-            raise ApiError(400, "'tokens' must be a list of non-negative integers.")
-        if any(t >= self.tokenizer.vocab_size for t in tokens):
-            raise ApiError(
-                400, f"token id out of range (vocabulary size {self.tokenizer.vocab_size})"
+        if tokens is None:
+            raise request_validation(("body.tokens", "missing", "Field required", body))
+        if not isinstance(tokens, list):
+            raise request_validation(
+                ("body.tokens", "list_type", "Input should be a valid list", tokens)
             )
-        await _json(send, 200, {"prompt": self.tokenizer.decode(tokens)})
+        for i, t in enumerate(tokens):
+            if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+                raise request_validation(
+                    (f"body.tokens.{i}", "int_type", "Input should be a valid integer", t)
+                )
+        # vLLM's tokenizer skips ids outside the vocabulary (an empty string for them).
+        known = [t for t in tokens if t < self.tokenizer.vocab_size]
+        await _json(send, 200, {"prompt": self.tokenizer.decode(known)})
 
     # --- completions -------------------------------------------------------------------
     async def chat(self, scope, receive, send) -> None:
         body = await _body(receive)
         name = self._check_model(body)
         text = apply_chat_template(_messages(body), add_generation_prompt=True)
-        await self._complete(body, name, self.tokenizer.encode(text), send, receive, chat=True)
+        ids = self.tokenizer.encode(text)[: self.state.max_model_len + 1]  # as vLLM truncates
+        await self._complete(body, name, ids, send, receive, chat=True)
 
     async def completions(self, scope, receive, send) -> None:
         body = await _body(receive)
@@ -295,10 +391,15 @@ class App:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
+        if isinstance(prompt, str) and prompt:
+            # vLLM tokenizes a text prompt to at most max_model_len + 1 tokens.
+            ids = self.tokenizer.encode(prompt)[: self.state.max_model_len + 1]
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
+        elif prompt is None or prompt == "" or prompt == []:
+            raise vllm_validation(
+                "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
+            )
         else:
             raise ApiError(400, "'prompt' must be a string or a list of token ids.")
         await self._complete(body, name, ids, send, receive, chat=False)
@@ -315,7 +416,14 @@ class App:
         stream = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
-            raise ApiError(400, "'stream_options' must be an object.")
+            raise request_validation(
+                (
+                    "body.stream_options",
+                    "model_attributes_type",
+                    "Input should be a valid dictionary or object to extract fields from",
+                    options,
+                )
+            )
         engine.submit(request)
         watcher = asyncio.create_task(_watch_disconnect(receive, engine, request))
         try:
@@ -339,41 +447,79 @@ class App:
         return None
 
     def _sim_request(self, body: dict, prompt_ids: list[int], *, chat: bool) -> SimRequest:
+        """Validate as vLLM does, in its order (request fields, then the prompt against the
+        context, then the sampling parameters), with its messages and params."""
         limit = self.state.max_model_len
         n = body.get("n", 1)
         if n != 1:
             raise ApiError(400, "sparksim serves n=1 only.", param="n")
-        if len(prompt_ids) >= limit:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, your request "
-                f"has {len(prompt_ids)} input tokens. Please reduce the length of the input "
-                "messages.",
-                param="messages" if chat else "prompt",
+        # Chat: max_completion_tokens wins over the deprecated max_tokens. Completions:
+        # max_tokens, 16 when absent (OpenAI's and vLLM's default); chat has no default.
+        param = "max_tokens"
+        requested = _int_field(body, "max_tokens")
+        if chat and _int_field(body, "max_completion_tokens") is not None:
+            param, requested = "max_completion_tokens", body["max_completion_tokens"]
+        if not chat and requested is None:
+            requested = 16
+        if requested is not None and requested > limit:
+            raise vllm_validation(
+                f"{param}={requested} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens.",
+                param,
+                requested,
             )
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_tokens is None:
-            max_tokens = limit - len(prompt_ids)
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ApiError(400, "'max_tokens' must be a positive integer.", param="max_tokens")
-        if len(prompt_ids) + max_tokens > limit:
-            raise ApiError(
-                400,
-                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
-                f"model's maximum context length is {limit} tokens and your request has "
-                f"{len(prompt_ids)} input tokens ({max_tokens} > {limit} - {len(prompt_ids)}).",
-                param="max_tokens",
+        if len(prompt_ids) > limit:
+            count = len(prompt_ids)
+            qualifier = "at least " if count == limit + 1 else ""
+            raise vllm_validation(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {qualifier}{count} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt.",
+                "input_tokens",
+                count,
             )
-        min_tokens = body.get("min_tokens", 0) or 0
-        if not isinstance(min_tokens, int) or min_tokens < 0 or min_tokens > max_tokens:
-            raise ApiError(
-                400, "'min_tokens' must be between 0 and max_tokens.", param="min_tokens"
-            )
+        # What is left of the context caps the answer (vLLM's get_max_tokens): a request
+        # for more is served, and ends with finish_reason "length".
+        max_tokens = limit - len(prompt_ids)
+        if requested is not None:
+            max_tokens = min(max_tokens, requested)
         temperature = body.get("temperature", 1.0)
-        if temperature is not None and (
-            not isinstance(temperature, int | float) or temperature < 0
-        ):
-            raise ApiError(400, "'temperature' must be a non-negative number.", param="temperature")
+        if temperature is not None:
+            if not isinstance(temperature, int | float) or isinstance(temperature, bool):
+                raise request_validation(
+                    (
+                        "body.temperature",
+                        "float_parsing",
+                        "Input should be a valid number, unable to parse string as a number",
+                        temperature,
+                    )
+                )
+            if temperature < 0:
+                raise vllm_validation(
+                    f"temperature must be non-negative, got {float(temperature)}.",
+                    "temperature",
+                    float(temperature),
+                )
+            if temperature > 2:
+                raise vllm_validation(
+                    f"temperature must be in [0, 2], got {float(temperature)}.",
+                    "temperature",
+                    float(temperature),
+                )
+        if max_tokens < 1:
+            raise vllm_validation(
+                f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+            )
+        min_tokens = _int_field(body, "min_tokens") or 0
+        if min_tokens < 0:
+            raise vllm_validation(
+                f"min_tokens must be greater than or equal to 0, got {min_tokens}."
+            )
+        if min_tokens > max_tokens:
+            raise vllm_validation(
+                f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                f"got {min_tokens}."
+            )
         salt = body.get("cache_salt")
         if salt is not None and (not isinstance(salt, str) or not salt):
             raise ApiError(400, "'cache_salt' must be a non-empty string.", param="cache_salt")
@@ -395,8 +541,11 @@ class App:
     async def _stream(
         self, send, request: SimRequest, name: str, *, chat: bool, options: dict
     ) -> None:
+        """vLLM's chunk sequence: (chat) a role chunk, one chunk per token whose last one
+        carries the finish_reason, (include_usage) a usage chunk with no choices, then
+        [DONE]. system_fingerprint rides on the last chunk before [DONE]."""
         include_usage = bool(options.get("include_usage"))
-        continuous = bool(options.get("continuous_usage_stats"))
+        continuous = include_usage and bool(options.get("continuous_usage_stats"))
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         traces = self.state.traces
@@ -412,16 +561,26 @@ class App:
             }
         )
 
-        def usage(completion: int) -> dict:
+        def usage(completion: int, details: bool) -> dict:
             # Counted as streamed, like vLLM's per-output counts: the engine may already
             # have produced tokens this stream has not sent yet.
-            return {
+            out = {
                 "prompt_tokens": request.prompt_len,
-                "completion_tokens": completion,
                 "total_tokens": request.prompt_len + completion,
+                "completion_tokens": completion,
             }
+            if details:  # vLLM's per-chunk chat usage has this key, its final one not
+                out["completion_tokens_details"] = None
+            return out
 
-        async def chunk(choice: dict | None, with_usage: bool = False, tokens: int = 0) -> None:
+        async def chunk(
+            choice: dict | None,
+            *,
+            tokens: int = 0,
+            extra: dict | None = None,
+            with_usage: bool = False,
+            last: bool = False,
+        ) -> None:
             payload = {
                 "id": request.request_id,
                 "object": obj,
@@ -430,11 +589,15 @@ class App:
                 "choices": [choice] if choice is not None else [],
             }
             if with_usage:
-                payload["usage"] = usage(sent + tokens)
+                payload["usage"] = usage(sent + tokens, chat and choice is not None)
+            if extra:
+                payload.update(extra)
+            if last:
+                payload["system_fingerprint"] = self.state.fingerprint
             await send(
                 {
                     "type": "http.response.body",
-                    "body": b"data: " + json.dumps(payload).encode() + b"\n\n",
+                    "body": b"data: " + json.dumps(payload, separators=COMPACT).encode() + b"\n\n",
                     "more_body": True,
                 }
             )
@@ -442,59 +605,71 @@ class App:
                 traces.add(trace, tokens)
 
         sent = 0
-        role_sent = False
         stalled = False
         faults = self.state.faults
+        pending: Event | None = None
+        role_sent = False
         while True:
-            event: Event = await request.events.get()
-            if event.kind == "finish":
+            event: Event = pending or await request.events.get()
+            pending = None
+            if event.kind == "finish":  # only when no token came (an abort)
                 if request.aborted:
                     return
                 break
+            # The engine queues the finish event right behind the last token: vLLM sends
+            # that token's text and the finish_reason in one chunk.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                pending = request.events.get_nowait()
+            finish = pending.finish_reason if pending and pending.kind == "finish" else None
+            if finish == "abort" or request.aborted:
+                return
+            # vLLM sends the role chunk when the first output arrives (with the first
+            # token, not when the request is accepted), then that token's chunk.
+            if chat and not role_sent:
+                await chunk(
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    },
+                    extra={"prompt_token_ids": None, "prompt_text": None},
+                    with_usage=continuous,
+                )
+                role_sent = True
             text = self.tokenizer.decode(event.token_ids)
             if chat:
-                if not role_sent:
-                    # vLLM's first chat chunk carries only the role.
-                    await chunk(
-                        {
-                            "index": 0,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        },
-                        continuous,
-                    )
-                    role_sent = True
                 delta = {"reasoning": text} if event.reasoning else {"content": text}
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                if finish:
+                    choice["stop_reason"] = None
+                choice["token_ids"] = None
             else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
-            await chunk(choice, continuous, len(event.token_ids))
+                choice = {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                }
+            done = finish is not None
+            await chunk(
+                choice,
+                tokens=len(event.token_ids),
+                with_usage=continuous,
+                last=done and not include_usage,
+            )
             sent += len(event.token_ids)
             self._count_tokens(len(event.token_ids))
+            if done:
+                break
             if faults.stall_seconds and not stalled and sent >= faults.stall_after_tokens:
                 stalled = True
                 await asyncio.sleep(faults.stall_seconds / self.state.time_scale)
-        # The finish reason rides on a final empty delta, then usage, then [DONE].
-        if chat:
-            last = {
-                "index": 0,
-                "delta": {},
-                "logprobs": None,
-                "finish_reason": request.finish_reason,
-                "stop_reason": None,
-            }
-        else:
-            last = {
-                "index": 0,
-                "text": "",
-                "logprobs": None,
-                "finish_reason": request.finish_reason,
-                "stop_reason": None,
-            }
-        await chunk(last, continuous)
         if include_usage:
-            await chunk(None, True)
+            await chunk(None, with_usage=True, last=True)
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def _whole(self, send, request: SimRequest, name: str, *, chat: bool) -> None:
@@ -509,20 +684,32 @@ class App:
         text = self.tokenizer.decode(answer)
         usage = {
             "prompt_tokens": request.prompt_len,
-            "completion_tokens": request.generated,
             "total_tokens": request.prompt_len + request.generated,
+            "completion_tokens": request.generated,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
         }
+        # Every key vLLM's response models write, null where sparksim has nothing to say.
         if chat:
-            message = {"role": "assistant", "content": text}
-            if reasoning:
-                message["reasoning"] = self.tokenizer.decode(reasoning)
+            message = {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": self.tokenizer.decode(reasoning) if reasoning else None,
+            }
             choice = {
                 "index": 0,
                 "message": message,
                 "logprobs": None,
                 "finish_reason": request.finish_reason,
                 "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
             }
+            tail = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
             obj = "chat.completion"
         else:
             choice = {
@@ -531,7 +718,12 @@ class App:
                 "logprobs": None,
                 "finish_reason": request.finish_reason,
                 "stop_reason": None,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
             }
+            tail = {}
             obj = "text_completion"
         await _json(
             send,
@@ -542,7 +734,13 @@ class App:
                 "created": int(time.time()),
                 "model": name,
                 "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": self.state.fingerprint,
                 "usage": usage,
+                **tail,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
             },
         )
 
@@ -567,7 +765,13 @@ class App:
         if name is None:
             return self.state.served_names[0]
         if name not in self.state.served_names:
-            raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
+            raise ApiError(
+                404,
+                f"The model `{name}` does not exist. "
+                f"Valid aliases: {', '.join(self.state.served_names)}.",
+                "NotFoundError",
+                "model",
+            )
         return name
 
 
@@ -588,11 +792,28 @@ ROUTES = {
 
 def _messages(body: dict) -> list[dict]:
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list.", param="messages")
-    for message in messages:
+    if messages is None:
+        raise request_validation(("body.messages", "missing", "Field required", body))
+    if not isinstance(messages, list):
+        raise request_validation(
+            ("body.messages", "list_type", "Input should be a valid list", messages)
+        )
+    if not messages:
+        raise ApiError(
+            400,
+            "Cannot apply chat template to an empty conversation. Provide at least one message.",
+        )
+    for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ApiError(400, "Every message needs a 'role' and 'content'.", param="messages")
+            # vLLM lists one error per message type it tried; the first is enough here.
+            raise request_validation(
+                (
+                    f"body.messages.{i}.ChatCompletionDeveloperMessageParam.role",
+                    "missing",
+                    "Field required",
+                    message,
+                )
+            )
     return messages
 
 
@@ -612,9 +833,19 @@ async def _body(receive) -> dict:
     try:
         body = json.loads(b"".join(chunks) or b"{}")
     except json.JSONDecodeError as exc:
-        raise ApiError(400, f"Invalid JSON: {exc}") from None
+        # FastAPI's answer: the offset where decoding failed, in pydantic's words.
+        raise request_validation(
+            (f"body.{exc.pos}", "json_invalid", "JSON decode error", {}, {"error": exc.msg})
+        ) from None
     if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.")
+        raise request_validation(
+            (
+                "body",
+                "model_attributes_type",
+                "Input should be a valid dictionary or object to extract fields from",
+                body,
+            )
+        )
     return body
 
 
@@ -627,19 +858,13 @@ async def _watch_disconnect(receive, engine: Engine, request: SimRequest) -> Non
             return
 
 
-async def _raw(send, status: int, body: bytes, content_type: str) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+async def _raw(send, status: int, body: bytes, content_type: str | None) -> None:
+    headers = [(b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        headers.insert(0, (b"content-type", content_type.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 async def _json(send, status: int, obj) -> None:
-    await _raw(send, status, json.dumps(obj).encode(), "application/json")
+    await _raw(send, status, json.dumps(obj, separators=COMPACT).encode(), "application/json")

@@ -98,12 +98,17 @@ def test_tokenize_matches_the_prompt_tokens_of_a_request_and_detokenize_inverts_
 def test_errors_look_like_vllms(oa, fast_sim):
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         oa.chat.completions.create(model="other/model", messages=MESSAGES, max_tokens=1)
+    # As real vLLM answers (tests/conformance compares them): a prompt over the context is
+    # refused, one that fills it leaves no room for a token, and a request for more tokens
+    # than the context has left is served up to the context's end.
     with pytest.raises(openai.BadRequestError, match="maximum context length is 131072"):
+        oa.completions.create(model=NEMOTRON, prompt=[1] * 131073, max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1, got 0"):
         oa.completions.create(model=NEMOTRON, prompt=[1] * 131072, max_tokens=1)
-    with pytest.raises(
-        openai.BadRequestError, match="'max_tokens' or 'max_completion_tokens' is too large"
-    ):
-        oa.completions.create(model=NEMOTRON, prompt=[300] * 131000, max_tokens=100)
+    clamped = oa.completions.create(
+        model=NEMOTRON, prompt=[300] * 131064, max_tokens=100, extra_body={"ignore_eos": True}
+    )
+    assert (clamped.usage.completion_tokens, clamped.choices[0].finish_reason) == (8, "length")
     with fast_sim.client() as c:
         bad = c.post(
             "/v1/chat/completions",
