@@ -3,11 +3,10 @@ and registries (the contract), in vLLM's own words plus advice."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
-from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.urls import reverse
 
 from apps.hosts.models import Host
@@ -15,6 +14,7 @@ from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 from apps.runs.services import RunRefused, run_create
+from tests.conftest import child_env, manage
 from tests.recipes.factories import make_recipe, recipe_data
 
 pytestmark = pytest.mark.django_db
@@ -82,29 +82,30 @@ def test_the_wizard_refuses_nvfp4_and_keeps_what_was_typed(client_as, operator):
     assert "Unknown quantization method: nvfp4" in html and 'value="nvfp4"' in html
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_the_data_migration_fixes_stored_recipes_and_says_what_it_changed():
-    executor = MigrationExecutor(connection)
-    executor.migrate([("recipes", "0002_presets")])
-    old = executor.loader.project_state([("recipes", "0002_presets")]).apps
-    OldRecipe = old.get_model("recipes", "Recipe")
-    OldRecipe.objects.create(
-        name="Old", slug="old", model_id="nvidia/Qwen3.5-35B-A3B-NVFP4", quantization="nvfp4",
-        swap_space=4, gpu_memory_utilization="0.85", max_model_len=8192, max_num_seqs=1,
-    )  # fmt: skip
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
-    recipe = Recipe.objects.get(slug="old")
-    assert recipe.quantization == ""
-    notes = " ".join(recipe.upgrade_notes)
-    assert "Removed --swap-space 4" in notes and "nvfp4" in notes
-    call_command("check")
+def test_the_data_migration_fixes_stored_recipes_and_says_what_it_changed(tmp_path):
+    # A database of its own, migrated as an upgrade would: to the old schema, a recipe the
+    # old panel stored, then the new migrations.
+    env = child_env(DATABASE_URL=f"sqlite:///{tmp_path / 'upgrade.sqlite3'}")
+    manage("migrate", env=env)
+    manage("migrate", "recipes", "0002_presets", env=env)  # back to the old schema
+    manage("shell", env=env, stdin=(
+        "from django.db import connection\n"
+        "connection.cursor().execute(\"UPDATE recipes_recipe SET quantization='nvfp4', "
+        "swap_space=4 WHERE slug='qwen3-5-35b-max-single-user'\")\n"
+    ))  # fmt: skip
+    manage("migrate", env=env)
+    out = manage("shell", env=env, stdin=(
+        "import json\nfrom apps.recipes.models import Recipe\n"
+        "r = Recipe.objects.get(slug='qwen3-5-35b-max-single-user')\n"
+        "print(json.dumps([r.quantization, r.upgrade_notes]))\n"
+    ))  # fmt: skip
+    quantization, notes = json.loads(out.strip().splitlines()[-1])
+    assert quantization == ""
+    assert any(n.startswith("Removed --swap-space 4:") for n in notes), notes
+    assert any("nvfp4" in n and "detected from the checkpoint" in n for n in notes), notes
 
 
-def test_the_recipe_page_says_which_vllm_accepts_it_and_what_an_upgrade_changed(
-    client_as, member
-):
+def test_the_recipe_page_says_which_vllm_accepts_it_and_what_an_upgrade_changed(client_as, member):
     recipe = make_recipe(upgrade_notes=["Removed --swap-space 0: vLLM 0.18 removed the option."])
     html = client_as(member).get(recipe.get_absolute_url()).content.decode()
     assert "Accepted by the parser and registries of vLLM 0.33.0" in html
