@@ -6,7 +6,9 @@ it. Deltas are coalesced into one message every COALESCE_S (with a sequence numb
 client can spot a gap and re-fetch the final text over HTTP). A client that does not read
 fast enough gets coarser batches (what piles up while a send is pending goes out in the
 next one), and one that stays stuck for SEND_TIMEOUT_S is closed and its upstream request
-cancelled. Closing the upstream connection makes vLLM abort the request.
+cancelled. Closing the upstream connection makes vLLM abort the request. The request body
+and the reading of the stream are the panel's vLLM adapter's (`vllm_adapter.endpoints`,
+`vllm_adapter.sse`): an error chunk from a dead engine ends the answer with vLLM's message.
 """
 
 from __future__ import annotations

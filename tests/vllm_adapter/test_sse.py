@@ -254,3 +254,50 @@ def test_the_benchmark_harness_reads_vllms_chunks_and_fails_at_its_error_chunk(v
     assert parser.tokens == [1, 1] and parser.finish_reason == "length"
     assert parser.usage == {"prompt_tokens": 5, "total_tokens": 7, "completion_tokens": 2}
     assert parser.response_id == "chatcmpl-1" and not parser.done
+
+
+@pytest.mark.real_vllm
+def test_the_chat_relay_keeps_the_partial_answer_and_reports_vllms_error(vllm_stream):
+    """The relay's upstream reader against a local server that answers with the bytes vLLM
+    wrote: the reasoning and content before the error chunk are kept, and the error says
+    what vLLM said."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from apps.chat import consumers
+    from tests.conftest import run_async
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            for i in range(0, len(vllm_stream), 64):  # in pieces, as a socket delivers it
+                self.wfile.write(vllm_stream[i : i + 64])
+                self.wfile.flush()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+
+        async def relay():
+            state = consumers._StreamState()
+            try:
+                await consumers._stream(url, {"model": "m", "messages": []}, state)
+            except consumers._UpstreamError as exc:
+                return state, str(exc)
+            return state, None
+
+        state, error = run_async(relay())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert error is not None and "EngineCore encountered an issue" in error
+    assert "".join(state.reasoning) == "Hmm" and "".join(state.content) == "Hi"
+    assert state.finish_reason == "length" and state.usage["completion_tokens"] == 2
