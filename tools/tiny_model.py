@@ -56,7 +56,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-WORDS = """the a an of to in on for with from by at as is are was were be been has have had
+# Words to make sentences of.
+_WORD_TEXT = """the a an of to in on for with from by at as is are was were be been has have had
 do does did not no yes and or but if then else when while because so than that this these
 those it its they them their we our you your he she his her i me my spark panel model
 server token tokens memory cache kernel engine request answer question prompt stream
@@ -71,7 +72,8 @@ container process python vllm llama qwen nemotron quantization precision float h
 context length window limit maximum minimum average median percentile rate rates
 user users system assistant message messages reply write read send receive open close
 good bad new old true false high low more less most least every each some any all
-""".split()
+"""
+WORDS = _WORD_TEXT.split()
 
 
 def hub_dir(hf_home: Path) -> Path:
@@ -115,7 +117,7 @@ def _chat_template_ok(snapshot: Path) -> bool:
 
 def corpus(seed: int = SEED, sentences: int = 3000) -> list[str]:
     """Deterministic English-ish text to learn the merges from."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
     lines = []
     for _ in range(sentences):
         words = [rng.choice(WORDS) for _ in range(rng.randint(4, 16))]
@@ -147,7 +149,7 @@ def build_tokenizer(workdir: Path):
         tokenizer_object=tok,
         bos_token=BOS,
         eos_token=EOS,
-        pad_token="<|end_of_text|>",
+        pad_token="<|end_of_text|>",  # noqa: S106 - a token, not a password
         model_max_length=MAX_POSITIONS,
         clean_up_tokenization_spaces=False,
     )
@@ -273,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when present")
     parser.add_argument("--quiet", action="store_true", help="say nothing when present")
-    parser.add_argument("--verify", action="store_true", help="also resolve it with huggingface_hub")
+    parser.add_argument(
+        "--verify", action="store_true", help="also resolve it with huggingface_hub"
+    )
     args = parser.parse_args(argv)
     snapshot = build(args.hf_home, force=args.force, quiet=args.quiet)
     if args.verify:
