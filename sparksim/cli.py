@@ -440,6 +440,7 @@ async def serve(args) -> int:
         faults=faults,
         reasoning=bool(args.reasoning_parser),
         time_scale=args.time_scale,
+        vllm_version=args.vllm_version,
     )
     clock = Clock(args.time_scale)
     memory = MemoryModel(

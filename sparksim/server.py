@@ -28,11 +28,13 @@ from sparksim.engine import Engine, Event, SimRequest
 from sparksim.faults import Faults, Http500Gate, TokenCrashCounter, mangle_metrics
 from sparksim.metrics import CONTENT_TYPE, VllmMetrics
 from sparksim.tokenizer import DEFAULT_TOKENIZER, apply_chat_template
+from vllm_adapter import contract as vllm_contract
 
 ECHO_PREFIX = "/sparksim echo "
 
 log = logging.getLogger("sparksim.api")
-VLLM_VERSION = "0.11.0"
+# The vLLM version imitated unless the server is told another (`--vllm-version`).
+VLLM_VERSION = vllm_contract.latest_version()
 MAX_BODY = 16 * 1024 * 1024
 COMPACT = (",", ":")  # vLLM writes JSON without spaces
 REASONING_SHARE = 4  # with a reasoning parser, the first quarter of the output (≤ 64)
@@ -186,6 +188,7 @@ class ServerState:
     crash: TokenCrashCounter = field(init=False)
     time_scale: float = 1.0
     traces: TraceStore = field(default_factory=TraceStore)
+    vllm_version: str = VLLM_VERSION
 
     def __post_init__(self) -> None:
         self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
@@ -195,7 +198,7 @@ class ServerState:
     def fingerprint(self) -> str:
         """vLLM's system_fingerprint shape: vllm-<version>-<8 hex of the config's hash>."""
         config = f"{self.model}\0{self.max_model_len}".encode()
-        return f"vllm-{VLLM_VERSION}-{hashlib.sha256(config).hexdigest()[:8]}"
+        return f"vllm-{self.vllm_version}-{hashlib.sha256(config).hexdigest()[:8]}"
 
 
 def _permission(created: float) -> dict:
@@ -270,7 +273,9 @@ class App:
     async def version(self, scope, receive, send) -> None:
         # The one place the simulator admits what it is.
         await _json(
-            send, 200, {"version": VLLM_VERSION, "simulated": True, "sparksim": __version__}
+            send,
+            200,
+            {"version": self.state.vllm_version, "simulated": True, "sparksim": __version__},
         )
 
     async def load(self, scope, receive, send) -> None:

@@ -67,3 +67,33 @@ def test_the_start_up_lines_are_the_versions_own_formats_and_the_parser_reads_th
     follower.feed(f"INFO 12-01 08:00:00 [kv_cache_utils.py:1148] {text}")
     assert follower.facts["kv_cache_tokens"] == 1234
     assert follower.facts["max_concurrency"] == 3.5
+
+
+def test_version_reports_the_imitated_vllm(tmp_path):
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparksim", "serve", "m", "--port", str(port),
+         "--gpu-memory-utilization", "0.5", "--vllm-version", "0.32.0", "--time-scale", "1000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/version", timeout=2)
+                if answer.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert answer.json()["version"] == "0.32.0"
+    finally:
+        proc.terminate()
+        log = proc.communicate(timeout=20)[0]
+    assert "vLLM server version 0.32.0, serving model m" in log
