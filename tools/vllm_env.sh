@@ -7,8 +7,11 @@
 #         log format strings; it cannot serve without a GPU
 # Usage: tools/vllm_env.sh cpu|cuda|all
 # Idempotent: a venv whose stamp is present costs nothing (no Python starts). A venv that
-# exists without a stamp (an interrupted or a by-hand install) is completed in place; pip's
-# cache (~/.cache/pip) makes a fresh clone's install quick on a machine that installed once.
+# exists without a stamp (an interrupted or a by-hand install) is completed in place.
+# The venvs are ~3.5 and ~8 GB: they are installed once per machine into a store outside
+# the checkout ($SPARKPANEL_VLLM_STORE, default ~/.cache/sparkpanel/venvs) and var/<venv>
+# is a symlink to it, so a fresh clone (CI's, a second worktree) reuses them at once. A
+# var/<venv> that is a real folder (made by hand) is used as it is.
 # See docs/real-vllm.md and ../shared/REAL_VLLM.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,12 +25,26 @@ CUDA_VENV=var/vllm-$CUDA_VERSION
 # Bump when what this script does to a venv changes: every venv is then redone once.
 RECIPE=1
 
+STORE=${SPARKPANEL_VLLM_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/sparkpanel/venvs}
+
+# var/<venv> → $STORE/<venv>, unless var/<venv> is a real folder already.
+link_venv() {
+  local venv=$1 target
+  target="$STORE/$(basename "$venv")"
+  mkdir -p "$(dirname "$venv")"
+  if [ -d "$venv" ] && [ ! -L "$venv" ]; then
+    return 0
+  fi
+  mkdir -p "$STORE"
+  ln -sfn "$target" "$venv"
+}
+
 make_venv() {
   local venv=$1
   if [ ! -x "$venv/bin/python" ]; then
-    echo ">> creating $venv with $($PYTHON --version)"
-    mkdir -p "$(dirname "$venv")"
-    "$PYTHON" -m venv "$venv"
+    link_venv "$venv"
+    echo ">> creating $venv ($(readlink -f "$venv")) with $($PYTHON --version)"
+    "$PYTHON" -m venv "$(readlink -f "$venv")"
   fi
 }
 
@@ -79,6 +96,7 @@ PY
 
 setup_cpu() {
   local venv=$CPU_VENV stamp="$CPU_VENV/.sparkpanel-installed-$RECIPE"
+  link_venv "$venv"
   # The shim is checked too: it lives in site-packages, which a by-hand pip run can change.
   if [ ! -f "$stamp" ] ||
     ! compgen -G "$venv/lib/python3*/site-packages/vllm-$CPU_SHIM_VERSION.dist-info/METADATA" >/dev/null; then
@@ -108,6 +126,7 @@ setup_cpu() {
 
 setup_cuda() {
   local venv=$CUDA_VENV stamp="$CUDA_VENV/.sparkpanel-installed-$RECIPE"
+  link_venv "$venv"
   [ -f "$stamp" ] && return 0
   if holds "$venv" vllm "$CUDA_VERSION"; then
     echo ">> $venv already holds vllm==$CUDA_VERSION; adopting it"
