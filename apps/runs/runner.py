@@ -339,7 +339,9 @@ def reconcile(host_id: int) -> list[int]:
         status = engine.status(handle)
         if status.state is State.RUNNING:
             continue
-        _fail(run, f"{status.describe()} while ready", _Pusher(run), log_lines=engine.tail(handle))
+        lines = engine.tail(handle, LOG_TAIL_LINES)
+        reason, advice = _why_it_ended(f"{status.describe()} while ready", lines)
+        _fail(run, reason, _Pusher(run), advice=advice, log_lines=lines[-40:])
         engine.remove(handle)
         failed.append(run.pk)
     for run in Run.objects.filter(host=host, state__in=STARTING_STATES).exclude(state=S.QUEUED):
@@ -352,6 +354,17 @@ def reconcile(host_id: int) -> list[int]:
 
     reap(host)  # jobs marked running here lost their worker: interrupted, results kept
     return failed
+
+
+def _why_it_ended(reason: str, lines: list[str]) -> tuple[str, str]:
+    """A ready server that went away unasked: vLLM's own error line from its last log lines
+    (real vLLM exits with code 0 after its engine died), with advice, when one names it."""
+    follower = LogFollower()
+    for line in lines:
+        follower.feed(line)
+    if follower.error is None:
+        return reason, follower.warning.advice if follower.warning else ""
+    return f"{reason}: {follower.error.error}", follower.error.advice
 
 
 def _sweep(host, engine: Engine) -> None:

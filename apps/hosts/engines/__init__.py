@@ -27,8 +27,11 @@ def engine_for(host) -> Engine:
             simulated=host.simulated,
             sim_args=sim_args,
             host_name=host.name,
+            # How this worker runs real vLLM: its own settings, never a recipe's.
+            vllm_executable=settings.VLLM_EXECUTABLE,
+            server_env=settings.VLLM_ENV,
         )
-    from apps.hosts.engines.docker import DockerEngine
+    from apps.hosts.engines.docker import DockerEngine, MountedVllm
 
     return DockerEngine(
         host_name=host.name,
@@ -43,4 +46,10 @@ def engine_for(host) -> Engine:
         sim_image=host.sim_image,
         sim_args=sim_args,
         sim_state_dir=str(host.sim_state_dir()) if host.simulated else "",
+        server_env=settings.VLLM_ENV,
+        mounted_vllm=(
+            MountedVllm.from_venv(settings.VLLM_CONTAINER_VENV)
+            if settings.VLLM_CONTAINER_VENV and not host.simulated
+            else None
+        ),
     )

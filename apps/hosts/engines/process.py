@@ -36,6 +36,7 @@ class ProcessEngine(Engine):
         simulated: bool = True,
         sim_args: list[str] | None = None,
         vllm_executable: str = "vllm",
+        server_env: dict[str, str] | None = None,
         host_name: str = "",
     ):
         self.host_name = host_name
@@ -43,6 +44,9 @@ class ProcessEngine(Engine):
         self.simulated = simulated
         self.sim_args = list(sim_args or [])
         self.vllm_executable = vllm_executable
+        # The worker's environment for real vLLM (settings.VLLM_ENV: an offline Hugging
+        # Face cache, a CPU KV cache size…); sparksim does not need it.
+        self.server_env = dict(server_env or {})
         # Handle → run directory, so following a log does not rescan every pid file.
         self._dirs: dict[Handle, Path] = {}
 
@@ -68,6 +72,8 @@ class ProcessEngine(Engine):
             # A redelivered start task: never a second server for one run.
             return existing
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "CELERY"))}
+        if not self.simulated:
+            env.update(self.server_env)
         env.update(spec.env)
         env["PYTHONUNBUFFERED"] = "1"
         log = (run_dir / "server.log").open("ab")
