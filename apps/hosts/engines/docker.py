@@ -186,7 +186,9 @@ class MountedVllm:
                 config[key.strip()] = value.strip()
         # `home` is the bin folder of the Python the venv links against.
         python = str(Path(config["home"]).parent) if config.get("home") else sys.base_prefix
-        return cls(str(root), tuple(_disjoint(["/usr", "/lib", "/lib64", python, str(root)])))
+        # /bin too: the CPU platform asks `lscpu` through /bin/sh (shell=True).
+        system = ["/usr", "/bin", "/lib", "/lib64"]
+        return cls(str(root), tuple(_disjoint([*system, python, str(root)])))
 
 
 def _disjoint(paths: list[str]) -> list[str]:
@@ -400,7 +402,8 @@ class DockerEngine(Engine):
                 entrypoint = [self.mounted_vllm.executable]
                 for path in self.mounted_vllm.paths:
                     mounts[path] = {"bind": path, "mode": "ro"}
-                env.setdefault("PYTHONUNBUFFERED", "1")
+                # The empty image has no /etc/passwd: HOME is where the HF cache is mounted.
+                env.update(PYTHONUNBUFFERED="1", HOME="/root")
         config: dict = {
             "image": image,
             "entrypoint": entrypoint,
