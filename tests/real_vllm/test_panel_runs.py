@@ -25,6 +25,7 @@ import psutil
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.db import connection
 from django.urls import reverse
 
 from apps.benchmarks import runner as bench_runner
@@ -193,7 +194,7 @@ def telemetry_sample(run: Run, user, agent: HostAgent) -> dict:
 
 
 def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_dies(
-    cpu_host, operator, member, client_as, redis_url, settings
+    cpu_host, operator, member, client_as, redis_url, settings, start_worker
 ):
     # Room for long answers (the tiny model decodes ~1000 tokens/s here): its whole context.
     recipe = tiny_recipe(name="Tiny llama", max_model_len=LONG_CONTEXT)
@@ -286,15 +287,24 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # The engine dies mid-answer: a chat and a benchmark are streaming when vLLM's EngineCore
     # is killed (as the kernel's OOM killer would).
     engine_proc = engine_core(run)
+    # Three long answers at once (so that each streams for seconds on this CPU), after a
+    # one-request scenario and the level's three warm-ups.
     long_suite = Suite.objects.create(
-        name="real long", scenarios=[{"name": "long", "prompt_tokens": 64, "output_tokens": 1200}],
-        repetitions=2, warmup_requests=1, sweep_enabled=False, slo_ttft_s=10, slo_tpot_s=1,
+        name="real long", scenarios=[{"name": "tiny", "prompt_tokens": 64, "output_tokens": 16}],
+        repetitions=1, warmup_requests=1, sweep_prompt_tokens=64, sweep_output_tokens=1200,
+        sweep_levels=[3], requests_per_level=3, slo_ttft_s=10, slo_tpot_s=1,
     )  # fmt: skip
     dying_job = job_queue(suite=long_suite, recipe=recipe, host=cpu_host, user=member)
     long_chat = Conversation.objects.create(
         user=member, run=run, recipe=recipe, max_tokens=1200, temperature=0
     )
     outcome: dict = {}
+
+    chat_streaming = threading.Event()
+
+    def chat_until_it_breaks() -> None:
+        outcome["events"] = chat(long_chat, member, PROMPT, on_delta=lambda n: chat_streaming.set())
+
     log_path = settings.VAR_DIR / "runs" / str(run.pk) / "server.log"
 
     def answers_started() -> int:  # uvicorn logs a streamed answer's 200 as it begins
@@ -302,34 +312,31 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
             '"POST /v1/chat/completions HTTP/1.1" 200'
         )
 
-    def benchmark_job() -> None:
-        try:
-            bench_runner.run_job(dying_job.pk)
-        except BaseException as exc:  # shown by the assertion below, not lost in a thread
-            outcome["benchmark"] = repr(exc)
-            raise
-
-    def chat_until_it_breaks() -> None:
-        outcome["events"] = chat(long_chat, member, PROMPT)
-
     before = answers_started()
-    benchmark = threading.Thread(target=benchmark_job)
+    # The benchmark runs where it runs on a Spark: in the host's own Celery worker.
+    start_worker(cpu_host.queue, cpu_host.name,
+                 DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
+                 SPARKPANEL_VAR_DIR=str(settings.VAR_DIR))  # fmt: skip
+    # The scenario's two answers and the level's three warm-ups are done and its three
+    # measured answers have begun. The engine is paused (SIGSTOP) and let run in short
+    # slices until the chat's answer has begun too, so that no answer can finish first —
+    # the tiny model writes ~400 tokens/s per stream; a race would be lost on a fast day.
+    wait_for(lambda: answers_started() >= before + 5 + 3, 120, "the benchmark's measured answers")
+    engine_proc.suspend()
     talker = threading.Thread(target=chat_until_it_breaks)
-    benchmark.start()
-    # Its warm-up request, then the first measured one: streaming when the engine dies.
-    wait_for(lambda: answers_started() >= before + 2 or not benchmark.is_alive(), 90,
-             "the benchmark's first measured answer streaming")  # fmt: skip
-    assert benchmark.is_alive(), (outcome, Job.objects.get(pk=dying_job.pk).error)
     talker.start()
-    # Both answers in the engine (vLLM's own gauge), a few hundred tokens out.
-    wait_for(lambda: _running(run) >= 2 or not talker.is_alive(), 30, "both answers running")
-    time.sleep(0.3)
-    assert talker.is_alive() and benchmark.is_alive(), "an answer ended before the engine died"
-    engine_proc.kill()
-    for thread in (talker, benchmark):
-        thread.join(timeout=120)
-        assert not thread.is_alive()
-    assert "benchmark" not in outcome, outcome
+    for _ in range(20):
+        if chat_streaming.wait(0.5):
+            break
+        engine_proc.resume()
+        time.sleep(0.15)
+        engine_proc.suspend()
+    assert chat_streaming.is_set() and talker.is_alive(), outcome
+    engine_proc.kill()  # as the kernel's OOM killer would
+    talker.join(timeout=60)
+    assert not talker.is_alive()
+    wait_for(lambda: Job.objects.get(pk=dying_job.pk).state in (J.DONE, J.FAILED), 120,
+             "the benchmark job to end")  # fmt: skip
 
     done = outcome["events"][-1]
     assert done["type"] == "done" and done["status"] == "error", done
@@ -341,13 +348,14 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     print("chat error:", broken.error)
     dying_job.refresh_from_db()
     print("dying job", dying_job.state, dying_job.error)
-    [long] = dying_job.results.all()
-    assert (long.ok, long.failed, long.complete) == (0, 2, True), long.requests
-    # The answer in flight broke mid-stream (vLLM's error chunk); the next one was refused.
-    first, second = (r["error"] for r in long.requests)
-    assert first.startswith("stream_error: EngineCore encountered an issue"), first
-    assert second.startswith(("http_500: ", "connect: ")), second
-    print("failed requests", long.requests)
+    results = {r.kind: r for r in dying_job.results.all()}
+    assert results["scenario"].ok == 1, results["scenario"].requests
+    level = results["sweep"]
+    assert (level.ok, level.failed) == (0, 3), level.requests
+    # The answers in flight broke mid-stream: vLLM's error chunk, after some tokens.
+    for request in level.requests:
+        assert request["error"].startswith("stream_error: EngineCore encountered an issue"), request
+    print("failed requests", level.requests)
 
     # vLLM's API server exits once its engine is dead; reconcile fails the run with the log.
     engine = engine_for(cpu_host)
