@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from apps.recipes.planner import TIGHT_RATIO, Plan, Verdict
+from apps.recipes.planner import Plan, Verdict, kv_verdict
 from apps.recipes.spark import GIB
 
 KV_CACHE_GIB = "kv_cache_gib"
@@ -176,12 +176,7 @@ def corrected(plan: Plan, corrections: Mapping[str, Correction]) -> CorrectedPla
     frozen = any(w.code == "freeze-risk" for w in plan.warnings)  # memory, not KV: unchanged
     if available is not None and needed is not None and not frozen:
         available_bytes = available * GIB
-        if available_bytes <= 0 or needed > available_bytes:
-            verdict = Verdict.DOES_NOT_FIT
-        elif needed >= TIGHT_RATIO * available_bytes:
-            verdict = Verdict.TIGHT
-        else:
-            verdict = Verdict.FITS
+        verdict = kv_verdict(available_bytes, needed)
         usage = needed / available_bytes * 100 if available_bytes > 0 else None
     return CorrectedPlan(
         planned=planned,

@@ -328,6 +328,17 @@ def roofline_check(measured_tps: float, ceiling_tps: float) -> RooflineCheck:
 # --- the plan ------------------------------------------------------------------------------
 
 
+def kv_verdict(kv_available: float | None, kv_needed: float | None) -> Verdict:
+    """Fits / tight / does not fit, from the KV cache available and needed (bytes)."""
+    if kv_available is None or kv_needed is None:
+        return Verdict.UNKNOWN
+    if kv_available <= 0 or kv_needed > kv_available:
+        return Verdict.DOES_NOT_FIT
+    if kv_needed >= TIGHT_RATIO * kv_available:
+        return Verdict.TIGHT
+    return Verdict.FITS
+
+
 def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan:
     host = host or HostSpec()
     _check_inputs(flags)
@@ -383,14 +394,7 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
         ratio = max(kv_available, 0.0) / (per_seq + state)
         max_conc = max(0, math.floor(ratio)) if math.isfinite(ratio) else None
 
-    if kv_available is None or kv_needed is None:
-        verdict = Verdict.UNKNOWN
-    elif kv_available <= 0 or kv_needed > kv_available:
-        verdict = Verdict.DOES_NOT_FIT
-    elif kv_needed >= TIGHT_RATIO * kv_available:
-        verdict = Verdict.TIGHT
-    else:
-        verdict = Verdict.FITS
+    verdict = kv_verdict(kv_available, kv_needed)
 
     safe = largest_safe_utilization(host)
     min_util = None
