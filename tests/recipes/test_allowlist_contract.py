@@ -41,5 +41,5 @@ def test_the_removed_flags_advice_talks_about_is_really_gone_from_the_newest_vll
 def test_a_removed_flag_in_the_extra_arguments_gets_its_advice():
     from apps.recipes.flags import FlagError, validate_extra_args
 
-    with pytest.raises(FlagError, match="removed in vLLM 0.18"):
+    with pytest.raises(FlagError, match=r"removed in vLLM 0\.18"):
         validate_extra_args(["--swap-space", "0"])
