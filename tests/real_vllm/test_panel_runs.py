@@ -197,7 +197,11 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     cpu_host, operator, member, client_as, redis_url, settings, start_worker
 ):
     # Room for long answers (the tiny model decodes ~1000 tokens/s here): its whole context.
-    recipe = tiny_recipe(name="Tiny llama", max_model_len=LONG_CONTEXT)
+    # --enable-log-requests: vLLM logs "Added request …" as its API server hands a request
+    # to the engine, which the engine-death step below waits for.
+    recipe = tiny_recipe(
+        name="Tiny llama", max_model_len=LONG_CONTEXT, extra_args="--enable-log-requests"
+    )
     run = run_start(recipe=recipe, host=cpu_host, user=operator)
     assert run.argv[:3] == ["vllm", "serve", real.TINY_MODEL] and run.argv == argv_on(
         recipe, cpu_host, run.port
@@ -323,14 +327,21 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # the tiny model writes ~400 tokens/s per stream; a race would be lost on a fast day.
     wait_for(lambda: answers_started() >= before + 5 + 3, 120, "the benchmark's measured answers")
     engine_proc.suspend()
+    requests_before_chat = log_path.read_text(errors="replace").count("Added request")
     talker = threading.Thread(target=chat_until_it_breaks)
     talker.start()
-    for _ in range(20):
-        if chat_streaming.wait(0.5):
-            break
+    wait_for(lambda: log_path.read_text(errors="replace").count("Added request")
+             > requests_before_chat, 60, "the chat's request handed to the engine")  # fmt: skip
+    # 20 ms of engine time at a time, each followed by a pause, until the chat's first
+    # tokens have reached the browser's socket: with the engine frozen in between, no answer
+    # can finish however slowly this busy machine relays (the benchmark's 1200-token answers
+    # move a few tokens per slice).
+    for _ in range(50):
         engine_proc.resume()
-        time.sleep(0.15)
+        time.sleep(0.02)
         engine_proc.suspend()
+        if chat_streaming.wait(1.0):
+            break
     assert chat_streaming.is_set() and talker.is_alive(), outcome
     engine_proc.kill()  # as the kernel's OOM killer would
     talker.join(timeout=60)
