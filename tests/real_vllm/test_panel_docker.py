@@ -81,12 +81,12 @@ def test_start_ready_chat_stop_through_the_docker_engine(
     finally:
         client.close()
     assert attrs["Config"]["Image"] == SIM_BASE_IMAGE
-    assert attrs["Config"]["Entrypoint"] == [str(real.VLLM_EXECUTABLE)]
+    assert attrs["Config"]["Entrypoint"] == [str(real.VENV.resolve() / "bin" / "vllm")]
     assert attrs["Config"]["Cmd"] == run.argv[1:]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts[HF_CACHE_IN_CONTAINER]["Source"] == str(real.HF_HOME)
     assert mounts[HF_CACHE_IN_CONTAINER]["RW"] is True
-    assert mounts[str(real.VENV)]["RW"] is False
+    assert mounts[str(real.VENV.resolve())]["RW"] is False  # where the venv really lies
     assert all(not m["RW"] for dest, m in mounts.items() if dest != HF_CACHE_IN_CONTAINER)
     host_config = attrs["HostConfig"]
     assert host_config["NetworkMode"] == "host" and host_config["Privileged"] is False

@@ -176,8 +176,12 @@ class MountedVllm:
 
     @classmethod
     def from_venv(cls, venv: str) -> MountedVllm:
-        root = Path(venv)
-        if not root.is_absolute() or not (root / "bin" / "vllm").is_file():
+        if not Path(venv).is_absolute():
+            raise EngineError(f"VLLM_CONTAINER_VENV={venv!r} is not a venv with bin/vllm")
+        # Mounted where it really lies: a venv's scripts name their Python by its real path
+        # (tools/vllm_env.sh keeps the venvs in one store per machine, var/ links to it).
+        root = Path(venv).resolve()
+        if not (root / "bin" / "vllm").is_file():
             raise EngineError(f"VLLM_CONTAINER_VENV={venv!r} is not a venv with bin/vllm")
         config = {}
         with contextlib.suppress(OSError):
