@@ -326,7 +326,10 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # slices until the chat's answer has begun too, so that no answer can finish first —
     # the tiny model writes ~400 tokens/s per stream; a race would be lost on a fast day.
     wait_for(lambda: answers_started() >= before + 5 + 3, 120, "the benchmark's measured answers")
-    engine_proc.suspend()
+    # The CPU build's EngineCore drives worker processes of its own: freeze them all.
+    frozen = [engine_proc, *engine_proc.children(recursive=True)]
+    for proc in frozen:
+        proc.suspend()
     requests_before_chat = log_path.read_text(errors="replace").count("Added request")
     talker = threading.Thread(target=chat_until_it_breaks)
     talker.start()
@@ -337,9 +340,11 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # can finish however slowly this busy machine relays (the benchmark's 1200-token answers
     # move a few tokens per slice).
     for _ in range(50):
-        engine_proc.resume()
+        for proc in frozen:
+            proc.resume()
         time.sleep(0.02)
-        engine_proc.suspend()
+        for proc in frozen:
+            proc.suspend()
         if chat_streaming.wait(1.0):
             break
     assert chat_streaming.is_set() and talker.is_alive(), outcome

@@ -66,5 +66,7 @@ def test_the_mounted_venv_brings_its_own_python(tmp_path):
     mounted = MountedVllm.from_venv(str(real.VENV))
     home = next(line.split("=", 1)[1].strip() for line in
                 (real.VENV / "pyvenv.cfg").read_text().splitlines() if line.startswith("home"))  # fmt: skip
-    assert str(real.VENV) in mounted.paths and any(home.startswith(p) for p in mounted.paths)
-    assert mounted.executable == f"{real.VENV}/bin/vllm"
+    assert str(real.VENV.resolve()) in mounted.paths and any(
+        home.startswith(p) for p in mounted.paths
+    )
+    assert mounted.executable == f"{real.VENV.resolve()}/bin/vllm"  # where it really lies
