@@ -1,10 +1,21 @@
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class NoticeQuerySet(models.QuerySet):
+    def current(self, now=None):
+        """Notices that have not expired yet (no expiry = until deleted), newest first."""
+        now = now or timezone.now()
+        return (
+            self.filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+            .select_related("author")
+            .order_by("-created_at", "-pk")
+        )
+
     def recent(self, limit: int = 5):
-        return self.select_related("author").order_by("-created_at", "-pk")[:limit]
+        """The newest current (unexpired) notices."""
+        return self.current()[:limit]
 
 
 class Notice(models.Model):
@@ -23,6 +34,8 @@ class Notice(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="notices"
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # None: shown until someone deletes it.
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     objects = NoticeQuerySet.as_manager()
 
@@ -31,3 +44,15 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return self.message[:60]
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    def can_delete(self, user) -> bool:
+        """The author, operators (who may post notices) and admins may delete a notice."""
+        from apps.accounts.roles import POST_NOTICES
+
+        if not getattr(user, "is_authenticated", False):
+            return False
+        return user.pk == self.author_id or user.is_superuser or user.has_perm(POST_NOTICES)
