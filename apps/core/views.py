@@ -4,9 +4,10 @@ import sys
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template import loader
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -16,7 +17,7 @@ from apps.accounts.roles import POST_NOTICES
 from apps.core.forms import NoticeForm
 from apps.core.models import Notice
 from apps.core.selectors import system_status
-from apps.core.services import notice_post
+from apps.core.services import notice_delete, notice_post
 
 
 @require_GET
@@ -58,14 +59,28 @@ def notice_create(request: HttpRequest) -> HttpResponse:
         if request.htmx:
             # Keep what the user typed and say what is wrong, in place.
             return render(request, "core/partials/notice_form.html", {"notice_form": form})
-        for error in form.errors.get("message", []) + form.errors.get("level", []):
-            messages.error(request, error)
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, error)
         return redirect("dashboard")
-    notice_post(author=request.user, **form.cleaned_data)
+    notice_post(author=request.user, **form.post_kwargs())
     if request.htmx:
         response = render(request, "core/partials/notice_form.html", {"notice_form": NoticeForm()})
         return trigger_client_event(response, "notice-posted")
     messages.success(request, "Notice posted.")
+    return redirect("dashboard")
+
+
+@require_POST
+def notice_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """The author, operators and admins may delete a notice; anyone else gets a 403."""
+    notice = get_object_or_404(Notice, pk=pk)
+    if not notice.can_delete(request.user):
+        raise PermissionDenied
+    notice_delete(notice=notice)
+    if request.htmx:
+        return HttpResponse("")  # the item swaps itself away
+    messages.success(request, "Notice deleted.")
     return redirect("dashboard")
 
 
