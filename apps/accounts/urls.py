@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from apps.accounts import views
+from apps.accounts.password import PasswordChangeView
 from apps.api import webhooks
 
 urlpatterns = [
@@ -13,6 +14,7 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", PasswordChangeView.as_view(), name="password-change"),
     path("profile/", views.profile, name="profile"),
     path("profile/tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("profile/webhooks/", webhooks.webhook_add, name="webhook-add"),
