@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.hosts.models import Host
@@ -52,7 +52,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("recipe", "host", "started_by"), pk=pk)
+    run = get_object_or_404(
+        Run.objects.select_related("recipe", "host", "started_by", "fit_override_by"), pk=pk
+    )
     from apps.telemetry.selectors import backfill
 
     return render(
@@ -85,11 +87,18 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
         return redirect("runs")
     recipe, host = form.cleaned_data["recipe"], form.cleaned_data["host"]
     try:
-        run = run_start(recipe=recipe, host=host, user=request.user)
+        run = run_start(recipe=recipe, host=host, user=request.user,
+                        fit_confirmation=form.cleaned_data["fit_confirmation"])  # fmt: skip
     except RunRefused as exc:
         messages.error(request, f"Not started: {exc}")
         return redirect(request.POST.get("next") or "runs")
     messages.success(request, f"Starting “{recipe}” on {host}.")
+    if run.fit_override_at:
+        messages.warning(
+            request,
+            f"Started although the planner says “{recipe}” does not fit on {host}: the override "
+            "is recorded on the run.",
+        )
     if not host.online:
         messages.warning(
             request,
@@ -99,19 +108,50 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
     return redirect(run)
 
 
-@require_POST
+def _confirm_page(request: HttpRequest, run: Run, action: str, status: int = 200) -> HttpResponse:
+    """The page that says what a stop or restart interrupts, with the confirming button."""
+    from apps.runs.confirm import REAL_RESTART_MINUTES, run_impact
+
+    return render(
+        request,
+        "runs/confirm.html",
+        {"run": run, "action": action, "impact": run_impact(run),
+         "restart_minutes": REAL_RESTART_MINUTES},
+        status=status,
+    )  # fmt: skip
+
+
+def _confirmed(request: HttpRequest) -> bool:
+    return request.method == "POST" and request.POST.get("confirm") == "1"
+
+
+@require_http_methods(["GET", "POST"])
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def run_stop_view(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=pk)
+    """GET asks first (who is chatting or benchmarking on the run); only a POST with
+    confirm=1 stops it — without it the answer is a 400 that asks again."""
+    run = get_object_or_404(Run.objects.select_related("recipe", "host"), pk=pk)
+    if not run.is_active or run.state == RunState.STOPPING:
+        return redirect(run)  # nothing to stop (any more)
+    if not _confirmed(request):
+        return _confirm_page(request, run, "stop", status=200 if request.method == "GET" else 400)
     run_stop(run=run)
     messages.success(request, f"Stopping run {run.pk}.")
     return redirect(run)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @permission_required(OPERATE_RUNS, raise_exception=True)
 def run_restart_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Restarting an active run asks first, like Stop; starting a finished run again
+    interrupts nobody and needs no confirmation."""
     run = get_object_or_404(Run.objects.select_related("recipe", "host"), pk=pk)
+    if run.is_active and not _confirmed(request):
+        return _confirm_page(
+            request, run, "restart", status=200 if request.method == "GET" else 400
+        )
+    if request.method == "GET":
+        return redirect(run)
     try:
         result = run_restart(run=run, user=request.user)
     except RunRefused as exc:

@@ -40,5 +40,7 @@ def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, id
     expect(member.get_by_role("button", name="Stop")).to_have_count(0)  # members cannot stop runs
 
     operator.get_by_role("button", name="Stop").click()
+    # Stop asks first (tests/e2e/test_team_ops.py checks what it says).
+    operator.get_by_role("button", name=re.compile(r"^Yes, stop run \d+$")).click()
     expect(operator.locator(".run-progress .state-badge")).to_have_text("Stopped", timeout=30_000)
     expect(badge).to_have_text("Stopped", timeout=30_000)
