@@ -72,8 +72,9 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         user=operator, url="http://127.0.0.1:9/hook", secret="whsec-operator-0123456789",
         events=[Webhook.Event.JOB_FINISHED],
     )  # fmt: skip
-    Notice.objects.create(author=operator, message="Maintenance at 14:00")
+    notice = Notice.objects.create(author=operator, message="Maintenance at 14:00")
     return {
+        "notice": notice,
         "host": host,
         "host_name": host.name,
         "recipe": qwen,

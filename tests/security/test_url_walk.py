@@ -58,6 +58,7 @@ MEMBER_MAY_POST = {
     "benchmark-queue": "members queue benchmarks",
     "chat-new": "members chat",
     "recipe-plan": "the live planner preview; computes, saves nothing",
+    "password-change": "changes the member's own password (an empty form changes nothing)",
 }
 # Member capabilities on a single object: on someone else's object they are refused (403,
 # or 404: the object is not theirs to see), and nothing changes.
@@ -70,6 +71,8 @@ OBJECT_SCOPED = {
     # The page answers a refused cancel with a message and a redirect (the API answers 403);
     # what matters is that the job stays queued.
     "benchmark-cancel",
+    # Authors may delete their own notices; someone else's is refused.
+    "notice-delete",
 }
 # Read-only pages without a method check: a POST renders the page like a GET (the walk still
 # checks that nothing changed).

@@ -34,6 +34,7 @@ PK_BY_URL_PREFIX = {
     "benchmark-": "job",
     "chat-message": "message",
     "chat-": "conversation",
+    "notice-": "notice",
 }
 # Named parameters mean the same thing wherever they appear.
 OBJECT_BY_PARAM = {
