@@ -5,6 +5,7 @@ from apps.telemetry.views import panel_metrics
 
 urlpatterns = [
     path("", include("apps.core.urls")),
+    path("live/", include("apps.core.live_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("recipes/", include("apps.recipes.urls")),
     path("runs/", include("apps.runs.urls")),

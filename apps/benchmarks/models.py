@@ -192,11 +192,22 @@ class Job(models.Model):
             self.state = to
             for key, value in fields.items():
                 setattr(self, key, value)
+            _push_job_changed(self.pk)
             if to in FINISHED_JOB_STATES:  # the owner's webhooks (after commit; never raises)
                 from apps.api.webhooks import job_finished
 
                 job_finished(self)
         return bool(updated)
+
+
+def _push_job_changed(job_id: int) -> None:
+    """Every state change (queue, cancel, start, finish, fail, interrupt), whoever made it,
+    reaches open pages once committed (apps/core/live.py)."""
+    from django.db import transaction
+
+    from apps.core import live
+
+    transaction.on_commit(lambda: live.push_job(job_id))
 
 
 class Result(models.Model):

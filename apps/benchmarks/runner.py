@@ -9,13 +9,12 @@ import logging
 import threading
 
 from django.db import close_old_connections, connection
-from django.template.loader import render_to_string
 from django.utils import timezone
 
 from apps.benchmarks import harness, selectors
 from apps.benchmarks.harness import SLO, LevelSpec, Scenario
 from apps.benchmarks.models import J, Job, Result
-from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.core import live
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
 from vllm_adapter import endpoints
@@ -33,13 +32,9 @@ class JobFailed(Exception):
 
 
 def push(job: Job, *, results: bool = False) -> None:
-    """Live progress (and, after a level, the results) for every open page."""
-    from apps.benchmarks.views import job_context
-
-    html = render_to_string("benchmarks/partials/job_progress.html", {"job": job})
-    if results:
-        html += render_to_string("benchmarks/partials/job_results.html", job_context(job))
-    fragment_push(group=BROADCAST_GROUP, html=html)
+    """Live progress (and, after a level, the results) for every open page, rendered from
+    the database as it is now, with a version (apps/core/live.py)."""
+    live.push_job(job.pk, results=results)
 
 
 def run_job(job_id: int) -> None:

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.benchmarks.models import J, Job, Suite
+from apps.core import live
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 
@@ -53,6 +54,7 @@ def job_queue(*, suite: Suite, recipe: Recipe, host: Host, user, note: str = "")
             plan=suite_plan(suite),
         )
         transaction.on_commit(lambda: run_job.apply_async(args=[job.pk], queue=host.queue))
+        transaction.on_commit(lambda: live.push_job(job.pk))  # the host's queue, live
     return job
 
 

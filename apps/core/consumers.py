@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -53,3 +55,12 @@ class EventsConsumer(AsyncWebsocketConsumer):
 
     async def fragment_push(self, event: dict) -> None:
         await self.send(text_data=event["html"])
+
+    async def live_push(self, event: dict) -> None:
+        """A versioned push of live elements (apps/core/live.py): the page applies it only
+        over older versions, and fetches its own copy of each personal element in
+        `changed`."""
+        message = {"seq": event["seq"], "html": event.get("html", "")}
+        if event.get("changed"):
+            message["changed"] = event["changed"]
+        await self.send(text_data=json.dumps(message))

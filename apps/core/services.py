@@ -4,9 +4,8 @@ import datetime as dt
 
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
-from django.template.loader import render_to_string
 
-from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.core import live
 from apps.core.models import Notice
 
 
@@ -21,25 +20,14 @@ def notice_post(
     notice = Notice.objects.create(
         author=author, message=message, level=level, expires_at=expires_at
     )
-    html = render_to_string("core/partials/notice_pushed.html", {"notice": notice})
-    transaction.on_commit(lambda: fragment_push(group=BROADCAST_GROUP, html=html))
+    # Every open page re-renders its notices from current state (apps/core/live.py).
+    transaction.on_commit(lambda: live.push_notices())
     return notice
 
 
 def _push_notices_changed(notice_pk: int) -> None:
-    """Tell open pages the notices changed. The live-state module re-renders every page's
-    notices from current state when it exists; otherwise the deleted item is replaced by an
-    empty, hidden one (same id), which removes it from every open page."""
-    try:
-        from apps.core.live import push_notices
-    except ImportError:
-        push_notices = None
-    if push_notices is not None:
-        push_notices()
-        return
-    fragment_push(
-        group=BROADCAST_GROUP, html=f'<li id="notice-{notice_pk}" class="notice-gone" hidden></li>'
-    )
+    """Tell open pages the notices changed: each re-renders them from current state."""
+    live.push_notices()
 
 
 def notice_delete(*, notice: Notice) -> None:

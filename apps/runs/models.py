@@ -41,6 +41,23 @@ ACTIVE_STATES = [s for s in RunState.values if s not in (S.STOPPED, S.FAILED)]
 STARTING_STATES = [S.QUEUED, S.PULLING, S.STARTING, S.LOADING, S.COMPILING, S.WARMING]
 
 
+def _push_run_changed(run_id: int, host_id: int) -> None:
+    """Every state change, whoever made it (web, API, CLI, worker, watchdog), reaches open
+    pages once committed: the run's elements and its host's (apps/core/live.py)."""
+    from django.db import transaction
+
+    from apps.core import live
+    from apps.hosts.models import Host
+
+    def push() -> None:
+        live.push_run(run_id)
+        name = Host.objects.filter(pk=host_id).values_list("name", flat=True).first()
+        if name:
+            live.push_host(name)
+
+    transaction.on_commit(push)
+
+
 class RunQuerySet(models.QuerySet):
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
@@ -141,6 +158,7 @@ class Run(models.Model):
         self.state, self.timings = to, timings
         for key, value in fields.items():
             setattr(self, key, value)
+        _push_run_changed(self.pk, self.host_id)
 
     def record_image(self, identity) -> None:
         """Keep the image's digest (an engine's ImageIdentity). Once per run: a redelivered

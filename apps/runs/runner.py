@@ -10,10 +10,9 @@ import time
 from collections import deque
 
 import httpx
-from django.template.loader import render_to_string
 from django.utils import timezone
 
-from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.core import live
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.recipes.spark import GB
@@ -56,14 +55,8 @@ class _Pusher:
         if not (force or lines) and now - self.last < PUSH_EVERY_S:
             return
         self.last = now
-        html = render_to_string("runs/partials/progress.html", {"run": self.run})
-        if force:  # phase changes: the facts and timings panel too
-            html += render_to_string("runs/partials/details.html", {"run": self.run})
-        if lines:
-            html += render_to_string(
-                "runs/partials/log_lines.html", {"run": self.run, "lines": lines}
-            )
-        fragment_push(group=BROADCAST_GROUP, html=html)
+        # Rendered from the database as it is now, with a version (apps/core/live.py).
+        live.push_run(self.run.pk, lines=lines)
 
 
 def _scaled(run: Run, seconds: float) -> float:

@@ -27,10 +27,9 @@ from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import channel_layers
 from django.conf import settings
 from django.db import close_old_connections
-from django.template.loader import render_to_string
 from django.utils import timezone
 
-from apps.core.events import BROADCAST_GROUP, fragment_push
+from apps.core import live
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
@@ -276,11 +275,8 @@ class HostAgent:
         return incident
 
     def _banner(self, level: str, message: str) -> None:
-        html = render_to_string(
-            "telemetry/partials/banner.html",
-            {"host": self.host, "level": level, "message": message, "at": timezone.now()},
-        )
-        fragment_push(group=BROADCAST_GROUP, html=html)
+        # The guard's state for this host: every page renders it (apps/core/live.py).
+        live.set_banner(self.host.name, level, message)
 
     # --- metrics, heartbeat and history ---------------------------------------------------
 

@@ -1,12 +1,30 @@
-// SparkPanel live events: one WebSocket per page to /ws/events/.
-// The server pushes HTML fragments. A fragment whose root id matches an element on the
-// page replaces it; a root with data-swap="afterbegin:<id>" or "beforeend:<id>" is
-// inserted into that container instead. Reconnects with backoff; the badge in the top
-// bar says whether the page is live, so stale numbers are never mistaken for live ones.
+// SparkPanel live events: one WebSocket per page to /ws/events/ (docs/live-updates.md).
+//
+// Live elements: every element with data-live-src can be rendered again by the server
+// from its current state (a GET to that URL answers the element's HTML and its version in
+// the X-Live-Seq header). Each time the socket opens — the first connect and every
+// reconnect — the page fetches all its live elements BEFORE it applies any push, so what
+// changed while it was not listening is shown at once.
+//
+// Versions: pushes arrive as {"seq": N, "html": "...", "changed": [ids]}. An element
+// remembers the version it shows (data-live-seq) and is never replaced by an older one;
+// a pushed child inserted into a container (data-swap="beforeend:<id>") is skipped when
+// the container already shows that version or a newer one. `changed` names personal
+// elements (buttons with CSRF tokens, a Cancel only some may use): each page fetches its
+// own copy. Plain-HTML pushes (no version) are still swapped as before.
+//
+// On every open the page dispatches "sparkpanel:socket-open" on document, so other live
+// parts (the telemetry charts) can fetch what they missed too. The badge in the top bar
+// says whether the page is live, so stale numbers are never mistaken for live ones.
 (function () {
   "use strict";
   const PLACES = new Set(["afterbegin", "beforeend"]);
   let delay = 1000;
+  let socket = null;
+  let wanted = true; // false after disconnect(): no automatic reconnect
+  let syncing = false; // fetching on open: pushes wait in `held`
+  let held = [];
+  let openCount = 0;
 
   function setStatus(state, text) {
     const el = document.getElementById("live-status");
@@ -20,53 +38,177 @@
     if (window.htmx) window.htmx.process(el);
   }
 
-  function swapFragments(html) {
+  function shownSeq(el) {
+    const value = el && el.dataset ? Number(el.dataset.liveSeq || 0) : 0;
+    return Number.isFinite(value) ? value : 0;
+  }
+
+  // Put `el` (parsed from the server) in place of the element with its id, or into its
+  // data-swap container. `seq` is its version (null: an unversioned push).
+  function place(el, seq) {
+    const existing = el.id ? document.getElementById(el.id) : null;
+    if (existing) {
+      if (seq !== null && shownSeq(existing) >= seq) return false;
+      if (seq !== null) el.dataset.liveSeq = String(seq);
+      existing.replaceWith(el);
+      activate(el);
+      return true;
+    }
+    const spec = el.getAttribute("data-swap");
+    if (!spec) return false;
+    const [where, targetId] = spec.split(":");
+    const target = document.getElementById(targetId);
+    if (!target || !PLACES.has(where)) return false;
+    // A child is part of its container's state: a container fetched at this version or
+    // later already holds it.
+    if (seq !== null && shownSeq(target) >= seq) return false;
+    target.insertAdjacentElement(where, el);
+    activate(el);
+    return true;
+  }
+
+  function swapFragments(html, seq) {
+    const version = seq === undefined ? null : seq;
     const tpl = document.createElement("template");
-    tpl.innerHTML = html.trim();
+    tpl.innerHTML = (html || "").trim();
     let swapped = 0;
     for (const el of Array.from(tpl.content.children)) {
-      const existing = el.id ? document.getElementById(el.id) : null;
-      if (existing) {
-        existing.replaceWith(el);
-        activate(el);
-        swapped++;
-        continue;
-      }
-      const spec = el.getAttribute("data-swap");
-      if (!spec) continue;
-      const [place, targetId] = spec.split(":");
-      const target = document.getElementById(targetId);
-      if (target && PLACES.has(place)) {
-        target.insertAdjacentElement(place, el);
-        activate(el);
-        swapped++;
-      }
+      if (place(el, version)) swapped++;
     }
     document.dispatchEvent(new CustomEvent("spark:fragment", { detail: { swapped } }));
+    return swapped;
+  }
+
+  // Fetch one live element's current state; applied only if newer than what is shown.
+  function refresh(el) {
+    const url = el.getAttribute("data-live-src");
+    const id = el.id;
+    if (!url || !id) return Promise.resolve(true);
+    return fetch(url, {
+      credentials: "same-origin",
+      cache: "no-store",
+      headers: { Accept: "text/html", "X-Live-Fetch": "1" },
+    })
+      .then(function (response) {
+        const seq = Number(response.headers.get("X-Live-Seq"));
+        // A redirect to the login page, a 404 (deleted) or a 503 (Redis down) is no state.
+        if (!response.ok || response.redirected || !seq) return response.ok || response.status === 404;
+        return response.text().then(function (html) {
+          const tpl = document.createElement("template");
+          tpl.innerHTML = html.trim();
+          const fresh = tpl.content.firstElementChild;
+          if (fresh && fresh.id === id && place(fresh, seq)) {
+            document.dispatchEvent(new CustomEvent("spark:fragment", { detail: { swapped: 1 } }));
+          }
+          return true;
+        });
+      })
+      .catch(function () {
+        return false;
+      });
+  }
+
+  function refreshAll() {
+    const elements = Array.from(document.querySelectorAll("[data-live-src][id]"));
+    return Promise.all(elements.map(refresh)).then(function (results) {
+      return results.every(Boolean);
+    });
+  }
+
+  function apply(message) {
+    if (message.html) swapFragments(message.html, message.seq);
+    for (const id of message.changed || []) {
+      const el = document.getElementById(id);
+      if (el && el.hasAttribute("data-live-src") && shownSeq(el) < message.seq) refresh(el);
+    }
+  }
+
+  function receive(data) {
+    if (typeof data !== "string") return;
+    let message = null;
+    if (data.charAt(0) === "{") {
+      try {
+        message = JSON.parse(data);
+      } catch (e) {
+        message = null;
+      }
+    }
+    if (!message || typeof message.seq !== "number") {
+      swapFragments(data); // an unversioned fragment
+      return;
+    }
+    if (syncing) held.push(message);
+    else apply(message);
+  }
+
+  function onOpen(ws) {
+    delay = 1000;
+    openCount++;
+    syncing = true;
+    held = [];
+    setStatus("syncing", "syncing…");
+    document.dispatchEvent(new CustomEvent("sparkpanel:socket-open", { detail: { count: openCount } }));
+    refreshAll().then(function (complete) {
+      if (socket !== ws) return; // closed meanwhile: the next open syncs again
+      syncing = false;
+      const pending = held;
+      held = [];
+      pending.sort(function (a, b) {
+        return a.seq - b.seq;
+      });
+      pending.forEach(apply);
+      if (complete) setStatus("live", "live");
+      else setStatus("stale", "live · some parts not current");
+      document.body.dataset.liveSynced = String(openCount);
+    });
   }
 
   function connect() {
+    wanted = true;
+    if (socket && socket.readyState <= 1) return;
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const ws = new WebSocket(scheme + "//" + location.host + "/ws/events/");
+    socket = ws;
     ws.addEventListener("open", function () {
-      delay = 1000;
-      setStatus("live", "live");
+      onOpen(ws);
     });
     ws.addEventListener("message", function (event) {
-      if (typeof event.data === "string") swapFragments(event.data);
+      if (socket === ws) receive(event.data);
     });
     ws.addEventListener("close", function (event) {
+      if (socket !== ws) return;
+      socket = null;
+      syncing = false;
+      held = [];
       if (event.code === 4401 || event.code === 4403) {
         setStatus("off", event.code === 4401 ? "signed out" : "no access");
         return;
       }
+      if (!wanted) {
+        setStatus("off", "offline");
+        return;
+      }
       setStatus("reconnecting", "reconnecting…");
-      setTimeout(connect, delay);
+      setTimeout(function () {
+        if (wanted) connect();
+      }, delay);
       delay = Math.min(delay * 2, 30000);
     });
   }
 
-  window.SparkEvents = { swapFragments: swapFragments };
+  // Close the socket and stay offline until connect() (the console, and the tests that
+  // show a page catches up on reconnect).
+  function disconnect() {
+    wanted = false;
+    if (socket) socket.close();
+  }
+
+  window.SparkEvents = {
+    swapFragments: swapFragments,
+    refreshAll: refreshAll,
+    connect: connect,
+    disconnect: disconnect,
+  };
   document.addEventListener("DOMContentLoaded", function () {
     if (document.getElementById("live-status")) connect();
   });
