@@ -442,6 +442,14 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _decode_tps(result: dict) -> float | None:
+    """A result's median decode tok/s, or None where the export says `decode_timed: false`
+    (too short to time: the number is noise, so it is never compared)."""
+    if result.get("decode_timed") is False:
+        return None
+    return _number(result.get("median_decode_tok_s"))
+
+
 @dataclass(frozen=True)
 class Drop:
     job: Any
@@ -480,14 +488,14 @@ class DecodeCheck:
 def decode_check(jobs: list[dict], max_drop_percent: float) -> DecodeCheck:
     """Compare every job after the first (the baseline) with the baseline on the shapes both
     measured: a median_decode_tok_s more than `max_drop_percent` % below the baseline's is a
-    drop."""
+    drop. Levels marked `decode_timed: false` (too short to time) are skipped on both sides."""
     if not jobs:
         return DecodeCheck(max_drop_percent, 0, [], [])
     baseline = jobs[0]
     base = {
         shape: tps
         for shape, result in results_by_shape(baseline).items()
-        if (tps := _number(result.get("median_decode_tok_s"))) is not None and tps > 0
+        if (tps := _decode_tps(result)) is not None and tps > 0
     }
     drops: list[Drop] = []
     nothing_shared: list[Any] = []
@@ -495,7 +503,7 @@ def decode_check(jobs: list[dict], max_drop_percent: float) -> DecodeCheck:
     for job in jobs[1:]:
         shared = 0
         for shape, result in results_by_shape(job).items():
-            tps = _number(result.get("median_decode_tok_s"))
+            tps = _decode_tps(result)
             if shape not in base or tps is None:
                 continue
             shared += 1
@@ -531,9 +539,9 @@ def compare_table(jobs: list[dict]) -> str:
         row = [shape_label(shape)]
         for i, results in enumerate(per_job):
             result = results.get(shape) or {}
-            decode = _fmt(result.get("median_decode_tok_s"), 1)
-            base_tps = _number((base.get(shape) or {}).get("median_decode_tok_s"))
-            tps = _number(result.get("median_decode_tok_s"))
+            tps = _decode_tps(result)
+            decode = "too short" if result.get("decode_timed") is False else _fmt(tps, 1)
+            base_tps = _decode_tps(base.get(shape) or {})
             if i and base_tps and tps is not None:
                 change = 100.0 * (tps - base_tps) / base_tps
                 decode += f" ({change:+.1f} %)".replace("-", "−")
@@ -936,7 +944,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "compare 2–6 jobs; the first is the baseline",
         epilog="--max-decode-drop 5: exit 3 when, on any level both measured (same kind, "
         "input_len, output_len, max_concurrency), a job's median decode tok/s is more than 5 % "
-        "below the baseline's, or when a job shares no measured level with it.",
+        "below the baseline's, or when a job shares no measured level with it. Levels too "
+        "short to time (decode_timed: false) are not compared.",
     )
     p.add_argument("job_ids", nargs="+", type=_job_id, metavar="JOB_ID")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")

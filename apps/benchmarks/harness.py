@@ -54,9 +54,17 @@ and a real vLLM runs at time_scale 1, so they are never rescaled.
 
 Self-diagnostics: a ticker task wakes every 5 ms during the measured window and records
 how late it wakes (event-loop lag); with schedule lag they show a saturated client
-(`client_saturated` when loop lag p99 > 5 ms). The measured window also runs with the
-garbage collector's existing objects frozen (`gc.freeze`), so a full collection of a
-large host process cannot pause the loop mid-measurement.
+(`client_saturated` when loop lag p99 > 5 ms with more than one stream; at one stream the
+client has almost nothing to do, so the same lag says the machine was busy: `busy_machine`;
+`client_flag` gives the word the results pages show).
+
+Too short to time: a level whose requests generate fewer than DECODE_MIN_TOKENS tokens, or
+whose median first-to-last-token time is under DECODE_MIN_WALL_S of wall clock, has
+`decode_timed` False (`decode_too_short`): its decode rate is noise, not a rate.
+
+The measured window also runs with the garbage collector's existing objects frozen
+(`gc.freeze`), so a full collection of a large host process cannot pause the loop
+mid-measurement.
 
 Client overhead (measured in docs/BENCHMARKS.md against sparksim's /sparksim/trace): the
 shared `httpx.AsyncClient` runs on `_Transport` — httpx's own transport over a flat
@@ -98,6 +106,10 @@ CHAT_PATH = endpoints.CHAT_COMPLETIONS
 DEFAULT_PERCENTILES = (50, 90, 99)
 TICK_S = 0.005  # event-loop lag ticker period
 SATURATION_LAG_MS = 5.0  # loop lag p99 above this: the client, not the server, is the limit
+# A decode rate needs enough tokens and enough time to be a rate: below either bound the
+# gap between the first and the last token is scheduling and transport noise.
+DECODE_MIN_TOKENS = 16  # generated tokens per request
+DECODE_MIN_WALL_S = 0.020  # wall-clock seconds from the first to the last token
 PROMPT_BUILD_PARALLEL = 8
 ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
 _READ_BUFFER_MAX = 1 << 20  # bytes a connection buffers before it stops reading
@@ -225,6 +237,7 @@ class LevelResult:
     prefill_tok_s: dict = field(default_factory=dict)
     goodput: float | None = None  # requests / s meeting the SLO
     goodput_fraction: float | None = None  # of the requests sent
+    decode_timed: bool = True  # False: too short to time (see decode_too_short)
     diagnostics: dict = field(default_factory=dict)
     server: dict = field(default_factory=dict)
     requests: list[dict] = field(default_factory=list)  # compact, one per measured request
@@ -243,6 +256,49 @@ class LevelResult:
 
 class PromptLengthError(ValueError):
     """No prompt of exactly the requested chat-templated length could be built."""
+
+
+# --- what a measurement can say --------------------------------------------------------------
+
+
+def decode_too_short(
+    output_tokens: int | None, decode_s: float | None, time_scale: float = 1.0
+) -> bool:
+    """True when a decode rate from these numbers would be noise, not a rate: fewer than
+    DECODE_MIN_TOKENS generated tokens, or less than DECODE_MIN_WALL_S of wall-clock decode
+    (`decode_s`, the first to the last token in reported seconds, is wall × time_scale).
+    An unknown duration with enough tokens is not "too short" (nothing says it is). The one
+    threshold for the results pages, the charts, the capacity answer, the exports and the
+    CLI's decode check."""
+    if output_tokens is None or output_tokens < DECODE_MIN_TOKENS:
+        return True
+    if decode_s is None:
+        return False
+    return decode_s / (time_scale if time_scale and time_scale > 0 else 1.0) < DECODE_MIN_WALL_S
+
+
+def decode_seconds(output_tokens: int | None, decode_tok_s: float | None) -> float | None:
+    """First to last token, from a decode rate: (output tokens − 1) / decode tok/s."""
+    if not output_tokens or output_tokens < 2 or not decode_tok_s or decode_tok_s <= 0:
+        return None
+    return (output_tokens - 1) / decode_tok_s
+
+
+CLIENT_OK, CLIENT_SATURATED, CLIENT_BUSY = "ok", "saturated", "busy machine"
+
+
+def client_flag(diagnostics: dict | None, concurrency: int) -> str:
+    """What the load generator's event-loop lag says about a level. More than one stream
+    with lag p99 over the threshold: "saturated" (the client's own load may have inflated
+    the latencies). At one stream the client has next to nothing to do, so the same lag
+    means the machine it ran on was busy with something else: "busy machine"."""
+    diagnostics = diagnostics or {}
+    lagged = diagnostics.get("client_lagged")
+    if lagged is None:  # results stored before the flag was split
+        lagged = diagnostics.get("client_saturated") or diagnostics.get("busy_machine")
+    if not lagged:
+        return CLIENT_OK
+    return CLIENT_BUSY if concurrency <= 1 else CLIENT_SATURATED
 
 
 # --- statistics ----------------------------------------------------------------------------
@@ -998,7 +1054,7 @@ async def run_level(
     result.stopped = state["stopped"]
     measured = [r for r in results[spec.warmup :] if r is not None]
     _aggregate(result, measured, slo, time_scale)
-    result.diagnostics = _diagnostics(lags, measured)
+    result.diagnostics = _diagnostics(lags, measured, spec.concurrency)
     if before is None or after is None:
         result.server = {"ok": False, "error": before_error or after_error}
     else:
@@ -1130,6 +1186,10 @@ def _aggregate(res: LevelResult, measured: list[RequestResult], slo: SLO | None,
     res.itl = summarize(x for r in ok for x in r.itl)
     res.decode_tok_s = summarize(r.decode_tok_s for r in ok)
     res.prefill_tok_s = summarize(r.prefill_tok_s for r in ok)
+    decode_s = percentiles(
+        (r.e2e - r.ttft for r in ok if r.e2e is not None and r.ttft is not None), (50,)
+    )["p50"]
+    res.decode_timed = not decode_too_short(res.spec.scenario.output_tokens, decode_s, scale)
     starts = [r.sent_at for r in measured if r.sent_at is not None]
     ends = [r.end_at for r in measured if r.end_at is not None]
     if not starts or not ends or max(ends) <= min(starts):
@@ -1148,8 +1208,9 @@ def _aggregate(res: LevelResult, measured: list[RequestResult], slo: SLO | None,
         res.goodput_fraction = good / len(measured) if measured else None
 
 
-def _diagnostics(lags: list[float], measured: list[RequestResult]) -> dict:
+def _diagnostics(lags: list[float], measured: list[RequestResult], concurrency: int) -> dict:
     loop = percentiles([x * 1000 for x in lags], (50, 99))
+    lagged = loop["p99"] is not None and loop["p99"] > SATURATION_LAG_MS
     sched = percentiles([r.schedule_lag_ms for r in measured], (50, 99))
     loop_max = max(lags) * 1000 if lags else None
     return {
@@ -1162,7 +1223,11 @@ def _diagnostics(lags: list[float], measured: list[RequestResult]) -> dict:
         "schedule_lag_max_ms": max(
             (r.schedule_lag_ms for r in measured if r.schedule_lag_ms is not None), default=None
         ),
-        "client_saturated": loop["p99"] is not None and loop["p99"] > SATURATION_LAG_MS,
+        # The same lag means two things: see client_flag.
+        "client_lagged": lagged,
+        "client_saturated": lagged and concurrency > 1,
+        "busy_machine": lagged and concurrency <= 1,
+        "client_flag": client_flag({"client_lagged": lagged}, concurrency),
         "saturation_threshold_ms": SATURATION_LAG_MS,
     }
 

@@ -9,7 +9,8 @@ SEED_MODEL = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4"
 SEED_SOURCE = "vLLM on Spark evaluation, Nemotron-3-Super NVFP4 (seed 000)"
 SEED_TABLE: dict[tuple[int, int], dict[str, float]] = {
     (58, 2): {"ttft_s": 0.42, "e2e_s": 0.53, "prefill_tps": 140, "decode_tps": 23.0},
-    # The seed's total (1.12 s) is inconsistent with its own decode rate; shown as published.
+    # The seed's total (1.12 s) is inconsistent with its own decode rate; shown as published,
+    # with SEED_NOTES' note.
     (1834, 32): {"ttft_s": 1.12, "e2e_s": 1.12, "prefill_tps": 1636, "decode_tps": 23.7},
     (7234, 32): {"ttft_s": 3.85, "e2e_s": 5.26, "prefill_tps": 1877, "decode_tps": 22.7},
     (1834, 108): {"ttft_s": 1.12, "e2e_s": 5.74, "prefill_tps": 1639, "decode_tps": 23.4},
@@ -25,7 +26,48 @@ DEFAULT_SCENARIOS = [
 ]
 
 
+# Published figures that do not add up, shown as published with what is wrong with them.
+# (prompt, generated) -> {figure: note}; SPEC §4's definitions: decode tok/s =
+# (generated − 1) / (total − TTFT).
+SEED_NOTES: dict[tuple[int, int], dict[str, str]] = {
+    (1834, 32): {
+        "e2e_s": (
+            "Inconsistent in the seed: its total (1.12 s) equals its TTFT (1.12 s), which "
+            "leaves no time for the other 31 generated tokens; at its own 23.7 tok/s they take "
+            "about 1.3 s, so the total should be about 2.4 s."
+        ),
+    },
+    (58, 2): {
+        "decode_tps": (
+            "Not a rate of this call: 2 generated tokens give one gap, (2 − 1) / (0.53 − 0.42 s) "
+            "≈ 9 tok/s by the seed's own figures; ~23 is the evaluation's steady decode rate."
+        ),
+    },
+}
+
+NO_REFERENCE = "No published reference for this model"
+
+
 def seed_for(model_id: str, prompt_tokens: int, output_tokens: int) -> dict[str, float] | None:
     if model_id != SEED_MODEL:
         return None
     return SEED_TABLE.get((prompt_tokens, output_tokens))
+
+
+def seed_notes(prompt_tokens: int, output_tokens: int) -> dict[str, str]:
+    """The notes on the seed's figures for this shape ({} when they add up)."""
+    return SEED_NOTES.get((prompt_tokens, output_tokens), {})
+
+
+def has_reference_shape(prompt_tokens: int, output_tokens: int) -> bool:
+    """The seed table has figures for this shape (for its one model)."""
+    return (prompt_tokens, output_tokens) in SEED_TABLE
+
+
+def reference_missing_text(model_id: str) -> str:
+    """What a results page says where the suite has reference figures but not this model's."""
+    return (
+        f"{NO_REFERENCE}: the published figures for these scenarios ({SEED_SOURCE}) are for "
+        f"{SEED_MODEL} on one Spark, not {model_id}, so this job's rows have nothing beside "
+        "them."
+    )

@@ -6,8 +6,15 @@ import csv
 import io
 from dataclasses import dataclass
 
+from apps.benchmarks import harness
 from apps.benchmarks.models import Job, Result
-from apps.benchmarks.reference import SEED_SOURCE, seed_for
+from apps.benchmarks.reference import (
+    SEED_SOURCE,
+    has_reference_shape,
+    reference_missing_text,
+    seed_for,
+    seed_notes,
+)
 from apps.recipes.planner import roofline_check
 
 
@@ -19,6 +26,22 @@ def decode_ceiling(job: Job) -> float | None:
         return None
 
 
+def decode_timed(result: Result) -> bool:
+    """Whether the result's decode rate is a rate (harness.decode_too_short): stored by the
+    harness since it knew; older results are judged from their stored numbers."""
+    stored = (result.metrics or {}).get("decode_timed")
+    if stored is not None:
+        return bool(stored)
+    scale = (result.metrics or {}).get("time_scale") or 1.0
+    seconds = harness.decode_seconds(result.output_tokens, result.decode_tps_p50)
+    return not harness.decode_too_short(result.output_tokens, seconds, scale)
+
+
+def timed_decode_tps(result: Result) -> float | None:
+    """The decode rate to show, chart and credit: None when too short to time."""
+    return result.decode_tps_p50 if decode_timed(result) else None
+
+
 @dataclass(frozen=True)
 class ScenarioRow:
     result: Result
@@ -26,6 +49,9 @@ class ScenarioRow:
     roofline_percent: float | None
     roofline_message: str
     plausible: bool
+    decode_timed: bool = True
+    seed_notes: dict | None = None  # {figure: note} on the seed's figures for this shape
+    reference_missing: bool = False  # the seed has this shape, but not for this model
 
 
 def scenario_rows(job: Job) -> list[ScenarioRow]:
@@ -33,23 +59,86 @@ def scenario_rows(job: Job) -> list[ScenarioRow]:
     rows = []
     for result in job.results.filter(kind=Result.Kind.SCENARIO):
         percent, message, plausible = None, "", True
-        if ceiling and result.decode_tps_p50:
+        timed = decode_timed(result)
+        if ceiling and result.decode_tps_p50 and timed:
             check = roofline_check(result.decode_tps_p50, ceiling)
             percent, message, plausible = check.percent, check.message, check.plausible
+        seed = seed_for(job.recipe.model_id, result.prompt_tokens, result.output_tokens)
         rows.append(
             ScenarioRow(
                 result,
-                seed_for(job.recipe.model_id, result.prompt_tokens, result.output_tokens),
+                seed,
                 percent,
                 message,
                 plausible,
+                decode_timed=timed,
+                seed_notes=seed_notes(result.prompt_tokens, result.output_tokens) if seed else {},
+                reference_missing=seed is None
+                and has_reference_shape(result.prompt_tokens, result.output_tokens),
             )
         )
     return rows
 
 
+def reference_note(job: Job, rows: list[ScenarioRow]) -> str:
+    """The "No published reference for this model…" text where the suite's scenarios have
+    published figures but not for this job's model; "" otherwise."""
+    if any(r.reference_missing for r in rows):
+        return reference_missing_text(job.recipe.model_id)
+    return ""
+
+
+def seed_footnotes(rows: list[ScenarioRow]) -> list[dict]:
+    """The notes on the seed figures shown, one per noted figure, for the table's foot."""
+    labels = {"ttft_s": "TTFT", "e2e_s": "total", "prefill_tps": "prefill tok/s",
+              "decode_tps": "decode tok/s"}  # fmt: skip
+    out = []
+    for row in rows:
+        for field_name, note in (row.seed_notes or {}).items():
+            shape = f"{row.result.prompt_tokens}/{row.result.output_tokens}"
+            figure = f"{row.seed[field_name]:g}" if row.seed else ""
+            out.append({"shape": shape, "figure": labels.get(field_name, field_name),
+                        "value": figure, "note": note})  # fmt: skip
+    return out
+
+
+def suites_of(jobs: list[Job]) -> dict:
+    """Which suite each compared job measured, and whether they differ: capacity answers
+    depend on the suite's sweep and SLO. Suites differ by name or, for one name, by what
+    they measure (a suite edited between the jobs: each job keeps its queued copy)."""
+
+    def measured(plan: dict) -> dict:
+        return {k: v for k, v in (plan or {}).items() if k not in ("name", "suite_id")}
+
+    names = [(job.plan or {}).get("name") or str(job.suite) for job in jobs]
+    plans = [measured(job.plan) for job in jobs]
+    same_name = len(set(names)) == 1
+    same_plan = all(p == plans[0] for p in plans)
+    warning = ""
+    if not same_name:
+        warning = (
+            "These jobs used different suites ("
+            + ", ".join(f"job {j.pk}: {n}" for j, n in zip(jobs, names, strict=True))
+            + "): their scenarios, sweeps and SLOs can differ, and capacity answers depend on "
+            "them. Compare like with like."
+        )
+    elif not same_plan:
+        warning = (
+            f"These jobs used different versions of the suite “{names[0]}” (it was edited "
+            "between them): their scenarios, sweeps or SLOs differ, and capacity answers "
+            "depend on them."
+        )
+    return {"names": names, "differ": bool(warning), "warning": warning}
+
+
 def sweep_results(job: Job) -> list[Result]:
-    return list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
+    """The sweep's levels, each with `decode_timed` and `client_flag` (what the load
+    generator's lag says: "ok", "saturated" or "busy machine") for the pages."""
+    levels = list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
+    for r in levels:
+        r.decode_timed = decode_timed(r)
+        r.client_flag = harness.client_flag((r.metrics or {}).get("diagnostics"), r.concurrency)
+    return levels
 
 
 def capacity_answer(job: Job) -> dict | None:
@@ -60,8 +149,10 @@ def capacity_answer(job: Job) -> dict | None:
     if not slo or not levels:
         return None
     min_tps = 1 / slo["tpot_s"]
+    # A level whose decode is too short to time earns no credit: its rate is noise.
+    timed = [r for r in levels if decode_timed(r)]
     meeting = [
-        r for r in levels if r.ttft_p95_s <= slo["ttft_s"] and (r.decode_tps_p50 or 0) >= min_tps
+        r for r in timed if r.ttft_p95_s <= slo["ttft_s"] and (r.decode_tps_p50 or 0) >= min_tps
     ]
     best = max(meeting, key=lambda r: r.concurrency) if meeting else None
     answer = {
@@ -80,11 +171,17 @@ def capacity_answer(job: Job) -> dict | None:
             f"≥ {min_tps:.0f} tok/s each (measured {best.ttft_p95_s:.2f} s and "
             f"{best.decode_tps_p50:.1f} tok/s at {best.concurrency})."
         )
+    elif not timed:
+        answer["text"] = (
+            f"No capacity answer: the sweep's {job.plan['sweep']['output_tokens']}-token "
+            "generations are too short to time a per-user decode rate."
+        )
     else:
         answer["text"] = (
             f"No measured level meets TTFT p95 ≤ {slo['ttft_s']:g} s with ≥ {min_tps:.0f} tok/s "
             "per user."
         )
+    answer["untimed_levels"] = len(levels) - len(timed)
     return answer
 
 
@@ -111,11 +208,14 @@ def scenario_chart(job: Job) -> dict:
             )
         return out
 
+    decode_series = series("decode_tps", "decode_tps_p50")
+    # Too short to time: no measured point (the seed's published figure stays).
+    decode_series[0]["values"] = [timed_decode_tps(r.result) for r in rows]
     return {
         "scenarios": labels,
         "metrics": {
             "ttft_s": {"unit": "s", "series": series("ttft_s", "ttft_p50_s")},
-            "decode_tps": {"unit": "tok/s", "series": series("decode_tps", "decode_tps_p50")},
+            "decode_tps": {"unit": "tok/s", "series": decode_series},
         },
     }
 
@@ -126,7 +226,7 @@ def curve_series(job: Job) -> dict:
         "points": [
             {"concurrency": r.concurrency, "x": r.decode_tps_p50, "y": r.output_tps}
             for r in sweep_results(job)
-            if r.decode_tps_p50 is not None and r.output_tps is not None
+            if timed_decode_tps(r) is not None and r.output_tps is not None
         ],
     }
 
@@ -176,6 +276,8 @@ EXPORT_FIELDS = [
     ("p99_ttft_ms", lambda j, r: _ms(r.ttft_p99_s)),
     ("median_e2el_ms", lambda j, r: _ms(r.e2e_p50_s)),
     ("median_decode_tok_s", lambda j, r: r.decode_tps_p50),
+    # False: too short to time (harness.decode_too_short); the median above is then noise.
+    ("decode_timed", lambda j, r: decode_timed(r)),
     ("median_prefill_tok_s", lambda j, r: r.prefill_tps_p50),
     ("median_tpot_ms", lambda j, r: _ms(r.metrics.get("tpot", {}).get("p50"))),
     ("median_itl_ms", lambda j, r: _ms(r.metrics.get("itl", {}).get("p50"))),

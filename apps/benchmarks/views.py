@@ -73,10 +73,13 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def job_context(job: Job) -> dict:
+    rows = selectors.scenario_rows(job)
     return {
         "job": job,
         "entry": queue_entry(job),
-        "scenario_rows": selectors.scenario_rows(job),
+        "scenario_rows": rows,
+        "reference_note": selectors.reference_note(job, rows),
+        "seed_footnotes": selectors.seed_footnotes(rows),
         "sweep": selectors.sweep_results(job),
         "capacity": selectors.capacity_answer(job),
         "ceiling": selectors.decode_ceiling(job),
@@ -169,6 +172,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         {
             "columns": columns,
             "table": table,
+            "suites": selectors.suites_of(jobs),
             "ids": ",".join(str(j.pk) for j in jobs),
             "curve_chart": selectors.curve_chart(jobs),
             "ttft_chart": selectors.ttft_chart(jobs),
