@@ -193,6 +193,11 @@ class YamlImportOut(Schema):
 class RunStartIn(Strict):
     recipe: str = Field(description="The recipe's slug.")
     host: str = Field(description="The host's name.")
+    fit_confirmation: str = Field(
+        "", max_length=200,
+        description="Operators only: the recipe's name, typed, to start a recipe the planner "
+        "says does not fit on the host (otherwise 422 does_not_fit). Recorded on the run.",
+    )  # fmt: skip
 
 
 class FailureOut(Schema):
@@ -249,11 +254,24 @@ class RunOut(_RecipeOnHost):
     warm_ttft_s: float | None
     failure: FailureOut | None
     restart_of: int | None
+    fit_verdict: str = Field(
+        description="The planner's verdict for the recipe on the host when the run was "
+        "admitted: fits, tight, does not fit (only with an override) or unknown; blank for "
+        "runs admitted before verdicts were recorded."
+    )
+    fit_override_by: str | None = Field(
+        description="Who started it although the planner said it does not fit."
+    )
+    fit_override_at: datetime | None
     url: str
 
     @staticmethod
     def resolve_state_label(obj) -> str:
         return obj.get_state_display()
+
+    @staticmethod
+    def resolve_fit_override_by(obj) -> str | None:
+        return obj.fit_override_by.get_username() if obj.fit_override_by else None
 
     @staticmethod
     def resolve_started_by(obj) -> str | None:

@@ -109,21 +109,20 @@ def reap(host) -> list[int]:
 def _ensure_run(job: Job) -> Run:
     """A ready run of the recipe on the host, reused; else start one here (on the host's
     queue, so it cannot wait for a start task queued behind this job)."""
-    from apps.runs.services import RunRefused, run_create
+    from apps.runs.services import RunRefused, busy_refusal, run_create
 
+    # The same admission as the queue form and the API (which refused this up front; the
+    # host may have changed while the job waited).
+    busy = busy_refusal(job.host, job.recipe, reuse=True, job=job)
+    if busy is not None:
+        raise JobFailed(busy)
     active = Run.objects.active().filter(host=job.host).select_related("recipe").first()
-    if active is not None and active.recipe_id != job.recipe_id:
-        raise JobFailed(
-            f"{job.host.name} is serving “{active.recipe}” (run {active.pk}, "
-            f"{active.get_state_display().lower()}); benchmarking “{job.recipe}” would mean "
-            "stopping it. Stop that run first (or ask who started it), then queue again."
-        )
     if active is not None and active.state == RunState.READY:
         _progress(job, step=f"Reusing the ready run {active.pk}")
         return active
     if active is None:
         try:
-            active = run_create(recipe=job.recipe, host=job.host, user=job.queued_by)
+            active = run_create(recipe=job.recipe, host=job.host, user=job.queued_by, job=job)
         except RunRefused as exc:
             raise JobFailed(f"could not start the recipe: {exc}") from None
         _progress(job, step=f"Starting run {active.pk} (a first load can take 15 minutes)")

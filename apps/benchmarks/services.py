@@ -16,7 +16,17 @@ from apps.recipes.models import Recipe
 
 
 class JobRefused(Exception):
-    """The job cannot be queued or changed; the message says why."""
+    """The job cannot be queued or changed; the message says why. `code` is run
+    admission's where the job met it (host_busy, does_not_fit, …), else "refused"."""
+
+    def __init__(self, message: str, code: str = "refused"):
+        super().__init__(message)
+        self.code = code
+
+
+# Refusals about the host's current state (the API answers 409); the others are about the
+# request (422). The same split as for runs.
+CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown"}
 
 
 def suite_plan(suite: Suite) -> dict:
@@ -39,11 +49,89 @@ def suite_plan(suite: Suite) -> dict:
     }
 
 
+NEVER_OVERRIDES = (
+    " A benchmark job never overrides the planner: an operator can start the run from the "
+    "Runs page with the typed confirmation, and a job then reuses it."
+)
+
+
+def job_admission(*, recipe: Recipe, host: Host, user) -> None:
+    """Refuse up front what the worker would refuse seconds later, in run admission's own
+    words: a host busy with (or reserved by queued jobs for) another recipe; and, when the
+    job would start its recipe (no active run of it there to reuse), every rule a run start
+    meets — "does not fit" included, which a job never overrides."""
+    from apps.runs.models import Run
+    from apps.runs.services import RunRefused, admission_check, busy_refusal
+
+    busy = busy_refusal(host, recipe, reuse=True)
+    if busy is not None:
+        raise JobRefused(busy, "host_busy")
+    if not host.image_allowed(recipe.image):
+        raise JobRefused(f"{host.name} does not allow the image {recipe.image}.",
+                         "image_not_allowed")  # fmt: skip
+    if Run.objects.active().filter(host=host, recipe=recipe).exists():
+        return  # the job reuses that run
+    try:
+        admission_check(recipe=recipe, host=host, user=None, reuse=True)
+    except RunRefused as exc:
+        message = str(exc)
+        if exc.code == "does_not_fit":
+            message += NEVER_OVERRIDES
+        raise JobRefused(message, exc.code) from None
+
+
+def queue_hints(hosts, recipes) -> list[dict]:
+    """For the queue form, before anything is submitted: each host's state and, for every
+    recipe, what queueing it there would meet — the words `job_admission` would refuse
+    with (busy, image, does not fit), or what the job will do. Memory is measured only
+    when a job is really queued."""
+    from apps.runs.services import Occupancy, RunRefused, fit_check
+
+    hints = []
+    for host in hosts:
+        occupancy = Occupancy.of(host)
+        if occupancy.active is not None:
+            active = occupancy.active
+            state = f"runs “{active.recipe}” ({active.get_state_display().lower()})"
+        elif occupancy.jobs:
+            first = occupancy.jobs[0]
+            count = sum(1 for j in occupancy.jobs if j.recipe_id == first.recipe_id)
+            state = f"reserved for “{first.recipe}” by {count} job{'s' if count != 1 else ''}"
+        else:
+            state = "idle"
+        if not host.online:
+            state += " · no worker seen lately (jobs wait in its queue)"
+        per_recipe = {}
+        for recipe in recipes:
+            busy = occupancy.refusal(recipe.pk, reuse=True)
+            reuse = occupancy.reusable(recipe.pk)
+            if busy is not None:
+                per_recipe[str(recipe.pk)] = {"ok": False, "text": busy}
+            elif not host.image_allowed(recipe.image):
+                text = f"{host.name} does not allow the image {recipe.image}."
+                per_recipe[str(recipe.pk)] = {"ok": False, "text": text}
+            elif reuse is not None:
+                text = f"The job reuses run {reuse.pk} of “{recipe}” on {host.name}."
+                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
+            else:
+                try:
+                    fit_check(recipe=recipe, host=host)
+                except RunRefused as exc:
+                    per_recipe[str(recipe.pk)] = {"ok": False, "text": str(exc) + NEVER_OVERRIDES}
+                    continue
+                text = (
+                    f"The job starts “{recipe}” on {host.name} first (a first load can take "
+                    "15 minutes on a real Spark)."
+                )
+                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
+        hints.append({"id": str(host.pk), "name": host.name, "state": state, "recipes": per_recipe})
+    return hints
+
+
 def job_queue(*, suite: Suite, recipe: Recipe, host: Host, user, note: str = "") -> Job:
     from apps.benchmarks.tasks import run_job
 
-    if not host.image_allowed(recipe.image):
-        raise JobRefused(f"{host.name} does not allow the image {recipe.image}.")
+    job_admission(recipe=recipe, host=host, user=user)
     with transaction.atomic():
         job = Job.objects.create(
             suite=suite,

@@ -10,6 +10,7 @@ from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
 from apps.benchmarks import selectors
 from apps.benchmarks.forms import JobQueueForm, SuiteForm
 from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
+from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
 from apps.benchmarks.services import (
     JobRefused,
     can_cancel,
@@ -17,8 +18,10 @@ from apps.benchmarks.services import (
     job_cancel,
     job_queue,
     queue_entry,
+    queue_hints,
 )
 from apps.hosts.models import Host
+from apps.recipes.models import Recipe
 
 MAX_COMPARE = 6
 
@@ -28,7 +31,8 @@ def _queue_context(form: JobQueueForm) -> dict:
     finished = Job.objects.filter(state__in=FINISHED_JOB_STATES).select_related(
         "recipe", "host", "suite", "queued_by"
     )[:50]
-    return {"form": form, "queues": queues, "finished": finished}
+    hints = queue_hints(list(Host.objects.all()), list(Recipe.objects.all()))
+    return {"form": form, "queues": queues, "finished": finished, "queue_hints": hints}
 
 
 @require_GET
@@ -54,8 +58,10 @@ def queue_job_view(request: HttpRequest) -> HttpResponse:
             note=data["note"],
         )
     except JobRefused as exc:
+        # The API's words and status: 409 for the host's state (busy, reserved, memory).
         messages.error(request, f"Not queued: {exc}")
-        return render(request, "benchmarks/queue.html", _queue_context(form), status=400)
+        status = 409 if exc.code in JOB_CONFLICTS else 400
+        return render(request, "benchmarks/queue.html", _queue_context(form), status=status)
     messages.success(request, f"Queued job {job.pk} on {job.host}.")
     return redirect(job)
 

@@ -26,7 +26,8 @@ class HostAdmin(admin.ModelAdmin):
             "fields": ["physical_memory_gb", "cuda_visible_gib", "bandwidth_gbs", "os_reserve_gb",
                        "cuda_context_gb", "cuda_graphs_gb", "meminfo_path"],
         }),
-        ("Watchdog", {"fields": ["watchdog_warn_gib", "watchdog_act_gib"]}),
+        ("Memory guard (MemAvailable, GB; docs/telemetry.md)", {
+            "fields": ["watchdog_warn_gb", "watchdog_act_gb"]}),
         ("Seen by the worker", {
             "fields": ["last_heartbeat", "heartbeat_worker", "inventory_at", "unmanaged",
                        "inventory_error"],

@@ -15,7 +15,7 @@ from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
 from apps.hosts.meminfo import Memory, read_meminfo
 from apps.recipes import planner, spark
 from apps.recipes.flags import IMAGE
-from apps.recipes.spark import GB
+from apps.recipes.spark import GB, GIB
 from vllm_adapter import contract as vllm_contract
 
 HOST_NAME = RegexValidator(
@@ -133,8 +133,20 @@ class Host(models.Model):
         "meminfo source", max_length=300, blank=True,
         help_text="Default /proc/meminfo; a simulated host uses the file sparksim writes.",
     )  # fmt: skip
-    watchdog_warn_gib = models.FloatField(default=8.0)
-    watchdog_act_gib = models.FloatField(default=3.0)
+    # The memory guard's lines, MemAvailable in GB like the seed and the planner (one set of
+    # rules: the planner's "fits" keeps the warn line free, admission the act line).
+    watchdog_warn_gb = models.FloatField(
+        "warn below (GB available)", default=spark.WATCHDOG_WARN_GB,
+        validators=[MinValueValidator(0.1)],
+        help_text=f"A warning, a banner and an incident below this much MemAvailable. Default "
+        f"{spark.WATCHDOG_WARN_GB:g} GB: a stock Spark at 0.90 keeps 4.4 GB free by design.",
+    )  # fmt: skip
+    watchdog_act_gb = models.FloatField(
+        "stop the run below (GB available)", default=spark.WATCHDOG_ACT_GB,
+        validators=[MinValueValidator(0.1)],
+        help_text=f"The run is stopped below this much MemAvailable. Default "
+        f"{spark.WATCHDOG_ACT_GB:g} GB, the top of the seed's 2–3 GB freeze band.",
+    )  # fmt: skip
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     heartbeat_worker = models.CharField(max_length=200, blank=True)
     # The host agent (manage.py hostagent): when it last reported, and its last sample.
@@ -167,8 +179,25 @@ class Host(models.Model):
                 parse_faults(self.fault_specs())
             except FaultSpecError as exc:
                 raise ValidationError({"sim_faults": str(exc)}) from None
-        if self.watchdog_act_gib >= self.watchdog_warn_gib:
-            raise ValidationError({"watchdog_act_gib": "Act below a lower level than the warning."})
+        if self.watchdog_act_gb >= self.watchdog_warn_gb:
+            raise ValidationError({"watchdog_act_gb": "Act below a lower level than the warning."})
+
+    @property
+    def watchdog_warn_bytes(self) -> int:
+        return int(self.watchdog_warn_gb * GB)
+
+    @property
+    def watchdog_act_bytes(self) -> int:
+        return int(self.watchdog_act_gb * GB)
+
+    # The lines in GiB, for code that reads them so (the watchdog counts bytes).
+    @property
+    def watchdog_warn_gib(self) -> float:
+        return self.watchdog_warn_gb * GB / GIB
+
+    @property
+    def watchdog_act_gib(self) -> float:
+        return self.watchdog_act_gb * GB / GIB
 
     @property
     def queue(self) -> str:
@@ -199,6 +228,8 @@ class Host(models.Model):
             os_reserve_gb=self.os_reserve_gb,
             cuda_context_gb=self.cuda_context_gb,
             cuda_graphs_gb=self.cuda_graphs_gb,
+            freeze_margin_gb=self.watchdog_act_gb,
+            warn_margin_gb=self.watchdog_warn_gb,
         )
 
     def meminfo_file(self) -> Path:

@@ -110,7 +110,8 @@ class HostSpec:
     os_reserve_gb: float = spark.OS_RESERVE_GB
     cuda_context_gb: float = spark.CUDA_CONTEXT_GB
     cuda_graphs_gb: float = spark.CUDA_GRAPHS_GB
-    freeze_margin_gb: float = spark.FREEZE_MARGIN_GB
+    freeze_margin_gb: float = spark.FREEZE_MARGIN_GB  # the guard's act line
+    warn_margin_gb: float = spark.WATCHDOG_WARN_GB  # the guard's warn line
 
 
 @dataclass(frozen=True)
@@ -299,8 +300,11 @@ def recommended_utilization(arch: Architecture, flags: Flags) -> tuple[Decimal, 
 
 
 def largest_safe_utilization(host: HostSpec) -> Decimal:
-    """The highest utilization that leaves the freeze margin free, never above 0.90."""
-    usable = host.physical_memory_gb - host.os_reserve_gb - host.freeze_margin_gb
+    """The highest utilization that keeps the guard's warn line free (and so the freeze
+    margin below it), never above 0.90: a value the planner calls safe must not raise the
+    host's memory warning (on a stock Spark (128 − 6 − 4) GB / 130.67 GB = 0.903 → 0.90)."""
+    margin = max(host.warn_margin_gb, host.freeze_margin_gb)
+    usable = host.physical_memory_gb - host.os_reserve_gb - margin
     by_memory = _floor2(max(usable, 0.0) * GB / (host.cuda_visible_gib * GIB))
     return min(spark.MAX_GPU_MEMORY_UTILIZATION, by_memory)
 
@@ -412,6 +416,18 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
             f"{host.os_reserve_gb:g} GB): below {host.freeze_margin_gb:g} GB a Spark can "
             f"freeze. Use at most {safe} on this host.",
         )
+    elif headroom < host.warn_margin_gb * GB:
+        # Fits the pool, but the host would run below the guard's warn line from the first
+        # minute: every run would raise a memory warning (one set of rules).
+        if verdict is Verdict.FITS:
+            verdict = Verdict.TIGHT
+        warn(
+            "below-warn-line",
+            Severity.WARNING,
+            f"Only {headroom / GB:.1f} GB would stay free outside vLLM's pool: below the "
+            f"memory guard's {host.warn_margin_gb:g} GB warn line, so every run on this host "
+            f"raises a memory warning. Use at most {safe} here.",
+        )
     if weights is not None and kv_available is not None and kv_available <= 0:
         warn(
             "weights-exceed-pool",
@@ -503,6 +519,21 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
         physical_bytes=physical,
         warnings=warnings,
         unknowns=unknowns,
+    )
+
+
+def does_not_fit_reason(result: Plan) -> str | None:
+    """Why the planner says "does not fit" (None when it does not say so): its most
+    serious warning, else the KV cache the workload needs against what is available."""
+    if result.verdict is not Verdict.DOES_NOT_FIT:
+        return None
+    for warning in result.warnings:
+        if warning.severity is Severity.DANGER:
+            return warning.message
+    needed, available = result.kv_needed_bytes or 0.0, result.kv_available_bytes or 0.0
+    return (
+        f"The workload needs {needed / GB:.1f} GB of KV cache but only {available / GB:.1f} GB "
+        "is available in vLLM's pool: lower max_num_seqs or max_model_len, or use fp8 KV."
     )
 
 

@@ -36,5 +36,16 @@ CUDA_GRAPHS_GB = 5.0  # vLLM CUDA graphs: 3-5 GB (none with --enforce-eager)
 # Below this much free memory the machine is at risk of freezing (seed 004: 2-3 GB).
 FREEZE_MARGIN_GB = 3.0
 
+# The memory guard's default lines (MemAvailable, GB like the seed), one set of rules for
+# the planner, admission and the host agent's watchdog (docs/telemetry.md):
+# * act (stop the run) at the top of the seed's 2-3 GB danger band, the freeze margin;
+# * warn 1 GB above it. A stock Spark at the recommended 0.90 keeps
+#   128 - 6 - 0.90 x 121.7 GiB = 4.39 GB free BY DESIGN, so the warn line must sit below
+#   that (the old 8 GiB line fired on every run above ~0.87). The planner's "fits" needs
+#   the headroom to reach the warn line: (128 - 6 - 4) GB / 130.67 GB = 0.903, so 0.90
+#   stays the largest safe value on a stock Spark.
+WATCHDOG_ACT_GB = FREEZE_MARGIN_GB
+WATCHDOG_WARN_GB = 4.0
+
 DEFAULT_IMAGE = "vllm/vllm-openai:cu130-nightly"
 DEFAULT_PORT = 8000

@@ -100,6 +100,14 @@ class Run(models.Model):
     restart_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="restarts"
     )
+    # The planner's verdict for the recipe on the host when it was admitted, and who
+    # overrode a "does not fit" by typing the recipe's name (docs/runs.md).
+    fit_verdict = models.CharField(max_length=16, blank=True)
+    fit_override_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="fit_overrides",
+    )  # fmt: skip
+    fit_override_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

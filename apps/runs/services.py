@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
+from apps.recipes import planner
 from apps.recipes.command import UnsafeCommand, contract_problems, serve_argv
 from apps.recipes.flags import FlagError, check_utilization
 from apps.recipes.models import Recipe
@@ -18,7 +22,7 @@ from apps.runs.models import STARTING_STATES, Run, RunState
 class RunRefused(Exception):
     """Admission control said no; the message says why, with numbers. `code` says which
     rule: host_busy, no_free_port, not_enough_memory, memory_unknown (the state of the
-    host), or image_not_allowed, unsafe_recipe (the request itself)."""
+    host), or image_not_allowed, unsafe_recipe, does_not_fit (the request itself)."""
 
     def __init__(self, message: str, code: str = "refused"):
         super().__init__(message)
@@ -69,7 +73,123 @@ def default_argv(recipe: Recipe) -> list[str]:
         return []
 
 
-def admission_check(*, recipe: Recipe, host: Host) -> None:
+@dataclass
+class Occupancy:
+    """What holds a host now: its active run and its active benchmark jobs (FIFO). One
+    model at a time per Spark: `refusal` is the one answer run admission, the jobs API,
+    the queue form (for every recipe at once) and the worker give."""
+
+    host: Host
+    active: Run | None
+    jobs: list
+
+    @classmethod
+    def of(cls, host: Host, *, job=None) -> Occupancy:
+        """For the worker running `job`, only the jobs ahead of it count."""
+        from apps.benchmarks.models import Job
+
+        active = Run.objects.active().filter(host=host).select_related("recipe").first()
+        jobs = Job.objects.active().filter(host=host)
+        if job is not None:
+            jobs = jobs.exclude(pk=job.pk).filter(
+                Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
+            )
+        jobs = list(jobs.select_related("recipe").order_by("queued_at", "pk"))
+        return cls(host, active, jobs)
+
+    def reusable(self, recipe_id: int) -> Run | None:
+        """The active run a benchmark job for this recipe would reuse."""
+        active = self.active
+        if (
+            active is not None
+            and active.recipe_id == recipe_id
+            and active.state != RunState.STOPPING
+        ):
+            return active
+        return None
+
+    def refusal(self, recipe_id: int, *, reuse: bool = False) -> str | None:
+        host, active = self.host, self.active
+        if active is not None and not (reuse and self.reusable(recipe_id)):
+            return (
+                f"{host.name} already runs “{active.recipe}” "
+                f"({active.get_state_display().lower()}): stop it first — one model at a time "
+                "per Spark."
+            )
+        others = [j for j in self.jobs if j.recipe_id != recipe_id]
+        if others:
+            first = others[0]
+            count = sum(1 for j in others if j.recipe_id == first.recipe_id)
+            jobs = "a benchmark job" if count == 1 else f"{count} benchmark jobs"
+            return (
+                f"{host.name} is reserved for “{first.recipe}”: {jobs} queued or running for "
+                "it will start it. Wait until they finish (or cancel them) — one model at a "
+                "time per Spark."
+            )
+        return None
+
+
+def busy_refusal(host: Host, recipe: Recipe, *, reuse: bool = False, job=None) -> str | None:
+    """Why the host cannot take this recipe now (None when it can). An active run makes it
+    busy (unless `reuse`: a benchmark job for the recipe already running there reuses that
+    run); so do benchmark jobs queued or running for another recipe: they reserve the host
+    for theirs (for the worker running `job`, only the jobs ahead of it)."""
+    return Occupancy.of(host, job=job).refusal(recipe.pk, reuse=reuse)
+
+
+def can_override_fit(user) -> bool:
+    """Operators (and admins) may start a recipe the planner says does not fit; members
+    never (they cannot start runs, and a benchmark job never overrides)."""
+    from apps.accounts.roles import OPERATE_RUNS
+
+    return user is not None and user.is_authenticated and user.has_perm(OPERATE_RUNS)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admission decided besides "yes": the planner's verdict and whether an
+    operator overrode a "does not fit"."""
+
+    verdict: str
+    overridden: bool = False
+
+
+def fit_check(*, recipe: Recipe, host: Host, user=None, fit_confirmation: str = "") -> Admission:
+    """The planner's verdict for the recipe on this host. "Does not fit" refuses the start
+    (does_not_fit) unless an operator confirms by typing the recipe's name."""
+    try:
+        result = recipe.plan(host.spec())
+    except ValueError:  # inputs the planner refuses are refused before this, by the flags
+        return Admission(str(planner.Verdict.UNKNOWN))
+    reason = planner.does_not_fit_reason(result)
+    if reason is None:
+        return Admission(str(result.verdict))
+    typed = (fit_confirmation or "").strip()
+    if typed and typed == recipe.name and can_override_fit(user):
+        return Admission(str(result.verdict), overridden=True)
+    message = f"The planner says “{recipe.name}” does not fit on {host.name}: {reason}"
+    if not typed:
+        message += (
+            " An operator can start it anyway by typing the recipe's name to confirm (the "
+            "override is recorded on the run)."
+        )
+    elif not can_override_fit(user):
+        message += " Only an operator can override the planner."
+    else:
+        message += f" The confirmation must be the recipe's name, “{recipe.name}”, exactly."
+    raise RunRefused(message, "does_not_fit")
+
+
+def admission_check(
+    *,
+    recipe: Recipe,
+    host: Host,
+    user=None,
+    fit_confirmation: str = "",
+    reuse: bool = False,
+    job=None,
+) -> Admission:
+    """Every rule a start must pass, most basic first; returns the planner's verdict."""
     try:
         check_utilization(recipe.gpu_memory_utilization)
     except FlagError as exc:  # a recipe row changed behind the validators' back
@@ -82,18 +202,15 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
             + "; ".join(message for _, message in problems),
             "unsafe_recipe",
         )
-    active = Run.objects.active().filter(host=host).select_related("recipe").first()
-    if active is not None:
-        raise RunRefused(
-            f"{host.name} already runs “{active.recipe}” ({active.get_state_display().lower()}): "
-            "stop it first — one model at a time per Spark.",
-            "host_busy",
-        )
+    busy = busy_refusal(host, recipe, reuse=reuse, job=job)
+    if busy is not None:
+        raise RunRefused(busy, "host_busy")
     if not host.image_allowed(recipe.image):
         raise RunRefused(
             f"{host.name} does not allow the image {recipe.image} (see the host's allowlist).",
             "image_not_allowed",
         )
+    admission = fit_check(recipe=recipe, host=host, user=user, fit_confirmation=fit_confirmation)
     try:
         memory, _source = host.measured_memory()
     except MeminfoError as exc:
@@ -109,11 +226,25 @@ def admission_check(*, recipe: Recipe, host: Host) -> None:
             f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization.",
             "not_enough_memory",
         )
+    return admission
 
 
-def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
-    """Admission control, then the queued run row. Whoever calls this starts it."""
-    admission_check(recipe=recipe, host=host)
+def run_create(
+    *,
+    recipe: Recipe,
+    host: Host,
+    user,
+    restart_of: Run | None = None,
+    fit_confirmation: str = "",
+    job=None,
+) -> Run:
+    """Admission control, then the queued run row. Whoever calls this starts it. A restart
+    of a run started with the fit override keeps it (an operator restarts it)."""
+    if restart_of is not None and restart_of.fit_override_at and not fit_confirmation:
+        fit_confirmation = recipe.name
+    admission = admission_check(
+        recipe=recipe, host=host, user=user, fit_confirmation=fit_confirmation, job=job
+    )
     port = _free_port(host)
     try:
         argv = argv_on(recipe, host, port)
@@ -124,6 +255,9 @@ def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = Non
             return Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
                 argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
+                fit_verdict=admission.verdict,
+                fit_override_by=user if admission.overridden else None,
+                fit_override_at=timezone.now() if admission.overridden else None,
             )  # fmt: skip
     except IntegrityError:
         raise RunRefused(
@@ -131,11 +265,16 @@ def run_create(*, recipe: Recipe, host: Host, user, restart_of: Run | None = Non
         ) from None
 
 
-def run_start(*, recipe: Recipe, host: Host, user, restart_of: Run | None = None) -> Run:
+def run_start(
+    *, recipe: Recipe, host: Host, user, restart_of: Run | None = None, fit_confirmation: str = ""
+) -> Run:
     """Admit and queue a run: the host's own worker starts it."""
     from apps.runs.tasks import start_run
 
-    run = run_create(recipe=recipe, host=host, user=user, restart_of=restart_of)
+    run = run_create(
+        recipe=recipe, host=host, user=user, restart_of=restart_of,
+        fit_confirmation=fit_confirmation,
+    )  # fmt: skip
     transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
     return run
 

@@ -65,13 +65,13 @@ def test_a_host_serving_another_recipe_is_not_taken_over(
 ):
     other = Recipe.objects.create(name="Other", model_id="Qwen/Qwen3-32B", total_params_b=32.8,
                                   weight_format="bf16", num_layers=64, kv_heads=8, head_dim=128,
-                                  gpu_memory_utilization="0.50", max_model_len=4096, max_num_seqs=2)  # fmt: skip
+                                  gpu_memory_utilization="0.60", max_model_len=4096, max_num_seqs=2)  # fmt: skip
     run = run_start(recipe=other, host=sim_host, user=operator)
-    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
-    runner.run_job(job.pk)
-    job.refresh_from_db()
-    assert job.state == J.FAILED
-    assert f"is serving “Other” (run {run.pk}" in job.error and "Stop that run first" in job.error
+    # Refused up front, in run admission's words (no job that fails seconds later).
+    with pytest.raises(JobRefused, match="already runs “Other”") as refused:
+        job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    assert refused.value.code == "host_busy" and "stop it first" in str(refused.value)
+    assert not Job.objects.exists()
     assert Run.objects.get(pk=run.pk).state == RunState.QUEUED  # untouched
 
 

@@ -42,7 +42,14 @@ def test_a_run_starts_loads_warms_up_is_ready_and_stops(engine_host, qwen, opera
 def test_a_server_that_dies_at_startup_fails_the_run_with_its_reason_and_log(
     engine_host, too_long, operator
 ):
-    run = run_start(recipe=too_long, host=engine_host, user=operator)
+    # The planner says it does not fit: only an operator's typed override starts it, and
+    # then vLLM (sparksim) refuses it with its own error.
+    with pytest.raises(RunRefused) as refused:
+        run_start(recipe=too_long, host=engine_host, user=operator)
+    assert refused.value.code == "does_not_fit"
+    run = run_start(recipe=too_long, host=engine_host, user=operator,
+                    fit_confirmation=too_long.name)  # fmt: skip
+    assert run.fit_override_by == operator and run.fit_verdict == "does not fit"
     runner.start(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.FAILED

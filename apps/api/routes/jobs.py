@@ -17,6 +17,7 @@ from apps.api.routes.common import get_or_404, get_or_422
 from apps.api.schemas import CompareOut, JobDetailOut, JobOut, JobQueueIn, SuiteOut
 from apps.benchmarks import selectors
 from apps.benchmarks.models import ACTIVE_JOB_STATES, Job, JobState, Suite
+from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
 from apps.benchmarks.services import JobRefused, job_cancel, job_queue, queue_entry
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
@@ -133,7 +134,11 @@ def queue_job(
         "gets it back (200 instead of 201). Keys last 24 hours.",
     ),
 ):
-    """Queue a benchmark on the host's own queue (FIFO, one at a time per host)."""
+    """Queue a benchmark on the host's own queue (FIFO, one at a time per host). Refused up
+    front with run admission's words: 409 `host_busy` when the host runs another recipe or
+    is reserved by jobs queued for another one (a job for the recipe already running there
+    reuses that run); when the job would start its recipe, every rule of `POST /runs`
+    applies (422 `does_not_fit`, which a job never overrides; 409 `not_enough_memory`)."""
     require(request, QUEUE_BENCHMARKS)
     recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
     host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)
@@ -170,7 +175,8 @@ def _queue(request, payload: JobQueueIn, suite: Suite, recipe: Recipe, host: Hos
         return job_queue(suite=suite, recipe=recipe, host=host, user=request.user,
                          note=payload.note)  # fmt: skip
     except JobRefused as exc:
-        raise ApiError(422, str(exc), code="refused") from None
+        status = 409 if exc.code in JOB_CONFLICTS else 422
+        raise ApiError(status, str(exc), code=exc.code) from None
 
 
 @router.get("/jobs/compare", response={200: CompareOut, **ERRORS}, summary="Compare jobs",

@@ -26,7 +26,9 @@ class RunFilters(Schema):
 
 
 def _runs():
-    return Run.objects.select_related("recipe", "host", "started_by").order_by("-created_at")
+    return Run.objects.select_related("recipe", "host", "started_by", "fit_override_by").order_by(
+        "-created_at"
+    )
 
 
 @router.get("/runs", response={200: list[RunOut], **ERRORS}, summary="List runs")
@@ -56,13 +58,17 @@ def get_run(request: HttpRequest, run_id: int):
     "/runs", auth=needs(OPERATE_RUNS), response={201: RunOut, **ERRORS}, summary="Start a run"
 )
 def start_run(request: HttpRequest, payload: RunStartIn):
-    """Operators. Admission control as on the Runs page: 409 when the host is busy or lacks
-    the memory, 422 when the image is not allowed there."""
+    """Operators. Admission control as on the Runs page: 409 when the host is busy (an
+    active run, or benchmark jobs queued for another recipe) or lacks the memory; 422 when
+    the image is not allowed there, or `does_not_fit` when the planner says the recipe does
+    not fit on the host — send the recipe's name as `fit_confirmation` to start it anyway
+    (recorded on the run as `fit_override_by`)."""
     require(request, OPERATE_RUNS)
     recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
     host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)
     try:
-        run = run_start(recipe=recipe, host=host, user=request.user)
+        run = run_start(recipe=recipe, host=host, user=request.user,
+                        fit_confirmation=payload.fit_confirmation)  # fmt: skip
     except RunRefused as exc:
         status = 409 if exc.code in CONFLICTS else 422
         raise ApiError(status, str(exc), code=exc.code) from None
