@@ -1,6 +1,8 @@
 """`make run`'s supervisor really starts the whole panel and Ctrl-C really stops it all."""
 
+import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -85,3 +87,133 @@ def test_seed_demo_creates_the_admin_once_and_prints_its_password_once(db, capsy
     again = capsys.readouterr().out
     assert "already exists" in again
     assert password not in again
+
+
+def _login_cookies(base: str, username: str, password: str) -> dict[str, str]:
+    """Sign in through the real login form; the session and CSRF cookies."""
+    with httpx.Client(base_url=base, timeout=10) as client:
+        client.get("/accounts/login/")
+        response = client.post(
+            "/accounts/login/",
+            data={"username": username, "password": password,
+                  "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+        )  # fmt: skip
+        assert response.status_code == 302, response.text[:500]
+        return dict(client.cookies)
+
+
+def test_ctrl_c_mid_load_with_a_socket_open_stops_everything_and_marks_the_run_stopped(
+    tmp_path, redis_url
+):
+    """What #16 saw: after Ctrl-C a simulated model server stayed on its port and the web
+    server 'did not stop in 20 s'. Now: every process of make run is gone within seconds —
+    the sparksim server of a run caught mid-load too — and the run says stopped."""
+    import json
+    import sqlite3
+
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    redis_port, web_port = free_port(), free_port()
+    db_path = tmp_path / "run.sqlite3"
+    env = child_env(
+        REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+        SPARKPANEL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{db_path}",
+        HOST="127.0.0.1",
+        PORT=str(web_port),
+    )
+    env.pop("ALLOWED_HOSTS", None)
+    manage("migrate", "--noinput", env=env)
+    manage("seed_demo", env=env)
+    password = "ctrl-c-test-passphrase-31"
+    manage("createuser", "otto", "--role", "operator", "--password-stdin", env=env,
+           stdin=password + "\n")  # fmt: skip
+    token = manage("apitoken", "otto", "--name", "ctrl-c test", env=env).strip()
+    proc = subprocess.Popen(
+        [sys.executable, "tools/devrun.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    base = f"http://127.0.0.1:{web_port}"
+    server_pid = None
+    socket_closed = threading.Event()
+    try:
+        wait_for(lambda: any("SparkPanel is running at" in ln for ln in lines), 90, "devrun", proc)
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        started = api.post(
+            "/api/v1/runs", json={"recipe": "qwen3-5-35b-max-single-user", "host": "local-sim"}
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        pidfile = tmp_path / "runs" / str(run_id) / "pid.json"
+
+        def loading() -> bool:
+            state = api.get(f"/api/v1/runs/{run_id}").json()["state"]
+            assert state not in ("ready", "failed", "stopped"), f"run {run_id} is {state} already"
+            return state in ("starting", "loading", "compiling") and pidfile.exists()
+
+        wait_for(loading, 120, "the model to be loading", proc)
+        launched = json.loads(pidfile.read_text())
+        server_pid = launched["pid"]
+        server_port = int(launched["command"][launched["command"].index("--port") + 1])
+        assert psutil.pid_exists(server_pid)
+        # A browser's live socket stays open while Ctrl-C comes.
+        cookies = _login_cookies(base, "otto", password)
+        ws = connect(
+            f"ws://127.0.0.1:{web_port}/ws/events/",
+            additional_headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items()),
+                                "Origin": base},
+            open_timeout=20,
+        )  # fmt: skip
+
+        def hold() -> None:
+            with contextlib.suppress(ConnectionClosed, OSError), ws:  # until the server goes
+                while True:
+                    ws.recv()
+            socket_closed.set()
+
+        threading.Thread(target=hold, daemon=True).start()
+        time.sleep(1)
+        assert not socket_closed.is_set(), "the socket was refused"
+        everything = psutil.Process(proc.pid).children(recursive=True)
+        assert server_pid in {p.pid for p in everything} or psutil.pid_exists(server_pid)
+        everything.append(psutil.Process(server_pid))
+    finally:
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
+        code = proc.wait(timeout=120)
+        took = time.monotonic() - began
+        reader.join(timeout=5)
+    assert code == 0, "".join(lines[-40:])
+    # Generous for a busy machine; before, one worker alone had 20 s and the web server
+    # waited for every open socket.
+    assert took < 45, f"Ctrl-C took {took:.1f}s:\n" + "".join(lines[-40:])
+    _gone, alive = psutil.wait_procs(everything, timeout=5)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for leftover in alive:  # never outlive the test, even when it fails
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
+    assert not alive, f"left running after Ctrl-C: {[p.cmdline() for p in alive]}"
+    assert not psutil.pid_exists(server_pid) or psutil.Process(server_pid).status() == (
+        psutil.STATUS_ZOMBIE
+    )
+    assert socket_closed.wait(10)
+    for port in (web_port, server_port):  # nothing listens on the web or model port
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+            s.bind(("127.0.0.1", port))
+    print(f"Ctrl-C with a model mid-load and a socket open: everything stopped in {took:.1f}s")
+    with sqlite3.connect(db_path) as conn:
+        state, step = conn.execute(
+            "SELECT state, step FROM runs_run WHERE id = ?", (run_id,)
+        ).fetchone()
+    assert state == "stopped", (state, step)
+    assert "make run" in step
+    assert any("all processes stopped" in ln for ln in lines)

@@ -1,7 +1,8 @@
 """Run the whole panel in the foreground: Redis (when none is running), the ASGI web
 server, a Celery worker, the simulated host's worker and host agent, and Celery beat.
-Ctrl-C (or SIGTERM/SIGHUP) stops every process this script started, Redis last; if any
-of them dies, the rest are stopped too and the exit status says so.
+Ctrl-C (or SIGTERM/SIGHUP) stops every process this script started within seconds: all at
+once, SIGKILL after 5 s, then the simulated host's model servers (their runs marked stopped),
+Redis last; if any of them dies, the rest are stopped too and the exit status says so.
 
 Used by `make run`; not meant for production (see docker-compose.yml for that).
 """
@@ -9,6 +10,7 @@ Used by `make run`; not meant for production (see docker-compose.yml for that).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +26,9 @@ sys.path.insert(0, str(ROOT))
 from sparkpanel.env import env_str, load_dotenv  # noqa: E402
 
 PY = sys.executable
+# Ctrl-C: every child gets SIGTERM at once and this long to exit before SIGKILL. A worker
+# in the middle of a model load would otherwise wait for the load (minutes on a real Spark).
+STOP_GRACE_S = 5.0
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -37,18 +42,42 @@ class Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, timeout: float = 20.0) -> None:
-        if not self.alive():
-            return
+    def signal(self, sig: int) -> None:
+        """To its whole process group (a Celery worker's pool processes too)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+
+def stop_all(children: list[Child], timeout: float = STOP_GRACE_S) -> None:
+    """SIGTERM to all at once, SIGKILL to whatever is left after `timeout` seconds."""
+    running = [c for c in children if c.alive()]
+    for child in running:
+        child.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while running and time.monotonic() < deadline:
+        running = [c for c in running if c.alive()]
+        time.sleep(0.05)
+    for child in running:
+        print(f"[devrun] {child.name} did not stop in {timeout:.0f}s; killing it", flush=True)
+        child.signal(signal.SIGKILL)
+    for child in running:
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=timeout)
+            child.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            print(f"[devrun] {self.name} did not stop in {timeout:.0f}s; killing it", flush=True)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        except ProcessLookupError:
-            pass
+            print(f"[devrun] {child.name} (pid {child.proc.pid}) is still there", flush=True)
+
+
+def stop_simulated_servers(hosts: list[str], env: dict[str, str]) -> None:
+    """The simulated hosts' model servers run in sessions of their own (a worker restart must
+    not kill a loaded model), so stopping the worker leaves them: stop them by the process
+    engine's pid files and mark their runs stopped (manage.py mark_stopped)."""
+    argv = [PY, "manage.py", "mark_stopped", "--timeout", "2"]
+    for host in hosts:
+        argv += ["--host", host]
+    try:
+        subprocess.run(argv, cwd=ROOT, env=env, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"[devrun] could not stop the simulated hosts' servers: {exc}", flush=True)
 
 
 def worker_argv(queue: str, name: str) -> list[str]:
@@ -111,18 +140,29 @@ def main() -> int:
     children: list[Child] = []
     stopping = False
 
+    sim_hosts: list[str] = []
+
     def shutdown(signum=None, frame=None):
         nonlocal stopping
         if stopping:
             return
         stopping = True
         print("\n[devrun] stopping: " + ", ".join(c.name for c in reversed(children)), flush=True)
-        for child in reversed(children):
-            child.stop()
+        # Everything but Redis at once (mark_stopped's pushes still reach it), then Redis.
+        stop_all([c for c in children if c.name != "redis"])
+        if sim_hosts:
+            stop_simulated_servers(sim_hosts, env)
+        stop_all([c for c in children if c.name == "redis"])
         print("[devrun] all processes stopped", flush=True)
 
+    def on_signal(signum, frame):
+        if stopping:
+            return  # a second Ctrl-C while stopping: the stop is already under way
+        shutdown()
+        sys.exit(0)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, f: (shutdown(), sys.exit(0)))
+        signal.signal(sig, on_signal)
 
     try:
         if not redis_reachable(redis_url):
@@ -171,6 +211,9 @@ def main() -> int:
                     "--port",
                     str(args.port),
                     "--no-access-log",
+                    # Open WebSockets must not hold Ctrl-C up (the default waits for them).
+                    "--timeout-graceful-shutdown",
+                    "2",
                 ],
                 env,
             )
@@ -178,6 +221,7 @@ def main() -> int:
         children.append(Child("worker", worker_argv("default", "default"), env))
         # The simulated Spark's own worker: its queue only, one task at a time.
         demo = env_str("DEMO_HOST", "local-sim")
+        sim_hosts.append(demo)
         children.append(Child(f"worker-{demo}", worker_argv(f"host.{demo}", demo), env))
         # Its host agent: live memory and metrics, and the memory watchdog.
         children.append(
