@@ -598,7 +598,11 @@ class Deriver:
     - ``kv_usage_pct`` (0–100), ``running``, ``waiting``, ``preemptions_total``,
       ``requests_total``: the last snapshot's values.
     - ``prompt_tps``, ``generation_tps``: tokens per second between the last two good
-      snapshots; None across a counter reset or with only one snapshot.
+      snapshots; None across a counter reset or with only one snapshot. Per second of
+      the server's own clock: ``t`` is the wall clock, and a server simulated ``time_scale``
+      times faster than real (sparksim's ``--time-scale``) produces that many times more
+      tokens per wall second, so the rates are divided by it — what a real Spark would
+      do (apps/hosts/clock.py). The histograms' seconds are the server's already.
     - over the window (the good snapshots of the last ``window_s`` seconds;
       ``window_s`` says how many seconds they actually span): ``ttft_p50/p95``,
       ``itl_p50/p95``, ``e2e_p50/p95`` (seconds, from histogram bucket deltas; None
@@ -609,10 +613,13 @@ class Deriver:
     snapshots had it.
     """
 
-    def __init__(self, window_s: float = DEFAULT_WINDOW_S) -> None:
+    def __init__(self, window_s: float = DEFAULT_WINDOW_S, time_scale: float = 1.0) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be positive, not {window_s}")
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be positive, not {time_scale}")
         self.window_s = window_s
+        self.time_scale = time_scale
         self._good: deque[tuple[float, Snapshot]] = deque()
         self._last_t: float | None = None
         self._stale = True
@@ -665,7 +672,7 @@ class Deriver:
                 ):
                     a, b = getattr(old, attr), getattr(new, attr)
                     if a is not None and b is not None and b >= a:
-                        out[key] = (b - a) / dt
+                        out[key] = (b - a) / (dt * self.time_scale)
 
         for prefix, attr in (("ttft", "ttft"), ("itl", "itl"), ("e2e", "e2e")):
             if getattr(new, attr) is None:

@@ -15,6 +15,7 @@ from apps.benchmarks import harness, selectors
 from apps.benchmarks.harness import SLO, LevelSpec, Scenario
 from apps.benchmarks.models import J, Job, Result
 from apps.core import live
+from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
 from vllm_adapter import endpoints
@@ -49,6 +50,7 @@ def run_job(job_id: int) -> None:
     push(job)
     try:
         run = _ensure_run(job)
+        clock = run_clock(run)  # the harness times in the host's clock (apps/hosts/clock.py)
         context = {
             "run": run.pk,
             "image": run.image,
@@ -56,8 +58,8 @@ def run_job(job_id: int) -> None:
             "image_pinned": run.image_pinned,
             "argv": run.argv,
             "host": job.host.name,
-            "simulated": job.host.simulated,
-            "time_scale": job.host.sim_time_scale if job.host.simulated else 1.0,
+            "simulated": clock.simulated,
+            "time_scale": clock.scale,
             "recipe": job.recipe.name,
             "model_id": job.recipe.model_id,
             "server_version": _server_version(run),

@@ -26,6 +26,7 @@ from django.conf import settings
 
 from apps.accounts.roles import USE_CHAT
 from apps.core.consumers import CLOSE_FORBIDDEN, authorise
+from apps.hosts.clock import HostClock, run_clock
 from vllm_adapter import endpoints, sse
 
 COALESCE_S = 0.04
@@ -165,7 +166,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if status == "complete" and state.finish_reason is None:
             status = "error"
             error = await _db(_cut_short)(prepared["run_id"])
-        stats = state.stats()
+        stats = state.stats(prepared["time_scale"])
         saved = await _db(_finish)(message_id, state, status, error, stats)
         # The socket may be gone (a stop by disconnect): the answer is saved either way.
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -177,6 +178,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     "status": status,
                     "error": error,
                     "seq": state.seq,
+                    "clock_label": prepared["clock_label"],
                     **saved,
                 }
             )
@@ -247,13 +249,17 @@ class _StreamState:
             self.pending_reasoning.append(reasoning)
         self.wake.set()
 
-    def stats(self) -> dict:
+    def stats(self, time_scale: float = 1.0) -> dict:
+        """TTFT and tok/s in the host's time (apps/hosts/clock.py): on an N× simulated
+        Spark the wall-clock figures are N× too fast, so they are scaled to what a real
+        Spark would do, like the benchmarks'."""
+        clock = HostClock(time_scale, simulated=time_scale != 1.0)
         usage = self.usage or {}
-        ttft = self.first_token - self.started if self.first_token else None
+        ttft = clock.host_seconds(self.first_token - self.started) if self.first_token else None
         completion = usage.get("completion_tokens")
         tok_s = None
         if completion and completion > 1 and self.first_token and self.last_token:
-            span = self.last_token - self.first_token
+            span = clock.host_seconds(self.last_token - self.first_token)
             tok_s = (completion - 1) / span if span > 0 else None
         return {
             "ttft_s": ttft,
@@ -337,7 +343,10 @@ def _prepare(conversation_id: int, content: str) -> dict:
         conv.title = content.strip().splitlines()[0][:80]
     conv.save()
     history.append({"role": "user", "content": content})
+    clock = run_clock(run)
     return {
+        "time_scale": clock.scale,
+        "clock_label": clock.label,
         "user_message": user_message.as_dict(),
         "assistant_id": assistant.pk,
         "run_id": run.pk,

@@ -94,4 +94,11 @@ class Message(models.Model):
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
+            "clock_label": self.clock().label,
         }
+
+    def clock(self):
+        """The clock of this answer's TTFT and tok/s: its run's (apps/hosts/clock.py)."""
+        from apps.hosts.clock import REAL, run_clock
+
+        return run_clock(self.run) if self.run_id else REAL

@@ -55,12 +55,17 @@ def _conversation(request: HttpRequest, pk: int) -> Conversation:
     return conversation
 
 
+def _messages(conversation: Conversation):
+    # With their runs and hosts: each answer's figures name their clock (sim_label).
+    return conversation.messages.select_related("run__host")
+
+
 @require_GET
 def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = _conversation(request, pk)
     owner = conversation.user_id == request.user.pk
     return render(request, "chat/conversation.html", {
-        "conversation": conversation, "chat_messages": conversation.messages.all(),
+        "conversation": conversation, "chat_messages": _messages(conversation),
         "form": SettingsForm(instance=conversation), "owner": owner,
         "can_write": owner and request.user.has_perm(USE_CHAT),
         "ready": conversation.run is not None and conversation.run.state == RunState.READY,
@@ -80,7 +85,7 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, "Settings saved; they apply to the next answer.")
         return redirect(conversation)
     return render(request, "chat/conversation.html", {
-        "conversation": conversation, "chat_messages": conversation.messages.all(), "form": form,
+        "conversation": conversation, "chat_messages": _messages(conversation), "form": form,
         "owner": True, "can_write": True,
         "ready": conversation.run is not None and conversation.run.state == RunState.READY,
     }, status=400)  # fmt: skip

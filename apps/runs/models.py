@@ -39,6 +39,8 @@ TRANSITIONS: dict[str, set[str]] = {
 }
 ACTIVE_STATES = [s for s in RunState.values if s not in (S.STOPPED, S.FAILED)]
 STARTING_STATES = [S.QUEUED, S.PULLING, S.STARTING, S.LOADING, S.COMPILING, S.WARMING]
+# The phases the model server itself paces (a simulated one N× faster than a real Spark).
+SERVER_PACED_STATES = frozenset(s.value for s in (S.STARTING, S.LOADING, S.COMPILING, S.WARMING))
 
 
 def _push_run_changed(run_id: int, host_id: int) -> None:
@@ -210,15 +212,37 @@ class Run(models.Model):
         return run_checks(self)
 
     def phase_seconds(self) -> dict[str, float]:
+        """How long each finished phase took, in the host's time: the phases the server
+        paces (starting to warming) run N× faster on an N× simulated host, so their wall
+        seconds are scaled by its clock (apps/hosts/clock.py); queueing, pulling an image
+        and stopping take as long as they took."""
         from datetime import datetime
 
+        from apps.hosts.clock import run_clock
+
+        clock = run_clock(self)
         out = {}
         for state, span in self.timings.items():
             if "end" in span:
-                out[state] = (
+                wall = (
                     datetime.fromisoformat(span["end"]) - datetime.fromisoformat(span["start"])
                 ).total_seconds()
+                out[state] = clock.host_seconds(wall) if state in SERVER_PACED_STATES else wall
         return out
+
+    def phase_rows(self) -> list[tuple[str, float, bool]]:
+        """(phase, seconds, in simulated time) for the run page's phase timings."""
+        simulated = self.facts_clock().simulated
+        return [
+            (state, seconds, simulated and state in SERVER_PACED_STATES)
+            for state, seconds in self.phase_seconds().items()
+        ]
+
+    def facts_clock(self):
+        """This run's clock (the speed its server started with): apps/hosts/clock.py."""
+        from apps.hosts.clock import run_clock
+
+        return run_clock(self)
 
 
 class PlanCheck(models.Model):

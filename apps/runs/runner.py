@@ -13,6 +13,7 @@ import httpx
 from django.utils import timezone
 
 from apps.core import live
+from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.recipes.spark import GB
@@ -60,7 +61,8 @@ class _Pusher:
 
 
 def _scaled(run: Run, seconds: float) -> float:
-    return seconds / run.host.sim_time_scale if run.host.simulated else seconds
+    """Host seconds (a limit on a real Spark) as wall seconds on this run's host."""
+    return run_clock(run).wall_seconds(seconds)
 
 
 def _save(run: Run, **fields) -> None:
@@ -88,6 +90,7 @@ def start(run_id: int) -> None:
     handle: Handle | None = None
     try:
         engine = engine_for(run.host)
+        record_run_clock(run)  # the speed this server starts with (apps/hosts/clock.py)
         spec = LaunchSpec(run_id=run.pk, host_name=run.host.name, argv=list(run.argv),
                           image=run.image, port=run.port)  # fmt: skip
         if run.state in (S.QUEUED, S.PULLING) and engine.needs_pull(spec):
@@ -243,14 +246,14 @@ def _warm_up(run: Run, pusher: _Pusher) -> None:
     the JIT compile (~25 s on Nemotron-3-Super), so a run is ready only after it."""
     body = endpoints.chat_body(run.served_name, [{"role": "user", "content": "Hi"}], max_tokens=2)
     ttfts: list[float] = []
-    scale = run.host.sim_time_scale if run.host.simulated else 1.0
+    clock = run_clock(run)
     deadline = time.monotonic() + _scaled(run, PHASE_TIMEOUT_S[S.WARMING])
     with httpx.Client(base_url=run.local_endpoint, timeout=max(_scaled(run, 300), 10)) as client:
         for i in range(WARMUP_MAX_REQUESTS):
             _check_stop(run)
             t0 = time.monotonic()
             client.post(endpoints.CHAT_COMPLETIONS, json=body).raise_for_status()
-            ttfts.append((time.monotonic() - t0) * scale)  # simulated seconds, like the server
+            ttfts.append(clock.host_seconds(time.monotonic() - t0))  # host time, like its log
             _save(
                 run,
                 step=f"Warm-up request {i + 1}: {ttfts[-1]:.2f} s",

@@ -30,6 +30,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.core import live
+from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
@@ -292,7 +293,9 @@ class HostAgent:
             scrape_error = ""
         else:
             if self.deriver is None or self.deriver_run != run.pk:
-                self.deriver, self.deriver_run = scrape.Deriver(), run.pk
+                # Rates per second of the run's clock (apps/hosts/clock.py).
+                clock = run_clock(run)
+                self.deriver, self.deriver_run = scrape.Deriver(time_scale=clock.scale), run.pk
             url = endpoints.url(run.local_endpoint, endpoints.METRICS)
             result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
                                              max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip

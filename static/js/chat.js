@@ -36,6 +36,8 @@
     const parts = [];
     if (data.ttft_s != null) parts.push(`TTFT ${data.ttft_s.toFixed(2)} s`);
     if (data.tok_s) parts.push(`${data.tok_s.toFixed(1)} tok/s`);
+    // On a simulated Spark both figures are in its time (apps/hosts/clock.py), and say so.
+    if (data.clock_label && (data.ttft_s != null || data.tok_s)) parts.push(data.clock_label);
     if (data.prompt_tokens != null) parts.push(`${data.prompt_tokens} prompt + ${data.completion_tokens} completion tokens`);
     if (data.finish_reason) parts.push(`finish: ${data.finish_reason}`);
     if (data.status === "stopped") parts.push("stopped");

@@ -31,6 +31,7 @@ def chat_server(db, tmp_path, qwen):
         sims.append(sim)
         port = int(sim.url.rsplit(":", 1)[1])
         host = Host.objects.create(name=f"chat-{uuid.uuid4().hex[:6]}", engine="process",
+                                   sim_time_scale=time_scale,
                                    simulated=True, port_min=port, port_max=port)  # fmt: skip
         run = Run.objects.create(recipe=qwen, host=host, port=port, image="x",
                                  state=RunState.READY)  # fmt: skip

@@ -1,0 +1,171 @@
+"""One clock (issue #16): on a 10× simulated Spark the chat, the dashboard's live chart and
+a benchmark show the same tokens per second — the simulated Spark's, below the decode
+ceiling the panel prints for the recipe — and each says it is simulated time.
+
+Before, the chat timed answers on the wall clock (ten times the benchmark's figure, three
+times the ceiling) and the dashboard's tokens/s chart divided tokens by wall seconds."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.conftest import ROOT, stop_process, wait_for
+from tests.e2e.conftest import login
+
+pytestmark = pytest.mark.e2e
+
+HOST = "clock-sim"
+SLUG = "qwen3-5-35b-max-single-user"
+SETUP = f"""
+from apps.hosts.models import Host
+Host.objects.update_or_create(name="{HOST}", defaults=dict(
+    engine="process", simulated=True, sim_time_scale=10, port_min=21600, port_max=21699,
+    description="a simulated Spark at 10x"))
+"""
+START = f"""
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+from apps.runs.services import run_start
+host = Host.objects.get(name="{HOST}")
+run = Run.objects.active().filter(host=host).first()
+if run is None:
+    run = run_start(recipe=Recipe.objects.get(slug="{SLUG}"), host=host, user=None)
+print(run.pk)
+"""
+STATE = "from apps.runs.models import Run; print(Run.objects.get(pk={pk}).state)"
+# One small benchmark: a single stream long enough that the agent's 1 s scrapes see a
+# whole second of decoding (2,048 tokens at ~48 simulated tok/s ≈ 4 wall seconds at 10×).
+QUEUE = f"""
+from django.contrib.auth import get_user_model
+from apps.benchmarks.models import Suite
+from apps.benchmarks.services import job_queue
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+suite, _ = Suite.objects.update_or_create(name="one clock", defaults=dict(
+    scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 2048}}],
+    repetitions=1, warmup_requests=0, sweep_enabled=False))
+job = job_queue(suite=suite, recipe=Recipe.objects.get(slug="{SLUG}"),
+                host=Host.objects.get(name="{HOST}"),
+                user=get_user_model().objects.get(username="mia"))
+print(job.pk)
+"""
+STOP = f"""
+from apps.runs.models import Run
+from apps.runs.services import run_stop
+for run in Run.objects.active().filter(host__name="{HOST}"):
+    run_stop(run=run)
+"""
+# Collects the dashboard's live samples for the host (the charts draw these).
+COLLECT = f"""
+window.__tps = [];
+document.addEventListener("telemetry:sample", (e) => {{
+  const s = e.detail || {{}};
+  if (s.host === "{HOST}" && s.generation_tps != null) window.__tps.push(s.generation_tps);
+}});
+"""
+
+
+@pytest.fixture
+def clock_host(live_server_asgi):
+    from sparkpanel.celery import app
+
+    live_server_asgi.manage("shell", "-c", SETUP)
+    logs = live_server_asgi.log.parent
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{HOST}",
+         "-n", f"{HOST}@e2e", "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
+         "--without-gossip"],
+        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "clock-worker.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    agent = subprocess.Popen(
+        [sys.executable, "manage.py", "hostagent", "--host", HOST],
+        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "clock-agent.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: bool(app.control.ping(destination=[f"{HOST}@e2e"], timeout=0.5)), 60,
+                 "the 10x host's worker", worker)  # fmt: skip
+        pk = live_server_asgi.manage("shell", "-c", START).strip().splitlines()[-1]
+        wait_for(
+            lambda: (
+                live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready"
+            ),
+            120,
+            f"run {pk} ready",
+        )
+        yield live_server_asgi, pk
+    finally:
+        live_server_asgi.manage("shell", "-c", STOP)
+        stop_process(agent, timeout=10)
+        stop_process(worker, timeout=30)
+
+
+def _number(text: str) -> float:
+    match = re.search(r"\d[\d,]*(?:\.\d+)?", text)
+    assert match, f"no number in {text!r}"
+    return float(match.group().replace(",", ""))
+
+
+def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
+    new_page, clock_host
+):
+    server, run_id = clock_host
+    label = "simulated ×10"
+
+    # The decode ceiling the panel prints for the recipe on a Spark.
+    page = new_page()
+    login(page, "mia")
+    page.goto(f"/recipes/{SLUG}/")
+    ceiling = _number(page.locator(".ceiling").first.inner_text())
+
+    # The dashboard, open throughout, records the live samples its charts draw.
+    dash = new_page()
+    dash.add_init_script(COLLECT)
+    login(dash, "mia")
+    panel = dash.locator("section", has=dash.get_by_role("heading", name=re.compile(f"^{HOST}")))
+    expect(panel.locator("[data-telemetry-state]")).to_have_text(
+        re.compile("^live"), timeout=20_000
+    )
+    expect(panel.locator(".tele-clock")).to_have_text(label)
+
+    # A chat answer of a few hundred tokens.
+    page.goto("/chat/")
+    page.get_by_label("Ready model").select_option(value=str(run_id))
+    page.get_by_role("button", name="New chat").click()
+    expect(page.locator("[data-chat-state]")).to_have_text("ready", timeout=10_000)
+    page.get_by_label("Message").fill("/sparksim echo " + " ".join(f"w{i}" for i in range(400)))
+    page.get_by_role("button", name="Send").click()
+    stats = page.locator(".chat-assistant").last.locator("[data-stats]")
+    expect(stats).to_contain_text("finish:", timeout=30_000)
+    expect(stats).to_contain_text(label)
+    chat_tps = _number(re.search(r"([\d.]+) tok/s", stats.inner_text()).group(1))
+    page.reload()  # the saved answer says the same
+    saved = page.locator(".chat-assistant").last.locator("[data-stats]")
+    expect(saved).to_contain_text(f"{chat_tps:.1f} tok/s")
+    expect(saved).to_contain_text(label)
+
+    # One small benchmark on the same run.
+    job_id = server.manage("shell", "-c", QUEUE).strip().splitlines()[-1]
+    page.goto(f"/benchmarks/jobs/{job_id}/")
+    expect(page.locator("[id$='-progress'] .state-badge")).to_have_text("Done", timeout=90_000)
+    results = page.locator(f"#job-{job_id}-results")
+    expect(results.get_by_role("heading", name=re.compile("^Single stream"))).to_contain_text(label)
+    table = results.locator("table").first
+    headers = [h.strip().lower() for h in table.locator("thead th").all_text_contents()]
+    column = next(i for i, h in enumerate(headers) if h.startswith("decode tok/s"))
+    bench_tps = _number(table.locator("tbody tr").first.locator("td").nth(column).inner_text())
+
+    # The dashboard saw that benchmark decode: its fastest 1 s interval is the stream's rate.
+    wait_for(lambda: len(dash.evaluate("window.__tps")) > 3, 15, "dashboard samples")
+    dash_tps = max(dash.evaluate("window.__tps"))
+
+    figures = {"chat": chat_tps, "dashboard": dash_tps, "benchmark": bench_tps}
+    for name, value in figures.items():
+        assert 0 < value < ceiling, f"{name} shows {value} tok/s; the ceiling is {ceiling}"
+    low, high = min(figures.values()), max(figures.values())
+    assert high <= 1.35 * low, f"three clocks: {figures}"
