@@ -1,0 +1,179 @@
+"""Pages that never lie, as three people at once (a member, an operator and an admin) in a
+real browser: a job that fails while its page is open shows the failure and loses its
+Cancel without a reload; an operator's notice reaches every open page; a page whose socket
+was down while things changed shows the current state once it reconnects
+(docs/live-updates.md)."""
+
+import json
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.conftest import wait_for
+from tests.e2e.conftest import login
+
+pytestmark = pytest.mark.e2e
+
+# A run of one recipe occupying local-sim (made directly: no model is started), and a job
+# for another recipe, queued without its task so the test decides when the worker gets it.
+SETUP = """
+import json
+from django.contrib.auth import get_user_model
+from apps.benchmarks.models import Job, Suite
+from apps.benchmarks.services import suite_plan
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+host = Host.objects.get(name="local-sim")
+busy, other = Recipe.objects.order_by("pk")[:2]
+run = Run.objects.create(recipe=busy, host=host, port=host.port_max, image=busy.image, argv=[],
+                         state="ready", step="Ready (a stand-in for the test)")
+suite = Suite.objects.order_by("-is_default", "pk").first()
+mia = get_user_model().objects.get(username="mia")
+job = Job.objects.create(suite=suite, recipe=other, host=host, queued_by=mia, plan=suite_plan(suite))
+print(json.dumps({"run": run.pk, "job": job.pk}))
+"""
+RUN_JOB = """
+from apps.benchmarks.tasks import run_job
+run_job.apply_async(args=[{job}], queue="host.local-sim")
+"""
+CANCEL = """
+from django.contrib.auth import get_user_model
+from apps.benchmarks.models import Job
+from apps.benchmarks.services import job_cancel
+job_cancel(job=Job.objects.get(pk={job}), user=get_user_model().objects.get(username="otto"))
+"""
+NOTICE = """
+from django.contrib.auth import get_user_model
+from apps.core.services import notice_post
+notice_post(author=get_user_model().objects.get(username="otto"), message={message!r})
+"""
+CLEANUP = """
+from apps.benchmarks.models import Job
+from apps.runs.models import Run
+Run.objects.filter(pk={run}).update(state="stopped", step="Stopped")
+Job.objects.filter(pk={job}, state__in=["queued", "preparing", "running"]).update(state="cancelled")
+"""
+
+
+@pytest.fixture
+def busy_demo_host(idle_demo_host):
+    """local-sim busy with one recipe, and a queued job (mia's) for another."""
+    server = idle_demo_host
+    ids = json.loads(server.manage("shell", "-c", SETUP).strip().splitlines()[-1])
+    try:
+        yield server, ids
+    finally:
+        server.manage("shell", "-c", CLEANUP.format(**ids))
+
+
+def live(page) -> None:
+    """The page's socket is open and its live elements were fetched."""
+    expect(page.locator("#live-status")).to_have_text("live")
+
+
+def test_a_job_that_fails_while_its_page_is_open_shows_it_without_a_reload(
+    new_page, busy_demo_host
+):
+    server, ids = busy_demo_host
+    job_url = f"/benchmarks/jobs/{ids['job']}/"
+    member, admin, operator = new_page(), new_page(), new_page()
+    login(member, "mia")
+    login(admin, "ada")
+    login(operator, "otto")
+    member.goto(job_url)
+    admin.goto(job_url)
+    operator.goto("/benchmarks/")
+    for page in (member, admin):
+        expect(page.locator(f"#job-{ids['job']}-progress .state-badge")).to_have_text("Queued")
+        expect(page.get_by_role("button", name="Cancel")).to_be_visible()  # hers; an admin's
+    queue = operator.locator("#queue-local-sim")
+    expect(queue).to_contain_text(f"job {ids['job']}")
+    for page in (member, admin, operator):
+        live(page)
+
+    # The host's worker takes the job and fails it at once: local-sim serves another recipe.
+    server.manage("shell", "-c", RUN_JOB.format(job=ids["job"]))
+
+    for page in (member, admin):
+        progress = page.locator(f"#job-{ids['job']}-progress")
+        expect(progress.locator(".state-badge")).to_have_text("Failed", timeout=30_000)
+        expect(progress.get_by_role("alert")).to_be_visible()  # why, in the job's words
+        expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+        expect(page.get_by_role("link", name="CSV")).to_be_visible()  # the rest of the bar stays
+    # The operator's queue page dropped the job from local-sim's queue.
+    expect(queue).not_to_contain_text(f"job {ids['job']}", timeout=30_000)
+    expect(queue).to_contain_text("Idle")
+
+
+def test_an_operators_notice_reaches_every_open_page_of_a_member(new_page, live_server_asgi):
+    pages = {}
+    for path in ("/", "/runs/", "/recipes/"):
+        page = new_page()
+        login(page, "mia")
+        page.goto(path)
+        live(page)
+        pages[path] = page
+    admin = new_page()
+    login(admin, "ada")
+    admin.goto("/benchmarks/")
+    live(admin)
+
+    operator = new_page()
+    login(operator, "otto")
+    text = "Taking local-sim down for an image update at 14:00"
+    operator.get_by_placeholder("e.g. Swapping").fill(text)
+    operator.get_by_role("button", name="Post notice").click()
+
+    expect(pages["/"].locator("#notices li.notice").first).to_contain_text(text)
+    for path in ("/runs/", "/recipes/"):
+        strip = pages[path].locator("#notices-strip")
+        expect(strip).to_be_visible()
+        expect(strip).to_contain_text(text)
+        expect(strip).to_contain_text("otto")
+    expect(admin.locator("#notices-strip")).to_contain_text(text)
+    # On her dashboard the list is fetched per user: a member gets no Delete button on
+    # the operator's notice, the operator does.
+    first = pages["/"].locator("#notices li.notice").first
+    expect(first.get_by_role("button", name="Delete")).to_have_count(0)
+    expect(operator.locator("#notices li.notice").first).to_contain_text(text)
+    expect(operator.locator("#notices li.notice").first.get_by_role("button")).to_be_visible()
+
+
+def test_a_page_that_reconnects_shows_what_changed_while_it_was_offline(new_page, busy_demo_host):
+    server, ids = busy_demo_host
+    job_url = f"/benchmarks/jobs/{ids['job']}/"
+    member, operator = new_page(), new_page()
+    login(member, "mia")
+    login(operator, "otto")
+    member.goto(job_url)
+    operator.goto(job_url)
+    live(member)
+    live(operator)
+    badge = member.locator(f"#job-{ids['job']}-progress .state-badge")
+    expect(badge).to_have_text("Queued")
+
+    member.evaluate("window.SparkEvents.disconnect()")
+    expect(member.locator("#live-status")).to_have_text("offline")
+    # While her socket is down: the operator cancels her job and posts a notice.
+    server.manage("shell", "-c", CANCEL.format(job=ids["job"]))
+    message = "Back at 15:00 — local-sim reserved for the image test"
+    server.manage("shell", "-c", NOTICE.format(message=message))
+    operator_badge = operator.locator(f"#job-{ids['job']}-progress .state-badge")
+    expect(operator_badge).to_have_text("Cancelled")  # the push went out …
+    expect(badge).to_have_text("Queued")  # … and did not reach the offline page
+    expect(member.get_by_role("button", name="Cancel")).to_be_visible()
+
+    member.evaluate("window.__notReloaded = true")
+    synced = int(member.evaluate("document.body.dataset.liveSynced || '0'"))
+    member.evaluate("window.SparkEvents.connect()")
+    wait_for(
+        lambda: int(member.evaluate("document.body.dataset.liveSynced || '0'")) > synced,
+        30,
+        "the page to fetch its live elements on reconnect",
+    )
+    live(member)
+    expect(badge).to_have_text("Cancelled")
+    expect(member.get_by_role("button", name="Cancel")).to_have_count(0)
+    expect(member.locator("#notices-strip")).to_contain_text(message)
+    assert member.evaluate("window.__notReloaded === true")  # the same page, never reloaded
