@@ -13,6 +13,7 @@ urlpatterns = [
     path("benchmarks/", include("apps.benchmarks.urls")),
     path("chat/", include("apps.chat.urls")),
     path("api/", include("apps.api.urls")),
+    path("telemetry/", include("apps.telemetry.urls")),
     path("admin/", admin.site.urls),
     path("metrics", panel_metrics, name="panel-metrics"),
 ]

@@ -191,6 +191,15 @@ class Run(models.Model):
         end = timezone.now() if self.is_active else self.updated_at
         return max(0.0, (end - self.created_at).total_seconds())
 
+    def ready_after_seconds(self) -> float | None:
+        """How long the start took, queued to ready (the phase timings' sum, so it agrees
+        with the run page's phase table); None until the run has been ready. Shown instead
+        of an "elapsed" counter that would keep counting once the model is up."""
+        if "ready" not in self.timings:
+            return None
+        phases = self.phase_seconds()
+        return sum(phases.get(state, 0.0) for state in STARTING_STATES)
+
     def remaining_seconds(self) -> float | None:
         """An estimate for the phases whose progress is a real percentage (pulling and
         loading weights): the phase's pace so far. None when there is no honest estimate."""

@@ -282,12 +282,12 @@ class HostAgent:
     # --- metrics, heartbeat and history ---------------------------------------------------
 
     def scrape_and_publish(self, now: float) -> dict:
-        run = (
-            Run.objects.filter(host=self.host, state__in=SCRAPED_STATES)
-            .select_related("host")
-            .first()
-        )
-        if run is None:
+        # The sample belongs to the host's active run in every phase (queued, pulling,
+        # starting, loading, ...): memory during a load is what matters most, so the run
+        # page's charts get it from the first second. Its /metrics exist only once the
+        # server is up (warming onwards): scraped then, not before.
+        run = Run.objects.active().filter(host=self.host).select_related("host").first()
+        if run is None or run.state not in SCRAPED_STATES:
             self.deriver, self.deriver_run = None, None
             derived: dict = {}
             scrape_error = ""
@@ -310,6 +310,7 @@ class HostAgent:
         sample = {
             "host": self.host_name,
             "run": run.pk if run else None,
+            "run_state": run.state if run else None,
             "t": round(now, 3),
             "mem_total": total,
             "mem_available": available,

@@ -28,12 +28,19 @@ def backfill(host, run=None, minutes: int = BACKFILL_MINUTES) -> dict:
         data["mem_available"].append(row.mem_available)
         for key in SERIES:
             data[key].append(getattr(row, key))
+    latest = host.agent_sample if host.agent_live else None
+    if run is not None and latest and latest.get("run") != run.pk:
+        latest = None  # the host's sample is about another run (or none): not this one's
     return {
         "history": data,
         "warn_bytes": int(host.watchdog_warn_gib * 2**30),
         "act_bytes": int(host.watchdog_act_gib * 2**30),
         "window_s": minutes * 60,
-        "latest": host.agent_sample if host.agent_live else None,
+        "latest": latest,
+        "agent_live": host.agent_live,
+        # A run's charts end at its last sample once it is over; live ones end now.
+        "active": run.is_active if run is not None else True,
+        "now": timezone.now().timestamp(),
     }
 
 
