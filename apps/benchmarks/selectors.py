@@ -211,6 +211,7 @@ def scenario_chart(job: Job) -> dict:
     decode_series = series("decode_tps", "decode_tps_p50")
     # Too short to time: no measured point (the seed's published figure stays).
     decode_series[0]["values"] = [timed_decode_tps(r.result) for r in rows]
+    decode_series[0]["notes"] = [None if r.decode_timed else "too short to time" for r in rows]
     return {
         "scenarios": labels,
         "metrics": {

@@ -17,6 +17,8 @@
 //   scenarios  {"scenarios": ["58/2", ...], "unit": "s", "y_label"?: "TTFT",
 //               "series": [{"label": "measured", "values": [..]},
 //                          {"label": "seed (Nemotron, SPEC)", "values": [.. or null]}]}
+//              a series may carry "notes": [.. or null], shown in the legend where its value
+//              is null (e.g. "too short to time": no bar, and the hover says why)
 //              or several metrics in one blob, chosen by data-metric:
 //              {"scenarios": [...], "metrics": {"ttft_s": {"unit": "s", "y_label"?: ..., "series": [...]},
 //                                                "decode_tps": {...}}}
@@ -163,6 +165,7 @@
     const series = (Array.isArray(d.series) ? d.series : []).map((s) => ({
       label: String(s.label || ""),
       values: cats.map((_, i) => num(Array.isArray(s.values) ? s.values[i] : null)),
+      notes: cats.map((_, i) => (Array.isArray(s.notes) && s.notes[i] ? String(s.notes[i]) : null)),
     }));
     if (!n || !series.some((s) => s.values.some((v) => v != null))) return { empty: true };
 
@@ -189,7 +192,7 @@
         fill: color,
         width: 0,
         points: { show: false },
-        value: legendValue((u, v) => withUnit(v, unit)),
+        value: legendValue((u, v, si, idx) => (v == null && s.notes[idx] ? s.notes[idx] : withUnit(v, unit))),
         paths: uPlot.paths.bars({
           disp: {
             x0: {

@@ -148,6 +148,7 @@ def test_a_two_token_rate_reads_too_short_to_time_with_no_roofline_chart_point_o
     # No measured point in the chart (null), the timed one is there.
     decode = selectors.scenario_chart(qwen_job)["metrics"]["decode_tps"]["series"][0]
     assert decode["values"][0] is None and decode["values"][1] == timed.result.decode_tps_p50
+    assert decode["notes"] == ["too short to time", None]  # the chart's hover says why
 
     html = client_as(member).get(qwen_job.get_absolute_url()).content.decode()
     table = html[html.index("<h2>Single stream") : html.index("<h2>Concurrency sweep")]

@@ -68,6 +68,14 @@ def test_the_results_page_says_too_short_to_time_and_explains_its_words(new_page
     expect(short).to_be_focused()
     expect(short).to_have_accessible_description(re.compile(r"Fewer than 16 generated tokens"))
 
+    # The decode chart has no bar for it, and its hover says why.
+    chart = page.locator("[data-bench-chart='scenarios'][data-metric='decode_tps']")
+    over = chart.locator(".u-over")
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.25, box["y"] + box["height"] / 2)
+    expect(chart.locator(".u-legend")).to_contain_text("too short to time")
+
     # One stream whose client lagged: a busy machine, not a saturated client.
     sweep_row = results.locator("table.table").nth(1).locator("tbody tr").first
     busy = sweep_row.locator("abbr.term", has_text="busy machine")
