@@ -128,7 +128,11 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     """The live re-plan behind every recipe and wizard input (htmx, debounced)."""
     form = PlanInputForm(request.POST)
     if not form.is_valid():
-        return render(request, "recipes/partials/plan.html", {"plan_errors": form.errors})
+        from apps.recipes.plan_labels import labelled_errors
+
+        return render(
+            request, "recipes/partials/plan.html", {"plan_errors": labelled_errors(form.errors)}
+        )
     from apps.recipes.planner import plan
 
     arch, flags = form.to_planner()

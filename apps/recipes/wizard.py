@@ -152,7 +152,9 @@ def _render(
             image=data.get("image", ""), arch=arch, flags=flags
         )  # what vLLM measured on earlier starts of this image
     else:
-        plan_ctx = {"plan_errors": plan_form.errors}
+        from apps.recipes.plan_labels import labelled_errors
+
+        plan_ctx = {"plan_errors": labelled_errors(plan_form.errors)}
     commands = None
     if step == 3 and plan_form.is_valid() and "model_id" in form.cleaned_data:
         preview = Recipe(**{k: v for k, v in form.cleaned_data.items() if k in ALL_FIELDS})
