@@ -160,6 +160,14 @@ def current_notices(limit: int = 5) -> list:
     return list(qs.select_related("author").order_by("-created_at", "-pk")[:limit])
 
 
+def notices_context() -> dict:
+    """The current notices and when the first of them expires (the page fetches its
+    notices again then: an expired notice leaves open pages too)."""
+    notices = current_notices()
+    expiries = [n.expires_at for n in notices if getattr(n, "expires_at", None)]
+    return {"notices": notices, "next_expiry": min(expiries) if expiries else None}
+
+
 def guard_banners() -> list[dict]:
     """The guard's current banner per host ({host, level, message, at}), newest first;
     "back to normal" ones only for OK_BANNER_S. Raises LiveUnavailable."""
@@ -270,11 +278,11 @@ ELEMENTS: dict[str, Element] = {
     ),
     "notices": Element(
         lambda k: "notices-strip", "core/partials/notices_strip.html",
-        lambda k, r: {"notices": current_notices()},
+        lambda k, r: notices_context(),
     ),
     "notice-list": Element(
         lambda k: "notices", "core/partials/notice_list.html",
-        lambda k, r: {"notices": current_notices()}, personal=True,
+        lambda k, r: notices_context(), personal=True,
     ),
     "banners": Element(lambda k: "banners", "core/partials/banners.html", _banners_context),
 }  # fmt: skip

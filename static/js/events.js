@@ -52,6 +52,7 @@
       if (seq !== null) el.dataset.liveSeq = String(seq);
       existing.replaceWith(el);
       activate(el);
+      scheduleExpiry(el);
       return true;
     }
     const spec = el.getAttribute("data-swap");
@@ -65,6 +66,25 @@
     target.insertAdjacentElement(where, el);
     activate(el);
     return true;
+  }
+
+  // An element that says when its state runs out (data-live-expires: a notice's expiry) is
+  // fetched again then, so an expired notice leaves open pages too.
+  const expiryTimers = new Map();
+  function scheduleExpiry(el) {
+    if (!el || !el.id) return;
+    clearTimeout(expiryTimers.get(el.id));
+    expiryTimers.delete(el.id);
+    const at = Date.parse(el.getAttribute("data-live-expires") || "");
+    if (!Number.isFinite(at)) return;
+    const wait = Math.max(at - Date.now(), 0) + 1000;
+    if (wait > 2147483000) return; // beyond setTimeout's range: a later fetch reschedules
+    const id = el.id;
+    expiryTimers.set(id, setTimeout(function () {
+      expiryTimers.delete(id);
+      const current = document.getElementById(id);
+      if (current) refresh(current);
+    }, wait));
   }
 
   function swapFragments(html, seq) {
@@ -210,6 +230,7 @@
     disconnect: disconnect,
   };
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-live-expires][id]").forEach(scheduleExpiry);
     if (document.getElementById("live-status")) connect();
   });
 })();

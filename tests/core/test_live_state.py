@@ -320,3 +320,18 @@ def test_a_push_with_redis_down_never_breaks_its_caller(settings, member, sim_ho
     run.mark_failed("still saved")  # the state change itself is not affected
     run.refresh_from_db()
     assert run.state == RunState.FAILED
+
+
+def test_notices_say_when_the_first_one_expires_so_open_pages_fetch_them_again(
+    operator, member, client_as
+):
+    soon = timezone.now() + dt.timedelta(minutes=5)
+    notice_post(author=operator, message="for a while", expires_at=soon)
+    notice_post(author=operator, message="forever")
+    c = client_as(member)
+    for url in ("/live/notices/", "/live/notice-list/", "/runs/"):
+        html = c.get(url).content.decode()
+        assert "data-live-expires=" in html, url
+    Notice.objects.filter(message="for a while").update(expires_at=timezone.now())
+    html = c.get("/live/notices/").content.decode()
+    assert "for a while" not in html and "data-live-expires" not in html and "forever" in html

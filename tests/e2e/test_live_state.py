@@ -177,3 +177,25 @@ def test_a_page_that_reconnects_shows_what_changed_while_it_was_offline(new_page
     expect(member.get_by_role("button", name="Cancel")).to_have_count(0)
     expect(member.locator("#notices-strip")).to_contain_text(message)
     assert member.evaluate("window.__notReloaded === true")  # the same page, never reloaded
+
+
+EXPIRING = """
+import datetime as dt
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from apps.core.services import notice_post
+notice_post(author=get_user_model().objects.get(username="otto"), message={message!r},
+            expires_at=timezone.now() + dt.timedelta(seconds={seconds}))
+"""
+
+
+def test_an_expired_notice_leaves_open_pages(new_page, live_server_asgi):
+    page = new_page()
+    login(page, "mia")
+    page.goto("/runs/")
+    live(page)
+    message = "A short-lived notice for the expiry test"
+    live_server_asgi.manage("shell", "-c", EXPIRING.format(message=message, seconds=8))
+    strip = page.locator("#notices-strip")
+    expect(strip).to_contain_text(message)
+    expect(strip).not_to_contain_text(message, timeout=40_000)  # gone without a reload

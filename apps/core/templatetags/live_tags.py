@@ -18,6 +18,6 @@ def live_banners() -> dict:
 
 @register.inclusion_tag("core/partials/notices_strip.html")
 def live_notices() -> dict:
-    from apps.core.live import current_notices
+    from apps.core.live import notices_context
 
-    return {"notices": current_notices()}
+    return notices_context()
