@@ -64,10 +64,9 @@ def has_reference_shape(prompt_tokens: int, output_tokens: int) -> bool:
     return (prompt_tokens, output_tokens) in SEED_TABLE
 
 
-def reference_missing_text(model_id: str) -> str:
-    """What a results page says where the suite has reference figures but not this model's."""
+def reference_missing_detail(model_id: str) -> str:
+    """Why there is no reference: the figures the suite's scenarios have are another model's."""
     return (
-        f"{NO_REFERENCE}: the published figures for these scenarios ({SEED_SOURCE}) are for "
-        f"{SEED_MODEL} on one Spark, not {model_id}, so this job's rows have nothing beside "
-        "them."
+        f"the published figures for these scenarios ({SEED_SOURCE}) are for {SEED_MODEL} on "
+        f"one Spark, not {model_id}, so this job's rows have nothing beside them."
     )

@@ -11,7 +11,7 @@ from apps.benchmarks.models import Job, Result
 from apps.benchmarks.reference import (
     SEED_SOURCE,
     has_reference_shape,
-    reference_missing_text,
+    reference_missing_detail,
     seed_for,
     seed_notes,
 )
@@ -81,10 +81,11 @@ def scenario_rows(job: Job) -> list[ScenarioRow]:
 
 
 def reference_note(job: Job, rows: list[ScenarioRow]) -> str:
-    """The "No published reference for this model…" text where the suite's scenarios have
-    published figures but not for this job's model; "" otherwise."""
+    """Why there is "No published reference for this model" (the page's words before it)
+    where the suite's scenarios have published figures but not for this job's model; ""
+    otherwise."""
     if any(r.reference_missing for r in rows):
-        return reference_missing_text(job.recipe.model_id)
+        return reference_missing_detail(job.recipe.model_id)
     return ""
 
 

@@ -205,7 +205,7 @@ def test_the_cli_decode_check_skips_levels_too_short_to_time():
 
 def test_a_model_without_a_published_reference_says_so(client_as, member, qwen_job):
     html = client_as(member).get(qwen_job.get_absolute_url()).content.decode()
-    assert "No published reference for this model" in html
+    assert ">No published reference for this model</abbr>: the published figures" in html
     assert qwen_job.recipe.model_id in html and 'data-term="seed"' not in html
     assert html.count(">no published reference for this model</abbr>") == 2  # both rows
     # A suite whose scenarios the seed never measured says nothing about a reference.
