@@ -339,17 +339,19 @@ def push(
         return None
 
 
-def push_run(run_id: int, *, lines: list[str] | None = None) -> int | None:
-    """A run's progress, details and actions; `lines` (new log lines) are appended to its
-    log on every open page whose log is older than this version."""
+def push_run(run_id: int, *, lines: list[str] | None = None, actions: bool = True) -> int | None:
+    """A run's progress, details and (unless `actions` is False: its buttons only change
+    with its state) actions; `lines` (new log lines) are appended to its log on every open
+    page whose log is older than this version."""
     key = str(run_id)
     extra = ""
     if lines:
         extra = render_to_string("runs/partials/log_lines.html", {"run": {"pk": run_id},
                                                                     "lines": lines})  # fmt: skip
-    return push(
-        [("run-progress", key), ("run-details", key), ("run-actions", key)], extra_html=extra
-    )
+    elements = [("run-progress", key), ("run-details", key)]
+    if actions:
+        elements.append(("run-actions", key))
+    return push(elements, extra_html=extra)
 
 
 def push_job(job_id: int, *, results: bool = False) -> int | None:

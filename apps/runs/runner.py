@@ -57,7 +57,8 @@ class _Pusher:
             return
         self.last = now
         # Rendered from the database as it is now, with a version (apps/core/live.py).
-        live.push_run(self.run.pk, lines=lines)
+        # Progress and log lines; the buttons change with the state (Run.transition).
+        live.push_run(self.run.pk, lines=lines, actions=False)
 
 
 def _scaled(run: Run, seconds: float) -> float:

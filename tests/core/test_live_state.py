@@ -276,6 +276,13 @@ def test_log_lines_are_pushed_with_a_version_for_the_log_container(member, sim_h
     messages = _collect(member, lambda: live.push_run(run.pk, lines=["INFO loading weights"]),
                         until=lambda ms: any("loading weights" in m["html"] for m in ms))  # fmt: skip
     assert f'data-swap="beforeend:run-{run.pk}-log"' in messages[-1]["html"]
+    # Progress pushes during a load do not make every page fetch its buttons again.
+    messages = _collect(
+        member,
+        lambda: live.push_run(run.pk, actions=False),
+        until=lambda ms: any(f'id="run-{run.pk}-progress"' in m["html"] for m in ms),
+    )
+    assert f"run-{run.pk}-actions" not in messages[-1].get("changed", [])
 
 
 # --- notices and banners on every page ------------------------------------------------------
