@@ -78,6 +78,7 @@ def slow_host(live_server_asgi):
     try:
         wait_for(lambda: bool(app.control.ping(destination=[f"{HOST}@e2e"], timeout=0.5)), 60,
                  "the slow host's worker", worker)  # fmt: skip
+        live_server_asgi.agent = agent
         yield live_server_asgi
     finally:
         live_server_asgi.manage("shell", "-c", STOP)
@@ -100,8 +101,8 @@ def test_the_run_page_charts_move_during_a_load_and_a_ready_run_stops_counting(n
         timeout=60_000,
     )
     loading = page.evaluate("window.__samples")
-    assert all(s["run"] == int(run_id) for s in loading)
-    assert progress.get_attribute("data-state") in LOADING  # the load goes on meanwhile
+    # Each says which run it is about and the phase the run was in when it was taken.
+    assert all(s["run"] == int(run_id) for s in loading), loading
     seen = []
     for _ in range(6):  # the agent runs: never "stale" (its samples come each second)
         seen.append(state.text_content())
@@ -150,3 +151,9 @@ def test_the_run_page_charts_move_during_a_load_and_a_ready_run_stops_counting(n
     assert after["points"] >= 2 and abs(after["xmax"] - after["now"]) < 5, after
     tokens = page.evaluate(CHART, ["tokens"])
     assert tokens["ymin"] == 0 and tokens["ymax"] > 0, tokens
+
+    # Only an agent that really is silent is called stale.
+    stop_process(slow_host.agent, timeout=10)
+    expect(page.locator("[data-telemetry-state]")).to_have_text(
+        re.compile(r"^stale: no sample for \d+ s"), timeout=40_000
+    )
