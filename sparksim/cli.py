@@ -24,6 +24,8 @@ from pathlib import Path
 import uvicorn
 
 from apps.recipes.planner import (
+    Architecture,
+    HostSpec,
     kv_bytes_per_sequence,
     kv_bytes_per_token_split,
     kv_element_bytes,
@@ -31,23 +33,22 @@ from apps.recipes.planner import (
 )
 from apps.recipes.spark import (
     CUDA_CONTEXT_GB,
-    CUDA_GRAPHS_GB,
     CUDA_VISIBLE_GIB,
     GB,
     GIB,
     MIB,
-    OS_RESERVE_GB,
-    PHYSICAL_MEMORY_GB,
 )
 from sparksim import __version__, registry
 from sparksim.corpus import TextStream
 from sparksim.engine import Clock, Engine
+from sparksim.facts import checkpoint_architecture, host_spec
 from sparksim.faults import FAULT_HELP, Faults, FaultSpecError, fail_start_error, parse_faults
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import BUILTIN, Profile, resolve_profile
 from sparksim.server import App, ServerState
 from sparksim.tokenizer import DEFAULT_TOKENIZER
+from sparksim.vllm_errors import VllmErrors, torch_oom
 from vllm_adapter import contract as vllm_contract
 
 log = logging.getLogger("sparksim")
@@ -129,7 +130,12 @@ SHARD_GB = 5.0
 
 
 class StartupFailed(Exception):
-    """vLLM would have died here; the message is its last log line."""
+    """vLLM would have died here: the message is the exception's line (the traceback's
+    last), `before` what vLLM logged before EngineCore reported its failure."""
+
+    def __init__(self, message: str, *, before: list[str] | None = None):
+        super().__init__(message)
+        self.before = list(before or [])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,13 +219,13 @@ class LogFormats:
 
 
 class VllmFormatter(logging.Formatter):
-    """`INFO 11-29 08:50:01 [loader.py:123] message`, the shape vLLM prints."""
+    """`INFO 11-29 08:50:01 [loader.py:123] message`, the shape vLLM prints; every line of
+    a multi-line message carries the prefix, as vLLM's NewLineFormatter does."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(record.created))
-        return (
-            f"{record.levelname} {stamp} [{record.filename}:{record.lineno}] {record.getMessage()}"
-        )
+        prefix = f"{record.levelname} {stamp} [{record.filename}:{record.lineno}] "
+        return "\n".join(prefix + line for line in record.getMessage().split("\n"))
 
 
 @dataclass
@@ -234,14 +240,22 @@ class Plan:
     tokens: int
     blocks: int
     free_at_start: float
+    total: float = CUDA_VISIBLE_GIB * GIB  # what CUDA reports as the device's memory
+    context: float = CUDA_CONTEXT_GB * GB
 
 
-def memory_plan(profile: Profile, args) -> Plan:
-    arch = profile.architecture
+def memory_plan(
+    profile: Profile, args, arch: Architecture | None = None, host: HostSpec | None = None
+) -> Plan:
+    """Memory as the planner computes it: the same functions, from the recipe's checkpoint
+    and the host's facts where the engine passed them (sparksim/facts.py)."""
+    arch = arch or profile.architecture
+    host = host or HostSpec()
     weights = weight_bytes(arch) or 0.0
-    pool = args.gpu_memory_utilization * CUDA_VISIBLE_GIB * GIB
-    graphs = 0.0 if args.enforce_eager else CUDA_GRAPHS_GB * GB
-    context = CUDA_CONTEXT_GB * GB
+    total = host.cuda_visible_gib * GIB
+    pool = args.gpu_memory_utilization * total
+    graphs = 0.0 if args.enforce_eager else host.cuda_graphs_gb * GB
+    context = host.cuda_context_gb * GB
     kv_available = pool - context - graphs - weights
     element = kv_element_bytes(arch, args.kv_cache_dtype)
     split = kv_bytes_per_token_split(arch, element) or (0.0, 0.0)
@@ -250,7 +264,8 @@ def memory_plan(profile: Profile, args) -> Plan:
     state = (arch.recurrent_state_mib or 0.0) * MIB
     for_tokens = kv_available - args.max_num_seqs * state if state else kv_available
     tokens = max(int(for_tokens // per_token), 0)
-    free_at_start = (PHYSICAL_MEMORY_GB - OS_RESERVE_GB - CUDA_CONTEXT_GB) * GB
+    # What CUDA finds free when the worker starts: all but the OS and the CUDA context.
+    free_at_start = (host.physical_memory_gb - host.os_reserve_gb - host.cuda_context_gb) * GB
     return Plan(
         weights,
         pool,
@@ -262,10 +277,19 @@ def memory_plan(profile: Profile, args) -> Plan:
         tokens,
         tokens // 16,
         free_at_start,
+        total,
+        context,
     )
 
 
-async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -> Plan:
+async def startup(
+    args,
+    profile: Profile,
+    faults: Faults,
+    memory: MemoryModel,
+    arch: Architecture | None = None,
+    host: HostSpec | None = None,
+) -> Plan:
     scale = (args.load_time_scale or args.time_scale) / faults.slow_start_factor
 
     async def pause(sim_seconds: float) -> None:
@@ -299,18 +323,38 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
     )
     log.info(*fmt("engine_init", "Initializing a V1 LLM engine (v%s) with config: %s",
                   args.vllm_version, config))  # fmt: skip
-    plan = memory_plan(profile, args)
+    plan = memory_plan(profile, args, arch, host)
+    errors = VllmErrors(args.vllm_version)
     await pause(3.0)
+    # (1) vLLM's request_memory, as the worker initialises its device: the pool it asks
+    # for (utilization × what CUDA reports) must be free before a weight is loaded.
+    if plan.pool > plan.free_at_start:
+        raise StartupFailed(
+            errors.free_memory(
+                free=plan.free_at_start, total=plan.total, utilization=args.gpu_memory_utilization
+            )
+        )
 
     log.info("Starting to load model %s...", args.model)
-    memory.set_footprint(int(CUDA_CONTEXT_GB * GB))
+    memory.set_footprint(int(plan.context))
     fast = 3.0 if getattr(args, "load_format", None) == "fastsafetensors" else 1.0
     load_seconds = plan.weights / GB / (profile.load_gbps * fast)
     shards = max(1, math.ceil(plan.weights / GB / SHARD_GB))
     per_shard = load_seconds / shards
     for k in range(1, shards + 1):
         await pause(per_shard)
-        memory.set_footprint(int(CUDA_CONTEXT_GB * GB + plan.weights * k / shards))
+        if plan.weights * k / shards > plan.free_at_start:
+            # (2) Weights do not fit in what is free: CUDA's out-of-memory error mid-load,
+            # which vLLM's load_model logs with its advice before re-raising it.
+            loaded = plan.weights * (k - 1) / shards
+            oom = torch_oom(
+                tried=plan.weights / shards,
+                total=plan.total,
+                free=plan.free_at_start - loaded,
+                in_use=plan.context + loaded,
+            )
+            raise StartupFailed(f"torch.OutOfMemoryError: {oom}", before=[errors.load_oom(oom)])
+        memory.set_footprint(int(plan.context + plan.weights * k / shards))
         elapsed, remaining = per_shard * k, per_shard * (shards - k)
         log.info(
             "Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s<%s, %.2fs/it]",
@@ -345,19 +389,9 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
     await pause(5.0)  # memory profiling run
     if faults.fail_start_phase == "profile":
         raise StartupFailed(fail_start_error("profile"))
-    requested = plan.pool
-    if requested > plan.free_at_start:
-        raise StartupFailed(
-            f"ValueError: Free memory on device ({plan.free_at_start / GIB:.2f}/"
-            f"{CUDA_VISIBLE_GIB:.2f} GiB) on startup is less than desired GPU memory utilization "
-            f"({args.gpu_memory_utilization}, {requested / GIB:.2f} GiB). Decrease GPU memory "
-            "utilization or reduce GPU memory used by other processes."
-        )
     if plan.kv_available <= 0:
-        raise StartupFailed(
-            "ValueError: No available memory for the cache blocks. Try increasing "
-            "`gpu_memory_utilization` when initializing the engine."
-        )
+        # (3) Nothing of the pool is left for the KV cache after the profiling run.
+        raise StartupFailed(errors.no_cache_memory())
     memory.set_footprint(int(plan.pool))
     log.info("Available KV cache memory: %.2f GiB", plan.kv_available / GIB)
     seq_tokens = max(plan.per_seq_max / plan.per_token, 1.0)
@@ -381,14 +415,15 @@ async def startup(args, profile: Profile, faults: Faults, memory: MemoryModel) -
             "increasing `gpu_memory_utilization`."
         )
     if plan.per_seq_max + plan.state > plan.kv_available:
+        # (4) One request at max_model_len needs more KV cache than there is.
         estimated = min(int((plan.kv_available - plan.state) // plan.per_token), plan.tokens)
         raise StartupFailed(
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({args.max_model_len}), ({(plan.per_seq_max + plan.state) / GIB:.2f} GiB KV cache is "
-            f"needed, which is larger than the available KV cache memory "
-            f"({plan.kv_available / GIB:.2f} GiB). Based on the available memory, the estimated "
-            f"maximum model length is {max(estimated, 0)}. Try increasing "
-            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            errors.kv_too_small(
+                max_model_len=args.max_model_len,
+                needed=plan.per_seq_max + plan.state,
+                available=plan.kv_available,
+                estimated=max(estimated, 0),
+            )
         )
 
     if not args.enforce_eager:
@@ -443,10 +478,18 @@ async def serve(args) -> int:
         vllm_version=args.vllm_version,
     )
     clock = Clock(args.time_scale)
+    try:
+        arch = checkpoint_architecture(profile.architecture)
+        host = host_spec()
+    except (ValueError, TypeError) as exc:
+        log.error("sparksim: %s", exc)
+        return 1
     memory = MemoryModel(
+        physical_bytes=int(host.physical_memory_gb * GB),
+        os_bytes=int(host.os_reserve_gb * GB),
         growth_bytes_per_s=gb_per_min_to_bytes_per_s(faults.mem_growth_gb_per_min)
         if faults.mem_growth_gb_per_min
-        else 0.0
+        else 0.0,
     )
     tasks: list[asyncio.Task] = []
     writer: MeminfoWriter | None = None
@@ -471,10 +514,14 @@ async def serve(args) -> int:
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     server_task = asyncio.create_task(server.serve())
     try:
-        plan = await startup(args, profile, faults, memory)
+        plan = await startup(args, profile, faults, memory, arch, host)
     except StartupFailed as exc:
-        log.error("%s", exc)
-        log.error("Engine core initialization failed. See root cause above.")
+        for line in exc.before:
+            log.error("%s", line)
+        # EngineCore's logger.exception and its traceback, then the API server's own error:
+        # one record, so a reader of the log never sees the first line without the cause.
+        errors = VllmErrors(args.vllm_version)
+        log.error("%s\n%s\n%s", errors.engine_core_failed(), exc, errors.engine_init_failed())
         server.should_exit = True
         await _quietly(server_task)
         for task in tasks:

@@ -652,6 +652,19 @@ _ERROR_RULES: list[_ErrorRule] = [
             "NVFP4), or add --enforce-eager to save the CUDA-graph memory."
         ),
     ),
+    # Before the CUDA out-of-memory rule: vLLM appends torch's error to this line.
+    _ErrorRule(
+        "load_oom",
+        re.compile(r"Failed to load model - not enough GPU memory", re.I),
+        _fixed(
+            "The model's weights do not fit in the memory the Spark has free (CPU and GPU "
+            "share its 128 GB, less the operating system's share), so vLLM ran out of memory "
+            "while loading them. Use a smaller or quantized checkpoint (NVFP4 or FP8 instead "
+            "of BF16: a 70B model is 141 GB in BF16, about 40 GB in NVFP4). The KV cache needs "
+            "room in the pool too: lower --max-model-len or --max-num-seqs, and raise "
+            f"{_UTIL} only up to 0.90. The recipe page's memory plan shows what fits."
+        ),
+    ),
     _ErrorRule(
         "arch",
         re.compile(

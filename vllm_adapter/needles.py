@@ -52,6 +52,9 @@ LOG_LINES: dict[str, str] = {
     r"|estimated maximum model length is \{\}"
     r"|larger than the maximum number of tokens that can be stored in KV cache",
     "no_cache_memory": r"No available memory for the cache blocks",
+    # The weights meet CUDA's out-of-memory error while loading (gpu_model_runner.py's
+    # load_model logs it as f"{msg} (original error: {e})" and re-raises).
+    "load_oom": r"^Failed to load model - not enough GPU memory",
     "engine_failed": r"^Engine core initialization failed|^EngineCore failed to start",
     "engine_dead": r"EngineCore encountered an issue",
 }

@@ -5,6 +5,7 @@ so tests can drive them directly too."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -93,7 +94,10 @@ def start(run_id: int) -> None:
         engine = engine_for(run.host)
         record_run_clock(run)  # the speed this server starts with (apps/hosts/clock.py)
         spec = LaunchSpec(run_id=run.pk, host_name=run.host.name, argv=list(run.argv),
-                          image=run.image, port=run.port)  # fmt: skip
+                          image=run.image, port=run.port,
+                          # sparksim computes memory from what the planner did
+                          checkpoint=dataclasses.asdict(run.recipe.architecture()),
+                          host_facts=dataclasses.asdict(run.host.spec()))  # fmt: skip
         if run.state in (S.QUEUED, S.PULLING) and engine.needs_pull(spec):
             _pull(run, engine, spec, pusher)
         if run.state in (S.QUEUED, S.PULLING):

@@ -53,6 +53,7 @@ SAMPLES: dict[str, list[object]] = {
     "free_memory": ["cuda:0", "110.82", "121.7", "0.92", "111.96"],
     "kv_too_small": [131072, "24.0", "10.0", ""],
     "no_cache_memory": [],
+    "load_oom": [],
     "engine_failed": ["{'EngineCore': 1}"],
     "engine_dead": [],
 }
@@ -124,6 +125,7 @@ EXPECT: dict[str, tuple[Phase | None, Check]] = {
     ),
     "kv_too_small": (None, kv_too_small),
     "no_cache_memory": (None, cause("no_cache_memory")),
+    "load_oom": (None, cause("load_oom")),
     "engine_failed": (None, cause("engine_failed")),
     "engine_dead": (None, cause("engine_dead")),
 }

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import abc
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +19,27 @@ class LaunchSpec:
     image: str
     port: int
     env: dict[str, str] = field(default_factory=dict)
+    # What sparksim computes memory from on a simulated host (sparksim/facts.py): the
+    # recipe's checkpoint (the planner's Architecture fields) and the host's memory (its
+    # HostSpec fields). Real vLLM reads both from the checkpoint and the GPU: only an
+    # engine that starts sparksim passes them on (sim_env).
+    checkpoint: dict | None = None
+    host_facts: dict | None = None
+
+
+# The environment variables sparksim reads them from (sparksim/facts.py).
+SPARKSIM_CHECKPOINT = "SPARKSIM_CHECKPOINT"
+SPARKSIM_HOST = "SPARKSIM_HOST"
+
+
+def sim_env(spec: LaunchSpec) -> dict[str, str]:
+    """The checkpoint's and the host's facts, as sparksim's environment."""
+    env: dict[str, str] = {}
+    if spec.checkpoint is not None:
+        env[SPARKSIM_CHECKPOINT] = json.dumps(spec.checkpoint, sort_keys=True)
+    if spec.host_facts is not None:
+        env[SPARKSIM_HOST] = json.dumps(spec.host_facts, sort_keys=True)
+    return env
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from apps.hosts.engines.base import (
     Managed,
     State,
     Status,
+    sim_env,
 )
 from apps.recipes.command import UnsafeCommand, assert_safe_argv
 
@@ -378,7 +379,7 @@ class DockerEngine(Engine):
         image = self.image_for(spec)
         # The allowlist speaks of the recipe's image (the empty one is the panel's own).
         self._check_image(spec.image if self.mounted_vllm and not self.simulated else image)
-        env = {} if self.simulated else dict(self.server_env)
+        env = sim_env(spec) if self.simulated else dict(self.server_env)
         env.update({key: value for key, value in spec.env.items() if key != "HF_TOKEN"})
         if self._hf_token:
             env["HF_TOKEN"] = self._hf_token

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import psutil
 
-from apps.hosts.engines.base import Engine, EngineError, Handle, LaunchSpec, Managed, State, Status
+from apps.hosts.engines.base import (
+    Engine,
+    EngineError,
+    Handle,
+    LaunchSpec,
+    Managed,
+    State,
+    Status,
+    sim_env,
+)
 from apps.recipes.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -74,6 +83,8 @@ class ProcessEngine(Engine):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "CELERY"))}
         if not self.simulated:
             env.update(self.server_env)
+        else:
+            env.update(sim_env(spec))
         env.update(spec.env)
         env["PYTHONUNBUFFERED"] = "1"
         log = (run_dir / "server.log").open("ab")
