@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core import live
 from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
 from apps.recipes import planner
@@ -252,13 +253,16 @@ def run_create(
         raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
     try:
         with transaction.atomic():
-            return Run.objects.create(
+            run = Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
                 argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
                 fit_verdict=admission.verdict,
                 fit_override_by=user if admission.overridden else None,
                 fit_override_at=timezone.now() if admission.overridden else None,
             )  # fmt: skip
+        # The host now serves this run: its dashboard line and queue section, live.
+        transaction.on_commit(lambda: live.push_host(host.name))
+        return run
     except IntegrityError:
         raise RunRefused(
             f"{host.name} already has an active run: stop it first.", "host_busy"

@@ -342,3 +342,16 @@ def test_notices_say_when_the_first_one_expires_so_open_pages_fetch_them_again(
     Notice.objects.filter(message="for a while").update(expires_at=timezone.now())
     html = c.get("/live/notices/").content.decode()
     assert "for a while" not in html and "data-live-expires" not in html and "forever" in html
+
+
+def test_a_new_run_puts_itself_on_its_hosts_dashboard_line(member, sim_host, qwen):
+    from apps.runs.services import run_create
+
+    created: list[Run] = []
+    messages = _collect(
+        member,
+        lambda: created.append(run_create(recipe=qwen, host=sim_host, user=member)),
+        until=lambda ms: any(f"host-{sim_host.name}-line" in m["html"] for m in ms),
+    )
+    line = next(m for m in messages if f"host-{sim_host.name}-line" in m["html"])
+    assert created[0].get_absolute_url() in line["html"] and "Qwen test" in line["html"]
