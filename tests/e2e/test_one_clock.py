@@ -19,39 +19,26 @@ pytestmark = pytest.mark.e2e
 
 HOST = "clock-sim"
 SLUG = "qwen3-5-35b-max-single-user"
+SUITE = "one clock"
+# The 10× host, one small suite — a single stream long enough that the agent's 1 s scrapes
+# see whole seconds of decoding (1,536 tokens at ~48 simulated tok/s ≈ 3 wall seconds at
+# 10×) — and a start of the recipe there (it loads while the browser logs in).
 SETUP = f"""
-from apps.hosts.models import Host
-Host.objects.update_or_create(name="{HOST}", defaults=dict(
-    engine="process", simulated=True, sim_time_scale=10, port_min=21600, port_max=21699,
-    description="a simulated Spark at 10x"))
-"""
-START = f"""
+from apps.benchmarks.models import Suite
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run
 from apps.runs.services import run_start
-host = Host.objects.get(name="{HOST}")
+host, _ = Host.objects.update_or_create(name="{HOST}", defaults=dict(
+    engine="process", simulated=True, sim_time_scale=10, port_min=21600, port_max=21699,
+    description="a simulated Spark at 10x"))
+Suite.objects.update_or_create(name="{SUITE}", defaults=dict(
+    scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 1536}}],
+    repetitions=1, warmup_requests=0, sweep_enabled=False))
 run = Run.objects.active().filter(host=host).first()
 if run is None:
     run = run_start(recipe=Recipe.objects.get(slug="{SLUG}"), host=host, user=None)
 print(run.pk)
-"""
-STATE = "from apps.runs.models import Run; print(Run.objects.get(pk={pk}).state)"
-# One small benchmark: a single stream long enough that the agent's 1 s scrapes see a
-# whole second of decoding (2,048 tokens at ~48 simulated tok/s ≈ 4 wall seconds at 10×).
-QUEUE = f"""
-from django.contrib.auth import get_user_model
-from apps.benchmarks.models import Suite
-from apps.benchmarks.services import job_queue
-from apps.hosts.models import Host
-from apps.recipes.models import Recipe
-suite, _ = Suite.objects.update_or_create(name="one clock", defaults=dict(
-    scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 2048}}],
-    repetitions=1, warmup_requests=0, sweep_enabled=False))
-job = job_queue(suite=suite, recipe=Recipe.objects.get(slug="{SLUG}"),
-                host=Host.objects.get(name="{HOST}"),
-                user=get_user_model().objects.get(username="mia"))
-print(job.pk)
 """
 STOP = f"""
 from apps.runs.models import Run
@@ -73,7 +60,6 @@ document.addEventListener("telemetry:sample", (e) => {{
 def clock_host(live_server_asgi):
     from sparkpanel.celery import app
 
-    live_server_asgi.manage("shell", "-c", SETUP)
     logs = live_server_asgi.log.parent
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{HOST}",
@@ -88,17 +74,11 @@ def clock_host(live_server_asgi):
         stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
+        # The start waits on the host's queue for the worker that boots meanwhile.
+        run_id = live_server_asgi.manage("shell", "-c", SETUP).strip().splitlines()[-1]
         wait_for(lambda: bool(app.control.ping(destination=[f"{HOST}@e2e"], timeout=0.5)), 60,
                  "the 10x host's worker", worker)  # fmt: skip
-        pk = live_server_asgi.manage("shell", "-c", START).strip().splitlines()[-1]
-        wait_for(
-            lambda: (
-                live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready"
-            ),
-            120,
-            f"run {pk} ready",
-        )
-        yield live_server_asgi, pk
+        yield live_server_asgi, run_id
     finally:
         live_server_asgi.manage("shell", "-c", STOP)
         stop_process(agent, timeout=10)
@@ -114,7 +94,7 @@ def _number(text: str) -> float:
 def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
     new_page, clock_host
 ):
-    server, run_id = clock_host
+    _server, run_id = clock_host
     label = "simulated ×10"
 
     # The decode ceiling the panel prints for the recipe on a Spark.
@@ -133,6 +113,18 @@ def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
     )
     expect(panel.locator(".tele-clock")).to_have_text(label)
 
+    # The model loads meanwhile; its run page says when it is ready.
+    page.goto(f"/runs/{run_id}/")
+    expect(page.locator(".run-progress")).to_have_attribute("data-state", "ready", timeout=120_000)
+    # Its phase table and its log agree: both in the simulated Spark's time.
+    page.reload()
+    loading = page.locator("xpath=//dt[normalize-space()='loading']/following-sibling::dd[1]")
+    expect(loading).to_contain_text(label)
+    log_text = page.locator(f"#run-{run_id}-log").inner_text()
+    logged = float(re.search(r"Loading weights took ([\d.]+) seconds", log_text).group(1))
+    shown = _number(loading.inner_text())
+    assert logged <= shown <= 1.35 * logged, f"log {logged} s, phase table {shown} s"
+
     # A chat answer of a few hundred tokens.
     page.goto("/chat/")
     page.get_by_label("Ready model").select_option(value=str(run_id))
@@ -150,8 +142,14 @@ def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
     expect(saved).to_contain_text(label)
 
     # One small benchmark on the same run.
-    job_id = server.manage("shell", "-c", QUEUE).strip().splitlines()[-1]
-    page.goto(f"/benchmarks/jobs/{job_id}/")
+    page.goto("/benchmarks/")
+    page.get_by_label("Suite").select_option(label=SUITE)
+    recipe = page.get_by_label("Recipe").locator("option", has_text="max single-user")
+    page.get_by_label("Recipe").select_option(recipe.first.get_attribute("value"))
+    page.get_by_label("Host").select_option(label=HOST)
+    page.get_by_role("button", name="Queue").click()
+    page.wait_for_url(re.compile(r"/benchmarks/jobs/\d+/$"))
+    job_id = re.search(r"/jobs/(\d+)/", page.url).group(1)
     expect(page.locator("[id$='-progress'] .state-badge")).to_have_text("Done", timeout=90_000)
     results = page.locator(f"#job-{job_id}-results")
     expect(results.get_by_role("heading", name=re.compile("^Single stream"))).to_contain_text(label)
