@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import html
 import importlib.util
 import json
 import re
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 
 from apps.hosts.engines.base import SPARKSIM_CHECKPOINT, SPARKSIM_HOST, LaunchSpec, sim_env
 from apps.hosts.engines.docker import DockerEngine
@@ -286,7 +288,7 @@ def test_the_recipes_checkpoint_replaces_the_profiles_weights_and_kv_as_wholes()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_runner_fails_the_run_with_cause_load_oom(sim_host, operator):
+def test_the_runner_fails_the_run_with_cause_load_oom(sim_host, operator, member, client_as):
     """An operator's override lets a does-not-fit recipe start: sparksim refuses it as vLLM
     does, and the run fails with the load_oom cause and its advice."""
     from apps.recipes.models import Recipe
@@ -315,3 +317,9 @@ def test_the_runner_fails_the_run_with_cause_load_oom(sim_host, operator):
     assert run.failure_advice == follower.error.advice
     assert "Application startup complete." not in run.failure_log
     assert dataclasses.asdict(recipe.architecture())["weight_format"] == "bf16"
+    # The run's page says so, with the advice, to anyone on the team.
+    page = client_as(member).get(reverse("run-detail", args=[run.pk]))
+    assert page.status_code == 200
+    text = html.unescape(page.content.decode())
+    assert "Failed to load model - not enough GPU memory" in text
+    assert run.failure_advice in text
