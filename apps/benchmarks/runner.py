@@ -32,10 +32,12 @@ class JobFailed(Exception):
     pass
 
 
-def push(job: Job, *, results: bool = False) -> None:
+def push(job: Job, *, results: bool = False, progress_only: bool = False) -> None:
     """Live progress (and, after a level, the results) for every open page, rendered from
-    the database as it is now, with a version (apps/core/live.py)."""
-    live.push_job(job.pk, results=results)
+    the database as it is now, with a version (apps/core/live.py). `progress_only` (the
+    twice-a-second ticks) leaves out what only changes with the state or a level: the
+    Cancel button and the host's queue, which every open page would fetch again."""
+    live.push_job(job.pk, results=results, personal=not progress_only)
 
 
 def run_job(job_id: int) -> None:
@@ -221,7 +223,7 @@ class _Monitor(threading.Thread):
         Job.objects.filter(pk=self.job.pk).update(progress=progress)
         self.job.progress = progress
         self.job.state = state or self.job.state
-        push(self.job)
+        push(self.job, progress_only=True)
 
 
 def _measure(job: Job, run: Run) -> bool:

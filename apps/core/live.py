@@ -37,10 +37,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.decorators import permission_required
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -288,13 +286,6 @@ ELEMENTS: dict[str, Element] = {
 }  # fmt: skip
 
 
-def src(kind: str, key: str = "") -> str:
-    """The URL that renders one live element (for its data-live-src)."""
-    if key:
-        return reverse("live-element", args=[kind, key])
-    return reverse("live-singleton", args=[kind])
-
-
 def render_element(kind: str, key: str, request=None) -> str:
     """One live element from current state (Http404 for an unknown kind or object)."""
     element = ELEMENTS.get(kind)
@@ -354,18 +345,21 @@ def push_run(run_id: int, *, lines: list[str] | None = None, actions: bool = Tru
     return push(elements, extra_html=extra)
 
 
-def push_job(job_id: int, *, results: bool = False) -> int | None:
-    """A benchmark job's status and Cancel button (and its results, after a level), and
-    its host's queue."""
+def push_job(job_id: int, *, results: bool = False, personal: bool = True) -> int | None:
+    """A benchmark job's status (and its results, after a level) and, unless `personal`
+    is False (progress ticks: they change neither), its Cancel button and its host's
+    queue, which each open page fetches for its own user."""
     from apps.benchmarks.models import Job
 
     key = str(job_id)
-    elements = [("job-progress", key), ("job-actions", key)]
+    elements = [("job-progress", key)]
     if results:
         elements.append(("job-results", key))
-    host = Job.objects.filter(pk=job_id).values_list("host__name", flat=True).first()
-    if host:
-        elements.append(("queue-host", host))
+    if personal:
+        elements.append(("job-actions", key))
+        host = Job.objects.filter(pk=job_id).values_list("host__name", flat=True).first()
+        if host:
+            elements.append(("queue-host", host))
     return push(elements)
 
 
@@ -392,11 +386,6 @@ def set_banner(host_name: str, level: str, message: str) -> int | None:
         log.warning("could not store the guard's banner for %s", host_name, exc_info=True)
         return None
     return push_banners()
-
-
-def on_commit(fn: Callable[[], object]) -> None:
-    """Run a push once the current transaction commits (at once outside one)."""
-    transaction.on_commit(fn)
 
 
 # --- the endpoints --------------------------------------------------------------------------

@@ -355,3 +355,22 @@ def test_a_new_run_puts_itself_on_its_hosts_dashboard_line(member, sim_host, qwe
     )
     line = next(m for m in messages if f"host-{sim_host.name}-line" in m["html"])
     assert created[0].get_absolute_url() in line["html"] and "Qwen test" in line["html"]
+
+
+def test_benchmark_progress_ticks_push_no_stubs_but_state_changes_do(
+    member, sim_host, qwen, quick_suite
+):
+    job = _job(quick_suite, qwen, sim_host, member)
+    messages = _collect(
+        member,
+        lambda: live.push_job(job.pk, personal=False),
+        until=lambda ms: any(f'id="job-{job.pk}-progress"' in m["html"] for m in ms),
+    )
+    assert not messages[-1].get("changed")
+    messages = _collect(
+        member,
+        lambda: job.move(J.QUEUED, J.CANCELLED, finished_at=timezone.now()),
+        until=lambda ms: any("Cancelled" in m["html"] for m in ms),
+    )
+    changed = next(m for m in messages if "Cancelled" in m["html"])["changed"]
+    assert f"job-{job.pk}-actions" in changed and f"queue-{sim_host.name}" in changed
