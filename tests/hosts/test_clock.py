@@ -55,7 +55,7 @@ def sim10(db):
 
 
 def _run(host, qwen, **fields) -> Run:
-    return Run.objects.create(recipe=qwen, host=host, port=20001, image="x", **fields)
+    return Run.objects.create(recipe=qwen, host=host, image="x", **{"port": 20001, **fields})
 
 
 def test_run_clock_uses_the_speed_recorded_at_start_not_the_hosts_speed_now(sim10, qwen):
@@ -162,3 +162,28 @@ def test_the_agents_token_rates_are_per_host_second(scale, expected):
     assert sample["prompt_tps"] == pytest.approx(2 * expected)
     with pytest.raises(ValueError):
         Deriver(time_scale=0)
+
+
+def test_answers_saved_before_the_one_clock_are_converted_to_host_time(sim10, qwen):
+    """The data migration: an answer timed on the wall clock on a 10× host (483 tok/s, the
+    figure the issue saw) reads 48.3 tok/s afterwards; a real host's answers stay."""
+    import importlib
+
+    from django.apps import apps
+
+    from apps.chat.models import Conversation, Message
+
+    migration = importlib.import_module("apps.chat.migrations.0002_answers_in_host_time")
+    spark = Host.objects.create(name="spark-2", engine=Host.Engine.DOCKER, port_min=20000,
+                                port_max=20099)  # fmt: skip
+    sim_run, real_run = _run(sim10, qwen), _run(spark, qwen, port=20002)
+    conv = Conversation.objects.create(user=_user(), run=sim_run)
+    old = Message.objects.create(conversation=conv, role="assistant", run=sim_run,
+                                 ttft_s=0.05, tok_s=483.0)  # fmt: skip
+    real = Message.objects.create(conversation=conv, role="assistant", run=real_run,
+                                  ttft_s=0.4, tok_s=48.0)  # fmt: skip
+    migration.to_host_time(apps, None)
+    old.refresh_from_db()
+    real.refresh_from_db()
+    assert old.ttft_s == pytest.approx(0.5) and old.tok_s == pytest.approx(48.3)
+    assert real.ttft_s == pytest.approx(0.4) and real.tok_s == pytest.approx(48.0)
