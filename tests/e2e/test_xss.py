@@ -75,7 +75,8 @@ def test_hostile_text_renders_inert_on_every_page(new_page, hostile):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     login(page, "otto")
     pages = ["/", "/recipes/", "/recipes/xss-recipe/", "/runs/", f"/runs/{hostile['run']}/",
-             "/hosts/", "/benchmarks/", f"/benchmarks/jobs/{hostile['job']}/"]  # fmt: skip
+             "/hosts/", "/hosts/local-sim/", "/benchmarks/",
+             f"/benchmarks/jobs/{hostile['job']}/"]  # fmt: skip
     for path in pages:
         page.goto(path)
         page.wait_for_load_state("networkidle")
