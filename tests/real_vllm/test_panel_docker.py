@@ -65,7 +65,9 @@ def test_start_ready_chat_stop_through_the_docker_engine(
     docker_cpu_host, operator, member, docker_url
 ):
     recipe = tiny_recipe(enforce_eager="on")  # no torch.compile: the process test covers it
-    run = run_start(recipe=recipe, host=docker_cpu_host, user=operator)
+    run = run_start(
+        recipe=recipe, host=docker_cpu_host, user=operator, fit_confirmation=recipe.name
+    )
     runner.start(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-3000:])
