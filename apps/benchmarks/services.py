@@ -93,10 +93,9 @@ def queue_hints(hosts, recipes) -> list[dict]:
         if occupancy.active is not None:
             active = occupancy.active
             state = f"runs “{active.recipe}” ({active.get_state_display().lower()})"
-        elif occupancy.jobs:
-            first = occupancy.jobs[0]
-            count = sum(1 for j in occupancy.jobs if j.recipe_id == first.recipe_id)
-            state = f"reserved for “{first.recipe}” by {count} job{'s' if count != 1 else ''}"
+        elif occupancy.reserved:
+            first, count = occupancy.reserved[0]
+            state = f"reserved for “{first}” by {count} job{'s' if count != 1 else ''}"
         else:
             state = "idle"
         if not host.online:

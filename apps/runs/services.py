@@ -82,11 +82,14 @@ class Occupancy:
 
     host: Host
     active: Run | None
-    jobs: list
+    # The recipes its active jobs are for, in queue order: (recipe, how many jobs).
+    reserved: list[tuple[Recipe, int]]
 
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running `job`, only the jobs ahead of it count."""
+        from django.db.models import Count, Min
+
         from apps.benchmarks.models import Job
 
         active = Run.objects.active().filter(host=host).select_related("recipe").first()
@@ -95,8 +98,13 @@ class Occupancy:
             jobs = jobs.exclude(pk=job.pk).filter(
                 Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
             )
-        jobs = list(jobs.select_related("recipe").order_by("queued_at", "pk"))
-        return cls(host, active, jobs)
+        # One row per recipe however long the queue (hundreds of jobs on a busy Spark).
+        groups = list(
+            jobs.order_by().values("recipe_id").annotate(n=Count("pk"), first=Min("queued_at"))
+        )
+        groups.sort(key=lambda g: g["first"])
+        recipes = Recipe.objects.in_bulk([g["recipe_id"] for g in groups])
+        return cls(host, active, [(recipes[g["recipe_id"]], g["n"]) for g in groups])
 
     def reusable(self, recipe_id: int) -> Run | None:
         """The active run a benchmark job for this recipe would reuse."""
@@ -117,13 +125,12 @@ class Occupancy:
                 f"({active.get_state_display().lower()}): stop it first — one model at a time "
                 "per Spark."
             )
-        others = [j for j in self.jobs if j.recipe_id != recipe_id]
+        others = [(recipe, n) for recipe, n in self.reserved if recipe.pk != recipe_id]
         if others:
-            first = others[0]
-            count = sum(1 for j in others if j.recipe_id == first.recipe_id)
+            first, count = others[0]
             jobs = "a benchmark job" if count == 1 else f"{count} benchmark jobs"
             return (
-                f"{host.name} is reserved for “{first.recipe}”: {jobs} queued or running for "
+                f"{host.name} is reserved for “{first}”: {jobs} queued or running for "
                 "it will start it. Wait until they finish (or cancel them) — one model at a "
                 "time per Spark."
             )
