@@ -26,7 +26,7 @@ from apps.recipes import planner
 from apps.recipes.spark import GIB
 from sparksim.facts import checkpoint_architecture, host_spec
 from sparksim.profiles import resolve_profile
-from tests.conftest import ROOT, require_service
+from tests.conftest import ROOT, free_port, require_service
 from tests.vllm_adapter.real_parser import venv_python
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter.logparse import LogFollower
@@ -302,6 +302,9 @@ def test_the_runner_fails_the_run_with_cause_load_oom(sim_host, operator, member
     )  # fmt: skip
     assert recipe.plan(sim_host.spec()).verdict is planner.Verdict.DOES_NOT_FIT
     # At the host's 50× the 119 GB that fit load in ~25 s before the shard that does not.
+    # A port of its own: the fixture's range starts where other sim_host tests' servers do.
+    sim_host.port_min = sim_host.port_max = free_port()
+    sim_host.save()
     port = _free_port(sim_host)
     # Admitted as the operator's override admits it (admission is tested in tests/runs).
     run = Run.objects.create(recipe=recipe, host=sim_host, started_by=operator, port=port,
