@@ -6,6 +6,7 @@ Before, the chat timed answers on the wall clock (ten times the benchmark's figu
 times the ceiling) and the dashboard's tokens/s chart divided tokens by wall seconds."""
 
 import re
+import statistics
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ HOST = "clock-sim"
 SLUG = "qwen3-5-35b-max-single-user"
 SUITE = "one clock"
 # The 10× host, one small suite — a single stream long enough that the agent's 1 s scrapes
-# see whole seconds of decoding (1,536 tokens at ~48 simulated tok/s ≈ 3 wall seconds at
+# see whole seconds of decoding (2,048 tokens at ~48 simulated tok/s ≈ 4 wall seconds at
 # 10×) — and a start of the recipe there (it loads while the browser logs in).
 SETUP = f"""
 from apps.benchmarks.models import Suite
@@ -33,7 +34,7 @@ host, _ = Host.objects.update_or_create(name="{HOST}", defaults=dict(
     engine="process", simulated=True, sim_time_scale=10, port_min=21600, port_max=21699,
     description="a simulated Spark at 10x"))
 Suite.objects.update_or_create(name="{SUITE}", defaults=dict(
-    scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 1536}}],
+    scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 2048}}],
     repetitions=1, warmup_requests=0, sweep_enabled=False))
 run = Run.objects.active().filter(host=host).first()
 if run is None:
@@ -125,12 +126,13 @@ def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
     shown = _number(loading.inner_text())
     assert logged <= shown <= 1.35 * logged, f"log {logged} s, phase table {shown} s"
 
-    # A chat answer of a few hundred tokens.
+    # A chat answer of about a thousand tokens (two wall seconds: a busy machine's relay
+    # hiccup cannot pass for speed).
     page.goto("/chat/")
     page.get_by_label("Ready model").select_option(value=str(run_id))
     page.get_by_role("button", name="New chat").click()
     expect(page.locator("[data-chat-state]")).to_have_text("ready", timeout=10_000)
-    page.get_by_label("Message").fill("/sparksim echo " + " ".join(f"w{i}" for i in range(400)))
+    page.get_by_label("Message").fill("/sparksim echo " + " ".join(f"w{i}" for i in range(1000)))
     page.get_by_role("button", name="Send").click()
     stats = page.locator(".chat-assistant").last.locator("[data-stats]")
     expect(stats).to_contain_text("finish:", timeout=30_000)
@@ -158,11 +160,15 @@ def test_chat_dashboard_and_benchmark_show_the_same_simulated_tokens_per_second(
     column = next(i for i, h in enumerate(headers) if h.startswith("decode tok/s"))
     bench_tps = _number(table.locator("tbody tr").first.locator("td").nth(column).inner_text())
 
-    # The dashboard saw that benchmark decode: its fastest 1 s interval is the stream's rate.
+    # The dashboard saw that benchmark decode: the 1 s intervals inside it give the
+    # stream's rate (the median of those near the top: an interval that only partly
+    # overlaps a stream reads lower, a late scrape reads higher once).
     wait_for(lambda: len(dash.evaluate("window.__tps")) > 3, 15, "dashboard samples")
-    dash_tps = max(dash.evaluate("window.__tps"))
+    seen = dash.evaluate("window.__tps")
+    dash_tps = statistics.median([v for v in seen if v >= 0.5 * max(seen)])
 
     figures = {"chat": chat_tps, "dashboard": dash_tps, "benchmark": bench_tps}
+    print("one clock:", figures, "ceiling", ceiling, "dashboard samples", seen)
     for name, value in figures.items():
         assert 0 < value < ceiling, f"{name} shows {value} tok/s; the ceiling is {ceiling}"
     low, high = min(figures.values()), max(figures.values())
