@@ -187,3 +187,11 @@ def test_answers_saved_before_the_one_clock_are_converted_to_host_time(sim10, qw
     real.refresh_from_db()
     assert old.ttft_s == pytest.approx(0.5) and old.tok_s == pytest.approx(48.3)
     assert real.ttft_s == pytest.approx(0.4) and real.tok_s == pytest.approx(48.0)
+
+
+def test_the_host_page_labels_its_telemetry_with_the_hosts_clock(sim10, client_as, member):
+    from django.urls import reverse
+
+    html = client_as(member).get(reverse("host-detail", args=[sim10.name])).content.decode()
+    telemetry = html[html.index('id="host-telemetry"') :][:600]
+    assert "simulated ×10" in telemetry
