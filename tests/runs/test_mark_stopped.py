@@ -9,6 +9,8 @@ import psutil
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.benchmarks.models import Job, JobState, Suite
+from apps.benchmarks.services import suite_plan
 from apps.hosts.engines import engine_for
 from apps.hosts.engines.base import LaunchSpec
 from apps.hosts.models import Host
@@ -29,6 +31,14 @@ def test_it_stops_the_hosts_servers_and_marks_its_active_runs_stopped(sim_host, 
                                      engine=Host.Engine.PROCESS)  # fmt: skip
     queued = Run.objects.create(recipe=qwen, host=other_host, port=port + 3, image="x",
                                 state=RunState.QUEUED)  # fmt: skip
+    suite = Suite.objects.create(
+        name="quick", scenarios=[{"name": "s", "prompt_tokens": 200, "output_tokens": 128}],
+        repetitions=1, warmup_requests=0, sweep_levels=[1], requests_per_level=1,
+    )  # fmt: skip
+    running = Job.objects.create(suite=suite, recipe=qwen, host=sim_host, run=loading,
+                                 state=JobState.PREPARING, plan=suite_plan(suite))  # fmt: skip
+    waiting = Job.objects.create(suite=suite, recipe=qwen, host=sim_host,
+                                 plan=suite_plan(suite))  # fmt: skip
     engine = engine_for(sim_host)
     engine.start(
         LaunchSpec(run_id=loading.pk, host_name=sim_host.name, image="x", port=port,
@@ -52,6 +62,11 @@ def test_it_stops_the_hosts_servers_and_marks_its_active_runs_stopped(sim_host, 
     assert queued.state == RunState.QUEUED  # another host's run: not named, left alone
     out = capsys.readouterr().out
     assert f"{sim_host.name}: 1 server(s) stopped; runs marked stopped: {loading.pk}" in out
+    # The job its worker was preparing is interrupted; a queued one waits for the next start.
+    running.refresh_from_db()
+    waiting.refresh_from_db()
+    assert running.state == JobState.INTERRUPTED and waiting.state == JobState.QUEUED
+    assert f"benchmark jobs interrupted: {running.pk}" in out
     # Without --host: every simulated host on the process engine.
     call_command("mark_stopped")
     queued.refresh_from_db()

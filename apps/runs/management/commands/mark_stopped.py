@@ -1,5 +1,6 @@
 """`manage.py mark_stopped --host local-sim`: stop the model servers a host's process engine
-started (found by their pid files) and mark the host's active runs stopped.
+started (found by their pid files), mark the host's active runs stopped and its benchmark
+jobs in progress interrupted (their results stay; queued jobs wait for the next start).
 
 `make run` calls it after Ctrl-C, once its worker is gone: the simulated host's sparksim
 servers live in sessions of their own (so that a worker restart does not kill a loaded
@@ -17,9 +18,10 @@ STOP_TIMEOUT_S = 3.0
 STEP = "Stopped: the panel's `make run` was stopped (Ctrl-C)"
 
 
-def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[int]]:
-    """Stop the host's managed servers, mark its active runs stopped.
-    Returns (servers stopped, run ids marked)."""
+def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[int], list[int]]:
+    """Stop the host's managed servers, mark its active runs stopped and its jobs in
+    progress interrupted. Returns (servers stopped, run ids marked, job ids interrupted)."""
+    from apps.benchmarks.runner import reap
     from apps.hosts.engines import engine_for
     from apps.runs.models import InvalidTransition, Run, RunState
 
@@ -37,7 +39,8 @@ def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[in
                 run.transition(RunState.STOPPING, step=STEP)
             run.transition(RunState.STOPPED, step=STEP)
             marked.append(run.pk)
-    return servers, marked
+    # Their worker is gone too: a job it was running would say "running" forever.
+    return servers, marked, reap(host)
 
 
 class Command(BaseCommand):
@@ -62,8 +65,10 @@ class Command(BaseCommand):
             if host.engine != Host.Engine.PROCESS:
                 self.stdout.write(f"{host.name}: not on the process engine, left alone")
                 continue
-            servers, marked = mark_stopped(host, timeout=options["timeout"])
+            servers, marked, jobs = mark_stopped(host, timeout=options["timeout"])
             runs = ", ".join(str(pk) for pk in marked) or "none"
+            interrupted = ", ".join(str(pk) for pk in jobs) or "none"
             self.stdout.write(
-                f"{host.name}: {servers} server(s) stopped; runs marked stopped: {runs}"
+                f"{host.name}: {servers} server(s) stopped; runs marked stopped: {runs}; "
+                f"benchmark jobs interrupted: {interrupted}"
             )
