@@ -55,16 +55,17 @@ REDIS_TIMEOUT_S = 1.0
 
 # INCR, floored at Redis's own clock in microseconds (TIME answers seconds and µs). The
 # floor is stored, so the next INCR continues from it. µs since 1970 stay below 2**53:
-# exact in Lua's doubles and in JavaScript numbers.
+# exact in Lua's doubles and in JavaScript numbers. A Lua number is returned as an integer
+# reply (never through tostring, which would print 14 significant digits).
 _NEXT_VERSION = """
 local t = redis.call('TIME')
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local v = redis.call('INCR', KEYS[1])
 if v < floor then
   redis.call('SET', KEYS[1], string.format('%.0f', floor))
-  return string.format('%.0f', floor)
+  v = floor
 end
-return tostring(v)
+return v
 """
 
 
