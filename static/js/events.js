@@ -177,10 +177,24 @@
         return a.seq - b.seq;
       });
       pending.forEach(apply);
-      if (complete) setStatus("live", "live");
-      else setStatus("stale", "live · some parts not current");
       document.body.dataset.liveSynced = String(openCount);
+      if (complete) setStatus("live", "live");
+      else retrySync(ws, 5000);
     });
+  }
+
+  // A part could not be fetched (Redis down: a 503): say so, and try again while the
+  // socket stays open.
+  function retrySync(ws, wait) {
+    setStatus("stale", "live · some parts not current");
+    setTimeout(function () {
+      if (socket !== ws) return;
+      refreshAll().then(function (complete) {
+        if (socket !== ws) return;
+        if (complete) setStatus("live", "live");
+        else retrySync(ws, Math.min(wait * 2, 30000));
+      });
+    }, wait);
   }
 
   function connect() {
@@ -229,6 +243,20 @@
     connect: connect,
     disconnect: disconnect,
   };
+  // Back online (a laptop waking up, Wi-Fi back): reconnect now rather than at the end of
+  // the backoff. A page restored from the back/forward cache syncs again as well.
+  window.addEventListener("online", function () {
+    if (wanted && !socket && document.getElementById("live-status")) {
+      delay = 1000;
+      connect();
+    }
+  });
+  window.addEventListener("pageshow", function (event) {
+    if (!event.persisted || !wanted || !document.getElementById("live-status")) return;
+    if (socket && socket.readyState === 1) onOpen(socket);
+    else connect();
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-live-expires][id]").forEach(scheduleExpiry);
     if (document.getElementById("live-status")) connect();

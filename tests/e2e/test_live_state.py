@@ -48,11 +48,13 @@ from django.contrib.auth import get_user_model
 from apps.core.services import notice_post
 notice_post(author=get_user_model().objects.get(username="otto"), message={message!r})
 """
+# Leave nothing behind for later tests (a finished job would be listed on the queue page).
 CLEANUP = """
 from apps.benchmarks.models import Job
 from apps.runs.models import Run
 Run.objects.filter(pk={run}).update(state="stopped", step="Stopped")
-Job.objects.filter(pk={job}, state__in=["queued", "preparing", "running"]).update(state="cancelled")
+Job.objects.filter(pk={job}).delete()
+Run.objects.filter(pk={run}).delete()
 """
 
 
@@ -65,6 +67,24 @@ def busy_demo_host(idle_demo_host):
         yield server, ids
     finally:
         server.manage("shell", "-c", CLEANUP.format(**ids))
+
+
+NOTICES_AFTER = """
+from apps.core.models import Notice
+Notice.objects.filter(pk__gt={pk}).delete()
+"""
+LAST_NOTICE = (
+    "from apps.core.models import Notice; "
+    "print(Notice.objects.order_by('-pk').values_list('pk', flat=True).first() or 0)"
+)
+
+
+@pytest.fixture
+def own_notices(live_server_asgi):
+    """The notices a test posts are deleted after it (they would show on every page)."""
+    last = live_server_asgi.manage("shell", "-c", LAST_NOTICE).split()[-1]
+    yield live_server_asgi
+    live_server_asgi.manage("shell", "-c", NOTICES_AFTER.format(pk=int(last)))
 
 
 def live(page) -> None:
@@ -106,7 +126,7 @@ def test_a_job_that_fails_while_its_page_is_open_shows_it_without_a_reload(
     expect(queue).to_contain_text("Idle")
 
 
-def test_an_operators_notice_reaches_every_open_page_of_a_member(new_page, live_server_asgi):
+def test_an_operators_notice_reaches_every_open_page_of_a_member(new_page, own_notices):
     pages = {}
     for path in ("/", "/runs/", "/recipes/"):
         page = new_page()
@@ -140,7 +160,9 @@ def test_an_operators_notice_reaches_every_open_page_of_a_member(new_page, live_
     expect(operator.locator("#notices li.notice").first.get_by_role("button")).to_be_visible()
 
 
-def test_a_page_that_reconnects_shows_what_changed_while_it_was_offline(new_page, busy_demo_host):
+def test_a_page_that_reconnects_shows_what_changed_while_it_was_offline(
+    new_page, busy_demo_host, own_notices
+):
     server, ids = busy_demo_host
     job_url = f"/benchmarks/jobs/{ids['job']}/"
     member, operator = new_page(), new_page()
@@ -189,7 +211,8 @@ notice_post(author=get_user_model().objects.get(username="otto"), message={messa
 """
 
 
-def test_an_expired_notice_leaves_open_pages(new_page, live_server_asgi):
+def test_an_expired_notice_leaves_open_pages(new_page, own_notices):
+    live_server_asgi = own_notices
     page = new_page()
     login(page, "mia")
     page.goto("/runs/")
