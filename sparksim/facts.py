@@ -78,8 +78,15 @@ def checkpoint_architecture(
     return merged
 
 
+# What the host IS (its memory, what CUDA sees of it, what its OS keeps): taken from the
+# host. What vLLM will TAKE (CUDA context, CUDA graphs) is the planner's estimate, which an
+# admin may set wrong; sparksim takes what vLLM takes on a Spark, so that a wrong estimate
+# shows as a gap between plan and measurement, as it would on the real machine.
+HOST_FACTS = ("physical_memory_gb", "cuda_visible_gib", "bandwidth_gbs", "os_reserve_gb")
+
+
 def host_spec(environ: dict[str, str] | None = None) -> HostSpec:
     """The host's memory facts (a stock Spark's where none are given)."""
     environ = os.environ if environ is None else environ
     values = _known(HostSpec, _json(HOST_ENV, environ))
-    return HostSpec(**{k: v for k, v in values.items() if v is not None})
+    return HostSpec(**{k: values[k] for k in HOST_FACTS if values.get(k) is not None})

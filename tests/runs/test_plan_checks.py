@@ -3,9 +3,10 @@ the server reported beside the plan for its recipe on its host; the run page, th
 page, the planner preview, the wizard and the API show it; the next plan for that image on
 that host carries the measured correction.
 
-sparksim shares the planner's arithmetic but always uses a stock Spark's numbers (5 GB of
-CUDA graphs, 3 GB of CUDA context). A host whose admin set 3 GB of CUDA graphs makes the
-planner predict 2 GB more KV cache than the server then has — a known, hand-computed gap.
+sparksim shares the planner's arithmetic and the host's memory, but takes what vLLM takes
+on a Spark (5 GB of CUDA graphs, 3 GB of CUDA context), not the admin's estimates of it. A
+host whose admin set 3 GB of CUDA graphs makes the planner predict 2 GB more KV cache than
+the server then has — a known, hand-computed gap.
 """
 
 from decimal import Decimal
