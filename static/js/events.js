@@ -167,6 +167,11 @@
     syncing = true;
     held = [];
     setStatus("syncing", "syncing…");
+    // What the server answers now is the truth, whatever version the page saw before (a
+    // Redis whose clock went back could otherwise hold a page on its old versions).
+    document.querySelectorAll("[data-live-src][data-live-seq]").forEach(function (el) {
+      el.dataset.liveSeq = "0";
+    });
     document.dispatchEvent(new CustomEvent("sparkpanel:socket-open", { detail: { count: openCount } }));
     refreshAll().then(function (complete) {
       if (socket !== ws) return; // closed meanwhile: the next open syncs again

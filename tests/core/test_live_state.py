@@ -133,8 +133,19 @@ def test_redis_down_is_a_503_that_says_so_and_pages_still_render(member, client_
 # --- versions ---------------------------------------------------------------------------------
 
 
-def test_versions_only_grow_and_are_floored_at_redis_clock():
+@pytest.fixture
+def fresh_counter():
+    """No version counter before the test, and none left after it (one set an hour ahead
+    of the clock would outlive a delete below and hold later versions back)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(f"{live._prefix()}:seq")
+    yield client
+    client.delete(f"{live._prefix()}:seq")
+    client.close()
+
+
+def test_versions_only_grow_and_are_floored_at_redis_clock(fresh_counter):
+    client = fresh_counter
     seconds, micros = client.time()
     first = live.next_version()
     assert first >= seconds * 1_000_000 + micros
@@ -380,3 +391,13 @@ def test_benchmark_progress_ticks_push_no_stubs_but_state_changes_do(
     )
     changed = next(m for m in messages if "Cancelled" in m["html"])["changed"]
     assert f"job-{job.pk}-actions" in changed and f"queue-{sim_host.name}" in changed
+
+
+def test_an_account_without_a_role_sees_no_notices_or_banners(operator, outsider, client_as):
+    notice_post(author=operator, message="For the team only")
+    live.set_banner("spark-1", "warn", "MemAvailable low on spark-1")
+    response = client_as(outsider).get("/runs/")
+    assert response.status_code == 403  # the "no role yet" page
+    html = response.content.decode()
+    assert "For the team only" not in html and "MemAvailable low" not in html
+    assert 'id="notices-strip"' not in html and 'id="banners"' not in html
