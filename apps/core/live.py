@@ -174,9 +174,14 @@ def guard_banners() -> list[dict]:
         raw = _redis().hgetall(f"{_prefix()}:banners")
     except redis.RedisError as exc:
         raise LiveUnavailable(str(exc)) from exc
+    from apps.hosts.models import Host
+
     now = timezone.now().timestamp()
     banners = []
+    hosts = set(Host.objects.filter(name__in=list(raw)).values_list("name", flat=True))
     for host, value in raw.items():
+        if host not in hosts:
+            continue  # the host was removed: its guard says nothing any more
         try:
             banner = json.loads(value)
             at = float(banner["at"])

@@ -306,6 +306,9 @@ def test_log_lines_are_pushed_with_a_version_for_the_log_container(member, sim_h
 
 
 def test_notices_and_banners_are_on_every_page_from_current_state(operator, member, client_as):
+    from apps.hosts.models import Host
+
+    Host.objects.get_or_create(name="spark-1", defaults={"simulated": True})
     notice_post(author=operator, message="Swapping spark-1 at 14:00")
     gone = Notice.objects.create(author=operator, message="an old expired notice")
     if hasattr(Notice, "expires_at"):
@@ -326,6 +329,9 @@ def test_notices_and_banners_are_on_every_page_from_current_state(operator, memb
     live.set_banner("spark-1", "ok", "memory back to normal")
     html = c.get("/live/banners/").content.decode()
     assert "back to normal" in html and "below the warn line" not in html
+    # A removed host's last banner is not shown any more.
+    Host.objects.filter(name="spark-1").delete()
+    assert 'id="banner-spark-1"' not in c.get("/live/banners/").content.decode()
 
 
 def test_a_posted_notice_is_pushed_as_the_strip_and_a_stub_for_the_personal_list(operator, member):
@@ -394,6 +400,9 @@ def test_benchmark_progress_ticks_push_no_stubs_but_state_changes_do(
 
 
 def test_an_account_without_a_role_sees_no_notices_or_banners(operator, outsider, client_as):
+    from apps.hosts.models import Host
+
+    Host.objects.get_or_create(name="spark-1", defaults={"simulated": True})
     notice_post(author=operator, message="For the team only")
     live.set_banner("spark-1", "warn", "MemAvailable low on spark-1")
     response = client_as(outsider).get("/runs/")
