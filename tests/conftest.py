@@ -126,6 +126,14 @@ def manage(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
     return proc.stdout
 
 
+@pytest.fixture
+def api_as():
+    """`api_as(user)`: the API as that user, through a fresh token of theirs."""
+    from tests.api.conftest import api_client
+
+    return api_client
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1)

@@ -39,13 +39,10 @@ class Api:
         return self.call("patch", path, body, **headers)
 
 
-@pytest.fixture
-def api_as():
-    def make(user) -> Api:
-        _token, clear = token_create(user=user, name="test")
-        return Api(clear)
-
-    return make
+def api_client(user) -> Api:
+    """The API as `user`, through a fresh token of theirs (the `api_as` fixture)."""
+    _token, clear = token_create(user=user, name="test")
+    return Api(clear)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ A failing browser test leaves a screenshot of every open page in var/test-artifa
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import uuid
@@ -30,6 +31,21 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 USERS = {"mia": "member", "otto": "operator", "ada": "admin"}
+# A run on local-sim (the one already active there, or the Qwen preset's, started): its id.
+READY_RUN = """
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+from apps.runs.services import run_start
+host = Host.objects.get(name="local-sim")
+run = Run.objects.active().filter(host=host).first()
+if run is None:
+    recipe = Recipe.objects.get(slug="qwen3-5-35b-max-single-user")
+    run = run_start(recipe=recipe, host=host, user=None)
+print(run.pk)
+"""
+# A run's state, by id.
+STATE = "from apps.runs.models import Run; print(Run.objects.get(pk={pk}).state)"
 
 
 @dataclass
@@ -96,6 +112,35 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
         engine = ProcessEngine(runs_dir=tmp / "runs")
         for managed in engine.list_managed():
             engine.kill(managed.handle)
+
+
+@contextlib.contextmanager
+def host_processes(server: LiveServer, host: str, *agent_args: str) -> Iterator[dict]:
+    """A simulated host's own Celery worker and host agent, on the live server's database
+    (their logs beside the server's), until the block ends; yields {"worker", "agent"}."""
+    from sparkpanel.celery import app
+
+    logs = server.log.parent
+    node = f"{host}@e2e"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{host}",
+         "-n", node, "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
+         "--without-gossip"],
+        cwd=ROOT, env=server.env, stdout=(logs / f"{host}-worker.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    agent = subprocess.Popen(
+        [sys.executable, "manage.py", "hostagent", "--host", host, *agent_args],
+        cwd=ROOT, env=server.env, stdout=(logs / f"{host}-agent.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: bool(app.control.ping(destination=[node], timeout=0.5)), 60,
+                 f"{host}'s worker", worker)  # fmt: skip
+        yield {"worker": worker, "agent": agent}
+    finally:
+        stop_process(agent, timeout=10)
+        stop_process(worker, timeout=30)
 
 
 @pytest.fixture(scope="session")

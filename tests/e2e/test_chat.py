@@ -5,23 +5,10 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import login
+from tests.e2e.conftest import READY_RUN, STATE, login
 
 pytestmark = pytest.mark.e2e
 
-READY_RUN = """
-from apps.hosts.models import Host
-from apps.recipes.models import Recipe
-from apps.runs.models import Run
-from apps.runs.services import run_start
-host = Host.objects.get(name="local-sim")
-run = Run.objects.active().filter(host=host).first()
-if run is None:
-    recipe = Recipe.objects.get(slug="qwen3-5-35b-max-single-user")
-    run = run_start(recipe=recipe, host=host, user=None)
-print(run.pk)
-"""
-STATE = "from apps.runs.models import Run; print(Run.objects.get(pk={pk}).state)"
 HOSTILE = (
     '<script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2"> '
     '[click me](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">link</a>'

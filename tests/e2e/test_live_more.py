@@ -5,15 +5,13 @@ runs, legends show the latest values, the KV cache axis is 0–100 %, the back-f
 fetched again when a socket (re)opens, and a ready run says "ready after X", which stays."""
 
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, stop_process, wait_for
-from tests.e2e.conftest import login
+from tests.conftest import stop_process
+from tests.e2e.conftest import host_processes, login
 
 pytestmark = pytest.mark.e2e
 
@@ -59,31 +57,13 @@ CHART = """([name]) => {
 
 @pytest.fixture
 def slow_host(live_server_asgi):
-    from sparkpanel.celery import app
-
     live_server_asgi.manage("shell", "-c", SETUP)
-    logs = live_server_asgi.log.parent
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{HOST}",
-         "-n", f"{HOST}@e2e", "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
-         "--without-gossip"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "tele-worker.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    agent = subprocess.Popen(
-        [sys.executable, "manage.py", "hostagent", "--host", HOST],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "tele-agent.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: bool(app.control.ping(destination=[f"{HOST}@e2e"], timeout=0.5)), 60,
-                 "the slow host's worker", worker)  # fmt: skip
-        live_server_asgi.agent = agent
-        yield live_server_asgi
-    finally:
-        live_server_asgi.manage("shell", "-c", STOP)
-        stop_process(agent, timeout=10)
-        stop_process(worker, timeout=30)
+    with host_processes(live_server_asgi, HOST) as procs:
+        live_server_asgi.agent = procs["agent"]
+        try:
+            yield live_server_asgi
+        finally:
+            live_server_asgi.manage("shell", "-c", STOP)
 
 
 def test_the_run_page_charts_move_during_a_load_and_a_ready_run_stops_counting(new_page, slow_host):

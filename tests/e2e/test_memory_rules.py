@@ -9,15 +9,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import uuid
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, stop_process, wait_for
-from tests.e2e.conftest import login
+from tests.e2e.conftest import host_processes, login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # a real load on a busy machine
 
@@ -62,36 +59,19 @@ print(run.fit_override_by.username, run.fit_verdict, run.state)
 @pytest.fixture
 def stock_host(live_server_asgi):
     """A simulated Spark with its own worker and host agent (the guard)."""
-    from sparkpanel.celery import app
 
     name = f"stock-{uuid.uuid4().hex[:4]}"
     live_server_asgi.manage("shell", "-c", HOST_SETUP.format(name=name, port=21700,
                                                              port_max=21799))  # fmt: skip
-    logs = live_server_asgi.log.parent
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{name}",
-         "-n", f"{name}@e2e", "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
-         "--without-gossip"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / f"{name}-worker.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    agent = subprocess.Popen(
-        [sys.executable, "manage.py", "hostagent", "--host", name, "--memory-interval", "0.25"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / f"{name}-agent.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: bool(app.control.ping(destination=[f"{name}@e2e"], timeout=0.5)), 60,
-                 "the stock host's worker", worker)  # fmt: skip
-        yield name
-    finally:
-        live_server_asgi.manage("shell", "-c", (
-            "from apps.runs.models import Run\nfrom apps.runs import runner\n"
-            f"for run in Run.objects.active().filter(host__name='{name}'):\n"
-            "    runner.stop(run.pk)\n"
-        ))  # fmt: skip
-        stop_process(agent, timeout=10)
-        stop_process(worker, timeout=20)
+    with host_processes(live_server_asgi, name, "--memory-interval", "0.25"):
+        try:
+            yield name
+        finally:
+            live_server_asgi.manage("shell", "-c", (
+                "from apps.runs.models import Run\nfrom apps.runs import runner\n"
+                f"for run in Run.objects.active().filter(host__name='{name}'):\n"
+                "    runner.stop(run.pk)\n"
+            ))  # fmt: skip
 
 
 def test_a_recipe_the_wizard_recommends_raises_no_warning_on_its_host(
@@ -169,7 +149,7 @@ def test_a_recipe_that_does_not_fit_needs_the_typed_override(new_page, live_serv
 
     choose()
     start.get_by_role("button", name="Start").click()
-    error = operator.locator(".msg-error")
+    error = operator.locator("#messages .msg-error")  # the form's answer (not a failed run's row)
     expect(error).to_contain_text("Not started: The planner says “Llama 70B BF16 long team” does")
     expect(error).to_contain_text("do not fit in vLLM's pool")
     expect(error).to_contain_text("typing the recipe's name")
@@ -178,7 +158,7 @@ def test_a_recipe_that_does_not_fit_needs_the_typed_override(new_page, live_serv
     start.get_by_text("The planner says it does not fit?").click()
     start.get_by_label("Type its exact name to override").fill("llama 70b")
     start.get_by_role("button", name="Start").click()
-    expect(operator.locator(".msg-error")).to_contain_text("must be the recipe's name")
+    expect(operator.locator("#messages .msg-error")).to_contain_text("must be the recipe's name")
     expect(operator).to_have_url(re.compile(r"/runs/$"))
 
     choose()

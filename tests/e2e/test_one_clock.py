@@ -7,14 +7,12 @@ times the ceiling) and the dashboard's tokens/s chart divided tokens by wall sec
 
 import re
 import statistics
-import subprocess
-import sys
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, stop_process, wait_for
-from tests.e2e.conftest import login
+from tests.conftest import wait_for
+from tests.e2e.conftest import host_processes, login
 
 pytestmark = pytest.mark.e2e
 
@@ -59,31 +57,13 @@ document.addEventListener("telemetry:sample", (e) => {{
 
 @pytest.fixture
 def clock_host(live_server_asgi):
-    from sparkpanel.celery import app
-
-    logs = live_server_asgi.log.parent
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{HOST}",
-         "-n", f"{HOST}@e2e", "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
-         "--without-gossip"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "clock-worker.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    agent = subprocess.Popen(
-        [sys.executable, "manage.py", "hostagent", "--host", HOST],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "clock-agent.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        # The start waits on the host's queue for the worker that boots meanwhile.
-        run_id = live_server_asgi.manage("shell", "-c", SETUP).strip().splitlines()[-1]
-        wait_for(lambda: bool(app.control.ping(destination=[f"{HOST}@e2e"], timeout=0.5)), 60,
-                 "the 10x host's worker", worker)  # fmt: skip
-        yield live_server_asgi, run_id
-    finally:
-        live_server_asgi.manage("shell", "-c", STOP)
-        stop_process(agent, timeout=10)
-        stop_process(worker, timeout=30)
+    # The start waits on the host's queue for the worker that boots next.
+    run_id = live_server_asgi.manage("shell", "-c", SETUP).strip().splitlines()[-1]
+    with host_processes(live_server_asgi, HOST):
+        try:
+            yield live_server_asgi, run_id
+        finally:
+            live_server_asgi.manage("shell", "-c", STOP)
 
 
 def _number(text: str) -> float:

@@ -2,14 +2,11 @@
 the watchdog kills the run before the freeze line, and every open page gets the banner."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, stop_process, wait_for
-from tests.e2e.conftest import login
+from tests.e2e.conftest import host_processes, login
 
 pytestmark = pytest.mark.e2e
 
@@ -32,29 +29,10 @@ print(run_start(recipe=recipe, host=Host.objects.get(name="leaky-sim"), user=Non
 
 @pytest.fixture
 def leaky_host(live_server_asgi):
-    from sparkpanel.celery import app
 
     live_server_asgi.manage("shell", "-c", SETUP)
-    logs = live_server_asgi.log.parent
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", "host.leaky-sim",
-         "-n", "leaky-sim@e2e", "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
-         "--without-gossip"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "leaky-worker.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    agent = subprocess.Popen(
-        [sys.executable, "manage.py", "hostagent", "--host", "leaky-sim", "--memory-interval", "0.25"],
-        cwd=ROOT, env=live_server_asgi.env, stdout=(logs / "leaky-agent.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: bool(app.control.ping(destination=["leaky-sim@e2e"], timeout=0.5)), 60,
-                 "the leaky host's worker", worker)  # fmt: skip
+    with host_processes(live_server_asgi, "leaky-sim", "--memory-interval", "0.25"):
         yield live_server_asgi
-    finally:
-        stop_process(agent, timeout=10)
-        stop_process(worker, timeout=20)
 
 
 def test_the_watchdog_banner_reaches_a_member_watching_the_dashboard(new_page, leaky_host):

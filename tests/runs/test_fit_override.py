@@ -9,7 +9,7 @@ from django.urls import reverse
 from apps.recipes.planner import Verdict
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_start
-from tests.api.conftest import Api, assert_error
+from tests.api.conftest import assert_error
 from tests.runs.fitting import NAME, does_not_fit_recipe
 
 pytestmark = pytest.mark.django_db
@@ -20,17 +20,6 @@ def big():
     recipe = does_not_fit_recipe()
     assert recipe.plan().verdict is Verdict.DOES_NOT_FIT
     return recipe
-
-
-@pytest.fixture
-def api_as():
-    from apps.api.tokens import token_create
-
-    def make(user) -> Api:
-        _token, clear = token_create(user=user, name="test")
-        return Api(clear)
-
-    return make
 
 
 def test_the_api_refuses_with_the_planners_reason_and_accepts_the_typed_override(
