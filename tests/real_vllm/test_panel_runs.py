@@ -339,7 +339,11 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
         assert result.metrics["output_mismatches"] == 0, result.requests
         assert {r["prompt_tokens"] for r in result.requests} == {result.prompt_tokens}
         assert {r["output_tokens"] for r in result.requests} == {result.output_tokens}
-        assert result.ttft_p50_s and result.decode_tps_p50, (
+        # A decode rate wherever the answers streamed over time. A busy machine can starve
+        # vLLM's API server while its engine writes a whole answer: the tokens then arrive
+        # in one chunk (time per output token 0) and no client can time them.
+        streamed = [r for r in result.requests if r["tpot"]]
+        assert result.ttft_p50_s and (result.decode_tps_p50 or not streamed), (
             result.kind,
             result.concurrency,
             {k: result.metrics[k] for k in ("ttft", "tpot", "itl", "decode_tok_s", "diagnostics")},
