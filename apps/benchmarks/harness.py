@@ -488,7 +488,7 @@ class _Protocol(asyncio.Protocol):
 class _Stream(httpcore.AsyncNetworkStream):
     """An httpcore network stream on a plain asyncio transport. `last_read_at` is when
     the bytes the last `read()` returned arrived; `last_write_at` is when the last
-    `write()` handed its bytes to the kernel (or the transport's buffer)."""
+    `write()` began handing its bytes to the kernel (or the transport's buffer)."""
 
     def __init__(self, transport: asyncio.Transport, protocol: _Protocol):
         self._transport, self._protocol = transport, protocol
@@ -536,8 +536,11 @@ class _Stream(httpcore.AsyncNetworkStream):
         p = self._protocol
         if p.error is not None or self._transport.is_closing():
             raise httpcore.WriteError("the connection is closed")
+        # Stamped before the write: the send syscall wakes the server, which may preempt this
+        # process on a busy core; a stamp taken after could then be later than the answer.
+        at = time.monotonic()
         self._transport.write(buffer)
-        self.last_write_at = time.monotonic()
+        self.last_write_at = at
         if p.writing_paused:
             p.drain_waiter = asyncio.get_running_loop().create_future()
             try:

@@ -49,5 +49,7 @@ def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_pag
     expect(page.locator(".bench-chart").first).not_to_contain_text("Chart unavailable")
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()  # nothing left to cancel
     # The queue page lists it as finished, ready to compare.
+    job_id = re.search(r"/jobs/(\d+)/", page.url).group(1)
     page.get_by_role("link", name="Benchmarks", exact=True).click()
-    expect(page.get_by_role("cell", name=re.compile(r"user"))).to_be_visible()
+    row = page.get_by_role("row").filter(has=page.locator(f"a[href$='/jobs/{job_id}/']"))
+    expect(row.get_by_role("cell", name=re.compile(r"^\d+ users?$"))).to_be_visible()

@@ -94,8 +94,13 @@ def test_a_long_notice_keeps_the_layout_and_is_deleted_from_open_pages(new_page,
     member.goto("/")
     notice = member.locator(f"#notice-{pk}")
     expect(notice).to_be_visible()
-    box = notice.bounding_box()
-    assert box is not None and box["width"] <= 390
+    # Measured in the page once laid out (a live re-render may swap the strip in meanwhile).
+    width = member.wait_for_function(
+        f"() => {{ const el = document.getElementById('notice-{pk}');"
+        " const w = el ? el.getBoundingClientRect().width : 0; return w > 0 && w; }"
+    ).json_value()
+    assert width <= 390, width
+    expect(notice).to_be_visible()
     # A member may not delete an operator's notice; the admin may, and it leaves the
     # member's open page without a reload.
     expect(notice.get_by_role("button", name="Delete this notice")).to_have_count(0)
