@@ -30,7 +30,7 @@ from django.db import connection
 from django.urls import reverse
 
 from apps.benchmarks import runner as bench_runner
-from apps.benchmarks.models import J, Job, Suite
+from apps.benchmarks.models import J, Suite
 from apps.benchmarks.services import job_queue
 from apps.chat.models import Conversation, Message
 from apps.hosts.engines import Handle, engine_for
@@ -150,7 +150,8 @@ class LogCounter:
 
 class EngineThrottle:
     """vLLM's EngineCore and the worker processes it drives (the CPU build has its own),
-    frozen (SIGSTOP) and let run only in slices of engine time that the test hands out."""
+    at the lowest CPU priority, frozen (SIGSTOP) and let run only in slices of engine time
+    that the test hands out."""
 
     def __init__(self, engine_proc: psutil.Process) -> None:
         self.engine = engine_proc
@@ -168,19 +169,24 @@ class EngineThrottle:
         self._signal(resume=False)
         self.frozen = True
 
-    def run_until(
-        self, check, *, slice_s: float, limit_s: float, what: str, max_slices: int = 0
-    ) -> None:
-        """Slices of `slice_s` of engine time, each followed by a frozen `check()`, until it
-        holds (the engine is frozen when this returns); at most `max_slices` if given."""
-        deadline = time.monotonic() + limit_s
-        slices = 0
+    def lowest_priority(self) -> None:
+        for proc in self.family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.nice(19)
+
+    def run_until(self, check, *, slice_s: float, budget_s: float, what: str) -> None:
+        """Slices of about `slice_s` of engine time, each followed by a frozen `check()`,
+        until it holds (the engine is frozen when this returns) — at most `budget_s` of
+        engine time in all, measured (a starved test may wake late from a slice)."""
+        spent, slices = 0.0, 0
         while not check():
-            if time.monotonic() > deadline or (max_slices and slices >= max_slices):
-                raise AssertionError(f"{what}: not after {slices} slices of {slice_s}s")
+            if spent >= budget_s:
+                raise AssertionError(f"{what}: not after {slices} slices, {spent:.2f} s")
+            started = time.monotonic()
             self._signal(resume=True)
             time.sleep(slice_s)
             self._signal(resume=False)
+            spent += time.monotonic() - started
             slices += 1
 
     def kill(self) -> None:
@@ -265,7 +271,7 @@ def telemetry_sample(run: Run, user, agent: HostAgent) -> dict:
 
 @pytest.mark.timeout(600)  # a real server, three benchmarks and a chat on two busy cores
 def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_dies(
-    cpu_host, operator, member, client_as, redis_url, settings, start_worker
+    cpu_host, operator, member, client_as, redis_url, settings
 ):
     # Room for long answers (the tiny model decodes ~1000 tokens/s here): its whole context.
     # --enable-log-requests: vLLM logs "Added request …" as its API server hands a request
@@ -368,12 +374,14 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # The engine dies mid-answer: a chat and a benchmark are streaming when vLLM's EngineCore
     # is killed (as the kernel's OOM killer would).
     engine_proc = engine_core(run)
-    # Three long answers at once (so that each streams for seconds on this CPU), after a
-    # one-request scenario and the level's three warm-ups.
+    # A long answer (it streams for seconds on this CPU), after a one-request scenario and
+    # the level's warm-up. One stream: on two quiet cores, three concurrent 1200-token
+    # requests were seen to reach the CPU build's API server one after another (each when
+    # the one before had ended), and a client starved meanwhile.
     long_suite = Suite.objects.create(
         name="real long", scenarios=[{"name": "tiny", "prompt_tokens": 64, "output_tokens": 16}],
         repetitions=1, warmup_requests=1, sweep_prompt_tokens=64, sweep_output_tokens=1200,
-        sweep_levels=[3], requests_per_level=3, slo_ttft_s=10, slo_tpot_s=1,
+        sweep_levels=[1], requests_per_level=1, slo_ttft_s=10, slo_tpot_s=1,
     )  # fmt: skip
     dying_job = job_queue(suite=long_suite, recipe=recipe, host=cpu_host, user=member)
     long_chat = Conversation.objects.create(
@@ -391,35 +399,39 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     # as vLLM's API server hands a request to its engine, whatever the engine is doing.
 
     before = handed.count()
-    # The engine only runs in the slices this test gives it from the moment the level's
-    # warm-ups reach it: the warm-ups finish, the measured answers and the chat begin, and
-    # none of them can end before the kill however slowly a busy machine relays or polls —
-    # each slice moves a 1200-token answer a few tokens; in between nothing moves.
+    # From here the engine runs at the lowest CPU priority (the panel's worker, its harness
+    # and this test come first on a busy machine), and once the level's measured
+    # answers have reached it, only in slices this test hands out: the chat begins, and no
+    # answer can end before the kill however slowly a busy machine relays or polls.
     throttle = EngineThrottle(engine_proc)
+    throttle.lowest_priority()
     talker = threading.Thread(target=chat_until_it_breaks)
+
+    def run_the_job() -> None:
+        try:
+            bench_runner.run_job(dying_job.pk)
+        finally:
+            connection.close()
+
+    bench = threading.Thread(target=run_the_job)
     try:
-        # The benchmark runs where it runs on a Spark: in the host's own Celery worker.
-        start_worker(cpu_host.queue, cpu_host.name,
-                     DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
-                     SPARKPANEL_VAR_DIR=str(settings.VAR_DIR))  # fmt: skip
-        # The scenario's warm-up and answer (16 tokens each) and the level's three warm-ups.
-        wait_for(lambda: handed.count() >= before + 2 + 3, 120, "the level's warm-ups")
+        # The job runner a host's worker calls, on a thread of its own here.
+        bench.start()
+        # The scenario's warm-up and answer (16 tokens each), the level's warm-up and its
+        # measured answer (1200 tokens: seconds each) are handed over.
+        wait_for(lambda: handed.count() >= before + 2 + 1 + 1, 180, "the measured answer")
         throttle.freeze()
-        # Slices of 0.2 s until the warm-ups are done and the measured answers handed over:
-        # they begin at most one slice before the engine stops (~1/6 of an answer here).
-        throttle.run_until(lambda: handed.count() >= before + 2 + 3 + 3, slice_s=0.2,
-                           limit_s=180, what="the level's three measured answers")  # fmt: skip
         talker.start()
-        wait_for(lambda: handed.count() >= before + 2 + 3 + 3 + 1, 60, "the chat's question")
+        wait_for(lambda: handed.count() >= before + 2 + 1 + 1 + 1, 60, "the chat's question")
         # The chat's first tokens reach the browser's socket; then the engine is killed.
-        throttle.run_until(lambda: chat_streaming.wait(1.0), slice_s=0.02, limit_s=60,
-                         what="the chat's first tokens")  # fmt: skip
+        throttle.run_until(lambda: chat_streaming.wait(1.0), slice_s=0.02, budget_s=1.0,
+                           what="the chat's first tokens")  # fmt: skip
         assert talker.is_alive(), outcome
         throttle.kill()  # as the kernel's OOM killer would: EngineCore alone
         talker.join(timeout=60)
         assert not talker.is_alive()
-        wait_for(lambda: Job.objects.get(pk=dying_job.pk).state in (J.DONE, J.FAILED), 120,
-                 "the benchmark job to end")  # fmt: skip
+        bench.join(timeout=120)
+        assert not bench.is_alive(), "the benchmark job did not end"
     finally:
         throttle.release()
 
@@ -436,7 +448,7 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     results = {r.kind: r for r in dying_job.results.all()}
     assert results["scenario"].ok == 1, results["scenario"].requests
     level = results["sweep"]
-    assert (level.ok, level.failed) == (0, 3), level.requests
+    assert (level.ok, level.failed) == (0, 1), level.requests
     # The answers in flight broke mid-stream: vLLM's error chunk, after some tokens.
     for request in level.requests:
         assert request["error"].startswith("stream_error: EngineCore encountered an issue"), request
