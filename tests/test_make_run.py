@@ -18,9 +18,9 @@ from tests.conftest import ROOT, child_env, free_port, manage, wait_for
 pytestmark = pytest.mark.services
 
 
-def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, redis_url):
-    # A Redis URL nobody answers on: devrun must start its own private instance there.
-    redis_port, web_port = free_port(), free_port()
+def devrun_env(tmp_path, redis_port: int, web_port: int) -> dict[str, str]:
+    """make run's environment on a private Redis port nobody answers on (devrun starts its
+    own instance there), a fresh database and var/ in `tmp_path`; migrated."""
     env = child_env(
         REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         SPARKPANEL_VAR_DIR=str(tmp_path),
@@ -30,6 +30,11 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
     )
     env.pop("ALLOWED_HOSTS", None)
     manage("migrate", "--noinput", env=env)
+    return env
+
+
+def start_devrun(env: dict[str, str]) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """tools/devrun.py (what make run runs), its output collected line by line by a reader."""
     proc = subprocess.Popen(
         [sys.executable, "tools/devrun.py"],
         cwd=ROOT,
@@ -41,6 +46,14 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
+    return proc, lines, reader
+
+
+def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, redis_url):
+    # A Redis URL nobody answers on: devrun must start its own private instance there.
+    redis_port, web_port = free_port(), free_port()
+    env = devrun_env(tmp_path, redis_port, web_port)
+    proc, lines, reader = start_devrun(env)
     try:
         wait_for(lambda: any("SparkPanel is running at" in ln for ln in lines), 90, "devrun", proc)
         page = httpx.get(f"http://127.0.0.1:{web_port}/accounts/login/", timeout=5)
@@ -116,31 +129,13 @@ def test_ctrl_c_mid_load_with_a_socket_open_stops_everything_and_marks_the_run_s
 
     redis_port, web_port = free_port(), free_port()
     db_path = tmp_path / "run.sqlite3"
-    env = child_env(
-        REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
-        SPARKPANEL_VAR_DIR=str(tmp_path),
-        DATABASE_URL=f"sqlite:///{db_path}",
-        HOST="127.0.0.1",
-        PORT=str(web_port),
-    )
-    env.pop("ALLOWED_HOSTS", None)
-    manage("migrate", "--noinput", env=env)
+    env = devrun_env(tmp_path, redis_port, web_port)
     manage("seed_demo", env=env)
     password = "ctrl-c-test-passphrase-31"
     manage("createuser", "otto", "--role", "operator", "--password-stdin", env=env,
            stdin=password + "\n")  # fmt: skip
     token = manage("apitoken", "otto", "--name", "ctrl-c test", env=env).strip()
-    proc = subprocess.Popen(
-        [sys.executable, "tools/devrun.py"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    proc, lines, reader = start_devrun(env)
     base = f"http://127.0.0.1:{web_port}"
     server_pid = None
     socket_closed = threading.Event()
