@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 
 from apps.benchmarks import harness
@@ -15,6 +13,7 @@ from apps.benchmarks.reference import (
     seed_for,
     seed_notes,
 )
+from apps.core.csvsafe import csv_text
 from apps.recipes.planner import roofline_check
 
 
@@ -305,12 +304,9 @@ def export_rows(jobs: list[Job]) -> list[dict]:
 
 
 def export_csv(jobs: list[Job]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[key for key, _ in EXPORT_FIELDS])
-    writer.writeheader()
-    for row in export_rows(jobs):
-        writer.writerow(row)
-    return out.getvalue()
+    """The results as CSV; text cells that a spreadsheet would run as a formula are
+    neutralised (apps/core/csvsafe.py)."""
+    return csv_text([key for key, _ in EXPORT_FIELDS], export_rows(jobs))
 
 
 def export_json(job: Job) -> dict:
