@@ -20,6 +20,7 @@ from apps.benchmarks.services import (
     queue_entry,
     queue_hints,
 )
+from apps.core.redirects import safe_next
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 
@@ -113,7 +114,7 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         if job.state == "cancelled"
         else "Cancelling: the job stops after the requests in flight and keeps its results.",
     )
-    return redirect(request.POST.get("next") or job.get_absolute_url())
+    return redirect(safe_next(request, job))
 
 
 @require_GET

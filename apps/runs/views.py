@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import OPERATE_RUNS
+from apps.core.redirects import safe_next
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.forms import RunStartForm
@@ -91,7 +92,7 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
                         fit_confirmation=form.cleaned_data["fit_confirmation"])  # fmt: skip
     except RunRefused as exc:
         messages.error(request, f"Not started: {exc}")
-        return redirect(request.POST.get("next") or "runs")
+        return redirect(safe_next(request, "runs"))
     messages.success(request, f"Starting “{recipe}” on {host}.")
     if run.fit_override_at:
         messages.warning(
