@@ -1,7 +1,10 @@
-"""ASGI entry point: Django for HTTP, Channels for WebSockets.
+"""ASGI entry point: Django for HTTP, Channels for WebSockets, behind the edge checks.
 
-Sockets pass the Origin check (ALLOWED_HOSTS) and carry the session user; each consumer
-still checks the user's role before accepting.
+HTTP bodies over the limit are refused with 413 before anything reads them (BodyLimit).
+Sockets must come from the panel's own origin, scheme and port included, or a
+CSRF_TRUSTED_ORIGINS one (OriginCheck); a path with no route is closed with 4404
+(KnownSocketPaths); the rest carry the session user, and each consumer still checks the
+user's role before accepting. See sparkpanel/edge.py.
 """
 
 import os
@@ -14,15 +17,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from sparkpanel.edge import BodyLimit, KnownSocketPaths, OriginCheck  # noqa: E402
 from sparkpanel.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        "http": BodyLimit(django_asgi_app),
+        "websocket": OriginCheck(
+            KnownSocketPaths(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), websocket_urlpatterns
+            )
         ),
     }
 )

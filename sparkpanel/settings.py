@@ -58,6 +58,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Django's body limits (size, field count) and broken multipart: one 413/400, up front.
+    "sparkpanel.edge.ParseLimits",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -258,6 +260,22 @@ SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 14 * 24 * 3600)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+
+# --- Request limits (sparkpanel/edge.py) -------------------------------------------------
+# A request body over the limit is refused with 413 at the ASGI edge, before anything reads
+# it (Content-Length up front, a streamed body as soon as it passes the limit). The views
+# that take file uploads (recipe wizard, YAML import) get the larger limit.
+REQUEST_BODY_MAX_BYTES = env_int("REQUEST_BODY_MAX_BYTES", 2_621_440)  # 2.5 MiB
+UPLOAD_BODY_MAX_BYTES = env_int("UPLOAD_BODY_MAX_BYTES", 8 * 1_048_576)
+# Django's own limit on the non-file part of a body, and what it keeps in memory: the same
+# number, so outside the upload views a body the edge lets through never touches the disk.
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
+FILE_UPLOAD_MAX_MEMORY_SIZE = REQUEST_BODY_MAX_BYTES
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+# The whole body must arrive within this many seconds of the request's head (else 408): a
+# client trickling a body cannot hold a connection open. uvicorn's flags in
+# tools/container-start.sh and tools/devrun.py bound the head and idle connections.
+REQUEST_BODY_TIMEOUT = env_int("REQUEST_BODY_TIMEOUT", 60)
 
 # --- I18N, static ------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

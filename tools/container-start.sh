@@ -5,8 +5,16 @@ set -eu
 case "${1:-web}" in
   web)
     python manage.py migrate --noinput
+    # Bounded connections (the same flags as tools/devrun.py): a request head complete
+    # within HTTP_HEADER_TIMEOUT s and at most 16 KiB, idle keep-alive connections closed
+    # after 5 s, at most 512 connections, WebSocket messages up to 1 MiB.
     exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 \
-      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}"
+      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" \
+      --http sparkpanel.httpserver:H11HeaderTimeoutProtocol \
+      --h11-max-incomplete-event-size 16384 \
+      --timeout-keep-alive 5 \
+      --limit-concurrency 512 \
+      --ws-max-size 1048576
     ;;
   worker)
     # One worker per Spark: only this host's queue, one task at a time.

@@ -26,6 +26,16 @@ sys.path.insert(0, str(ROOT))
 from sparkpanel.env import env_str, load_dotenv  # noqa: E402
 
 PY = sys.executable
+# A head complete within HTTP_HEADER_TIMEOUT s and at most 16 KiB, idle keep-alive
+# connections closed after 5 s, at most 512 connections, WebSocket messages up to 1 MiB
+# (sparkpanel/httpserver.py; docs/security.md, "Bounded input").
+UVICORN_LIMITS = [
+    "--http", "sparkpanel.httpserver:H11HeaderTimeoutProtocol",
+    "--h11-max-incomplete-event-size", "16384",
+    "--timeout-keep-alive", "5",
+    "--limit-concurrency", "512",
+    "--ws-max-size", "1048576",
+]  # fmt: skip
 # Ctrl-C: every child gets SIGTERM at once and this long to exit before SIGKILL. A worker
 # in the middle of a model load would otherwise wait for the load (minutes on a real Spark).
 STOP_GRACE_S = 5.0
@@ -214,6 +224,8 @@ def main() -> int:
                     # Open WebSockets must not hold Ctrl-C up (the default waits for them).
                     "--timeout-graceful-shutdown",
                     "2",
+                    # Bounded connections: the same flags as tools/container-start.sh.
+                    *UVICORN_LIMITS,
                 ],
                 env,
             )

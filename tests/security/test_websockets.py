@@ -21,6 +21,7 @@ from apps.accounts.services import user_create
 from apps.chat.models import Conversation
 from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED
 from sparkpanel.asgi import application
+from sparkpanel.edge import CLOSE_NO_ROUTE
 from sparkpanel.routing import websocket_urlpatterns
 from tests.conftest import PASSWORD
 
@@ -87,6 +88,10 @@ def test_every_socket_refuses_the_anonymous_the_roleless_and_foreign_origins(
         "no role": (_headers(nobody), False, CLOSE_FORBIDDEN),
         "foreign origin": (_headers(mine, origin="http://evil.example"), False, None),
         "look-alike origin": (_headers(mine, origin="http://localhost.evil.example"), False, None),
+        # The panel's host on another port (a notebook on the same Spark) or scheme: the full
+        # origin must match, as Django's CSRF check demands for HTTP.
+        "same host, other port": (_headers(mine, origin="http://localhost:9999"), False, None),
+        "same host, other scheme": (_headers(mine, origin="https://localhost"), False, None),
         "no origin": (_headers(mine, origin=None), False, None),
     }
     attempts = [(path, headers) for path in paths for headers, _, _ in cases.values()]
@@ -110,3 +115,42 @@ def test_chat_refuses_another_members_conversation(world, member):
     )
     assert own
     assert not foreign and code == CLOSE_FORBIDDEN
+
+
+def test_a_trusted_origin_is_accepted_and_only_with_its_scheme_and_port(world, member, settings):
+    """CSRF_TRUSTED_ORIGINS (a panel behind a proxy on another name) opens sockets too,
+    compared in full, wildcard subdomains as Django's CSRF check reads them."""
+    settings.CSRF_TRUSTED_ORIGINS = ["https://panel.example:8443", "https://*.lab.example"]
+    session = _session(member)
+    origins = {
+        "https://panel.example:8443": True,
+        "https://spark1.lab.example": True,
+        "http://panel.example:8443": False,
+        "https://panel.example": False,
+        "https://panel.example:8444": False,
+        "http://spark1.lab.example": False,
+    }
+    results = _connect_all([("/ws/events/", _headers(session, origin=o)) for o in origins])
+    got = {origin: connected for origin, (connected, _) in zip(origins, results, strict=True)}
+    assert got == origins
+
+
+def test_a_host_outside_allowed_hosts_is_refused_even_with_a_matching_origin(member):
+    """DNS rebinding: a page on evil.example that resolves to the panel sends Host and
+    Origin of its own; the Host is not an allowed host, so the origin is not the panel's."""
+    session = _session(member)
+    headers = [(b"host", b"evil.example"), (b"origin", b"http://evil.example"),
+               (b"cookie", f"sessionid={session}".encode())]  # fmt: skip
+    [(connected, _)] = _connect_all([("/ws/events/", headers)])
+    assert not connected
+
+
+def test_an_unknown_socket_path_is_closed_with_4404_and_one_log_line(member, caplog):
+    session = _session(member)
+    with caplog.at_level("WARNING"):
+        paths = ["/ws/nope/", "/ws/events/extra/", "/elsewhere"]
+        results = _connect_all([(path, _headers(session)) for path in paths])
+    assert results == [(False, CLOSE_NO_ROUTE)] * 3
+    lines = [r for r in caplog.records if "no such socket" in r.getMessage()]
+    assert len(lines) == 3
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
