@@ -57,6 +57,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response, static files' too (apps/core/csp.py).
+    "apps.core.csp.content_security_policy",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Django's body limits (size, field count) and broken multipart: one 413/400, up front.
     "sparkpanel.edge.ParseLimits",

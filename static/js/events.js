@@ -262,6 +262,14 @@
     else connect();
   });
 
+  // A form with data-confirm asks first (no inline onsubmit: the Content-Security-Policy
+  // runs no inline script). Delegated, so forms swapped in later ask too.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    const question = form && form.getAttribute ? form.getAttribute("data-confirm") : null;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-live-expires][id]").forEach(scheduleExpiry);
     if (document.getElementById("live-status")) connect();

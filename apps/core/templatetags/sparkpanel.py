@@ -42,3 +42,16 @@ def sim_label(obj) -> str:
         "clock, and the panel shows what a real Spark would measure.",
         clock.label,
     )
+
+
+@register.filter
+def pct(value) -> int:
+    """A percentage as a whole number 0–100, for the `pct-N` width classes of sparkpanel.css
+    (bars and gauges without style attributes: the Content-Security-Policy allows none)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0
+    if number != number:  # NaN
+        return 0
+    return max(0, min(100, round(number)))
