@@ -26,7 +26,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 load_dotenv(BASE_DIR / ".env")
 
 VAR_DIR = Path(env_str("SPARKPANEL_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # the database, logs: private
 
 SECRET_KEY = secret_key(VAR_DIR)
 DEBUG = env_bool("DEBUG", False)

@@ -152,6 +152,14 @@ def meminfo_text(model: MemoryModel, sim_elapsed_s: float) -> str:
     return "".join(_line(name, value, unit) + "\n" for name, value, unit in rows)
 
 
+def _umask() -> int:
+    """The process's umask (set to the strictest while it is read: a file created in that
+    instant errs on the private side)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 class MeminfoWriter:
     """Keeps a meminfo file current for the host agent to read.
 
@@ -194,9 +202,10 @@ class MeminfoWriter:
         try:
             with os.fdopen(fd, "w", encoding="ascii") as f:
                 f.write(text)
-            # mkstemp creates 0600, but the host agent may run as another user; the real
-            # /proc/meminfo is world-readable too.
-            os.chmod(tmp, 0o644)
+            # mkstemp creates 0600, but the host agent may run as another user: the mode an
+            # ordinary open() would give (0644 under the usual umask; make run's 077 keeps
+            # its var/ private).
+            os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):

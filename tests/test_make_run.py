@@ -16,6 +16,7 @@ from django.core.management import call_command
 from tests.conftest import ROOT, child_env, free_port, manage, wait_for
 
 pytestmark = pytest.mark.services
+OPERATOR_PASSWORD = "ctrl-c-test-passphrase-31"
 
 
 def devrun_env(tmp_path, redis_port: int, web_port: int) -> dict[str, str]:
@@ -47,6 +48,42 @@ def start_devrun(env: dict[str, str]) -> tuple[subprocess.Popen, list[str], thre
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     return proc, lines, reader
+
+
+def operator_token(env: dict[str, str]) -> str:
+    """The demo data, an operator and an API token of theirs, in make run's database."""
+    manage("seed_demo", env=env)
+    manage("createuser", "otto", "--role", "operator", "--password-stdin", env=env,
+           stdin=OPERATOR_PASSWORD + "\n")  # fmt: skip
+    return manage("apitoken", "otto", "--name", "make-run test", env=env).strip()
+
+
+def start_a_run(api: httpx.Client, var_dir, proc: subprocess.Popen) -> tuple[int, dict]:
+    """A run on the simulated host through the API, once its server is loading: its id and
+    the process engine's pid file (pid, command)."""
+    import json
+
+    started = api.post(
+        "/api/v1/runs", json={"recipe": "qwen3-5-35b-max-single-user", "host": "local-sim"}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    pidfile = var_dir / "runs" / str(run_id) / "pid.json"
+
+    def loading() -> bool:
+        state = api.get(f"/api/v1/runs/{run_id}").json()["state"]
+        assert state not in ("ready", "failed", "stopped"), f"run {run_id} is {state} already"
+        return state in ("starting", "loading", "compiling") and pidfile.exists()
+
+    wait_for(loading, 120, "the model to be loading", proc)
+    return run_id, json.loads(pidfile.read_text())
+
+
+def run_state(db_path, run_id: int) -> tuple[str, str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        return conn.execute("SELECT state, step FROM runs_run WHERE id = ?", (run_id,)).fetchone()
 
 
 def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, redis_url):
@@ -121,20 +158,13 @@ def test_ctrl_c_mid_load_with_a_socket_open_stops_everything_and_marks_the_run_s
     """What #16 saw: after Ctrl-C a simulated model server stayed on its port and the web
     server 'did not stop in 20 s'. Now: every process of make run is gone within seconds —
     the sparksim server of a run caught mid-load too — and the run says stopped."""
-    import json
-    import sqlite3
-
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     redis_port, web_port = free_port(), free_port()
     db_path = tmp_path / "run.sqlite3"
     env = devrun_env(tmp_path, redis_port, web_port)
-    manage("seed_demo", env=env)
-    password = "ctrl-c-test-passphrase-31"
-    manage("createuser", "otto", "--role", "operator", "--password-stdin", env=env,
-           stdin=password + "\n")  # fmt: skip
-    token = manage("apitoken", "otto", "--name", "ctrl-c test", env=env).strip()
+    token = operator_token(env)
     proc, lines, reader = start_devrun(env)
     base = f"http://127.0.0.1:{web_port}"
     server_pid = None
@@ -142,25 +172,12 @@ def test_ctrl_c_mid_load_with_a_socket_open_stops_everything_and_marks_the_run_s
     try:
         wait_for(lambda: any("SparkPanel is running at" in ln for ln in lines), 90, "devrun", proc)
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
-        started = api.post(
-            "/api/v1/runs", json={"recipe": "qwen3-5-35b-max-single-user", "host": "local-sim"}
-        )
-        assert started.status_code == 201, started.text
-        run_id = started.json()["id"]
-        pidfile = tmp_path / "runs" / str(run_id) / "pid.json"
-
-        def loading() -> bool:
-            state = api.get(f"/api/v1/runs/{run_id}").json()["state"]
-            assert state not in ("ready", "failed", "stopped"), f"run {run_id} is {state} already"
-            return state in ("starting", "loading", "compiling") and pidfile.exists()
-
-        wait_for(loading, 120, "the model to be loading", proc)
-        launched = json.loads(pidfile.read_text())
+        run_id, launched = start_a_run(api, tmp_path, proc)
         server_pid = launched["pid"]
         server_port = int(launched["command"][launched["command"].index("--port") + 1])
         assert psutil.pid_exists(server_pid)
         # A browser's live socket stays open while Ctrl-C comes.
-        cookies = _login_cookies(base, "otto", password)
+        cookies = _login_cookies(base, "otto", OPERATOR_PASSWORD)
         ws = connect(
             f"ws://127.0.0.1:{web_port}/ws/events/",
             additional_headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items()),
@@ -205,10 +222,106 @@ def test_ctrl_c_mid_load_with_a_socket_open_stops_everything_and_marks_the_run_s
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
             s.bind(("127.0.0.1", port))
     print(f"Ctrl-C with a model mid-load and a socket open: everything stopped in {took:.1f}s")
-    with sqlite3.connect(db_path) as conn:
-        state, step = conn.execute(
-            "SELECT state, step FROM runs_run WHERE id = ?", (run_id,)
-        ).fetchone()
+    state, step = run_state(db_path, run_id)
     assert state == "stopped", (state, step)
     assert "make run" in step
     assert any("all processes stopped" in ln for ln in lines)
+
+
+def _readable_by_others(var_dir) -> list[str]:
+    """Every file and directory under var_dir (itself too) with any group or other bit."""
+    import os
+    import stat
+
+    found = []
+    for top, dirs, files in os.walk(var_dir):
+        for path in [top, *(os.path.join(top, name) for name in (*dirs, *files))]:
+            with contextlib.suppress(FileNotFoundError):  # a WAL checkpointed away meanwhile
+                mode = os.lstat(path).st_mode
+                if not stat.S_ISLNK(mode) and mode & 0o077:
+                    found.append(f"{oct(stat.S_IMODE(mode))} {path}")
+    return sorted(set(found))
+
+
+def test_make_run_keeps_var_to_its_owner_the_database_redis_and_run_logs_too(tmp_path, redis_url):
+    """The probe read an admin's session out of a 0644 database: everything under make run's
+    var/ (the SQLite database, its WAL and shared memory, Redis' data, run logs, pid files,
+    beat's schedule) is the owner's alone, and an older install's readable files are fixed."""
+    import os
+    import sqlite3
+
+    redis_port, web_port = free_port(), free_port()
+    db_path = tmp_path / "run.sqlite3"
+    env = devrun_env(tmp_path, redis_port, web_port)
+    token = operator_token(env)
+    # What an older make run left: var/ 0755, a 0644 database and run log.
+    old_log = tmp_path / "runs" / "999" / "server.log"
+    old_log.parent.mkdir(parents=True)
+    old_log.write_text("an older run's log\n")
+    for path, mode in ((tmp_path, 0o755), (old_log.parent, 0o755), (old_log, 0o644),
+                       (db_path, 0o644)):  # fmt: skip
+        os.chmod(path, mode)
+    proc, lines, reader = start_devrun(env)
+    try:
+        wait_for(lambda: any("SparkPanel is running at" in ln for ln in lines), 90, "devrun", proc)
+        base = f"http://127.0.0.1:{web_port}"
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        run_id, _launched = start_a_run(api, tmp_path, proc)
+        run_dir = tmp_path / "runs" / str(run_id)
+        wait_for(lambda: (run_dir / "server.log").stat().st_size > 0, 60, "the run's log", proc)
+        # Whoever opens the database next (here: this test, umask 022) gets a WAL and shared
+        # memory as private as the database itself.
+        with contextlib.closing(sqlite3.connect(db_path)) as conn:
+            conn.execute("SELECT count(*) FROM django_session").fetchone()
+            assert db_path.with_name("run.sqlite3-wal").exists()
+            assert db_path.with_name("run.sqlite3-shm").exists()
+            running = _readable_by_others(tmp_path)
+        present = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+        reader.join(timeout=5)
+    assert code == 0, "".join(lines[-40:])
+    for name in ("run.sqlite3", "run.sqlite3-wal", "run.sqlite3-shm", "redis/appendonlydir",
+                 f"runs/{run_id}/server.log", f"runs/{run_id}/pid.json", "hosts/local-sim/meminfo"):  # fmt: skip
+        assert name in present, f"{name} not in {sorted(present)}"
+    for prefix in ("redis/appendonlydir/", "celerybeat-schedule"):  # dbm's names vary
+        assert any(name.startswith(prefix) for name in present), (prefix, sorted(present))
+    assert running == [], running
+    assert _readable_by_others(tmp_path) == []  # after the stop too (Redis' last rewrite…)
+
+
+def test_ctrl_c_stops_a_model_server_that_no_pid_file_names_and_marks_its_run_stopped(
+    tmp_path, redis_url
+):
+    """Model servers never outlive make run: one whose pid file is gone (a worker killed
+    between starting it and writing the file, a cleaned var/runs) is still found — by the
+    mark devrun puts in the environment of everything it starts — and stopped."""
+    redis_port, web_port = free_port(), free_port()
+    env = devrun_env(tmp_path, redis_port, web_port)
+    token = operator_token(env)
+    proc, lines, reader = start_devrun(env)
+    server = None
+    try:
+        wait_for(lambda: any("SparkPanel is running at" in ln for ln in lines), 90, "devrun", proc)
+        base = f"http://127.0.0.1:{web_port}"
+        api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        run_id, launched = start_a_run(api, tmp_path, proc)
+        server = psutil.Process(launched["pid"])
+        assert "sparksim" in " ".join(server.cmdline())
+        (tmp_path / "runs" / str(run_id) / "pid.json").unlink()
+    finally:
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C delivers
+        code = proc.wait(timeout=120)
+        reader.join(timeout=5)
+    try:
+        assert code == 0, "".join(lines[-40:])
+        _gone, alive = psutil.wait_procs([server], timeout=10)
+        alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"the model server {server.pid} outlived make run: {server.cmdline()}"
+    finally:
+        if server is not None and server.is_running():  # never outlive the test either
+            with contextlib.suppress(psutil.Error):
+                server.kill()
+    state, step = run_state(tmp_path / "run.sqlite3", run_id)
+    assert (state, "make run" in step) == ("stopped", True), (state, step)

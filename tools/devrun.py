@@ -2,7 +2,12 @@
 server, a Celery worker, the simulated host's worker and host agent, and Celery beat.
 Ctrl-C (or SIGTERM/SIGHUP) stops every process this script started within seconds: all at
 once, SIGKILL after 5 s, then the simulated host's model servers (their runs marked stopped),
-Redis last; if any of them dies, the rest are stopped too and the exit status says so.
+then anything else that carries this run's mark (SPARKPANEL_DEVRUN_ID), Redis last; if any of
+them dies, the rest are stopped too and the exit status says so.
+
+var/ (the database with its sessions, Redis' data, run logs, the secret key) is the user's
+alone: 0700, every file in it without group or other access (an older install's too), and
+everything this script and its children create from then on 0600 (umask 077).
 
 Used by `make run`; not meant for production (see docker-compose.yml for that).
 """
@@ -12,8 +17,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -40,6 +47,11 @@ UVICORN_LIMITS = [
 # in the middle of a model load would otherwise wait for the load (minutes on a real Spark).
 STOP_GRACE_S = 5.0
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# Every process this script starts carries it in its environment, the model servers the
+# simulated host's worker starts too (the process engine lets it through): what is still
+# there after the stop is ours, whatever pid files say.
+MARK = "SPARKPANEL_DEVRUN_ID"
+PRIVATE_UMASK = 0o077
 
 
 class Child:
@@ -75,6 +87,66 @@ def stop_all(children: list[Child], timeout: float = STOP_GRACE_S) -> None:
             child.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             print(f"[devrun] {child.name} (pid {child.proc.pid}) is still there", flush=True)
+
+
+def make_private(var_dir: Path, database_url: str = "") -> None:
+    """From now on this process and its children create files 0600 and directories 0700;
+    var/ and whatever an older `make run` left in it lose group and other access (symbolic
+    links are left alone: a vLLM venv linked from elsewhere is not ours to change). A SQLite
+    database outside var/ is fixed too (its WAL and shared memory take its mode)."""
+    os.umask(PRIVATE_UMASK)
+    var_dir.mkdir(parents=True, exist_ok=True)
+    paths = [var_dir]
+    for top, dirs, files in os.walk(var_dir):
+        paths += [Path(top, name) for name in (*dirs, *files)]
+    if database_url.startswith("sqlite:///"):
+        db = ROOT / database_url.removeprefix("sqlite:///")  # relative: to the checkout
+        paths += [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and mode & 0o077:
+                os.chmod(path, stat.S_IMODE(mode) & ~0o077)
+        except FileNotFoundError:
+            continue  # gone meanwhile (a WAL checkpointed away), or never there
+
+
+def marked_processes(mark: str, keep: set[int]) -> list:
+    """Processes of this user whose environment carries this run's mark, but those in keep."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid() or proc.pid in keep:
+            continue
+        try:
+            if proc.environ().get(MARK) == mark:
+                found.append(proc)
+        except psutil.Error:  # another user's, or gone
+            continue
+    return found
+
+
+def stop_marked(mark: str, keep: set[int], timeout: float = STOP_GRACE_S) -> None:
+    """Whatever but `keep` (Redis) still carries the mark once everything else stopped (a
+    model server whose pid file is gone, one a worker started as it was being killed): its
+    process group gets SIGTERM, SIGKILL after `timeout` seconds."""
+    import psutil
+
+    left = marked_processes(mark, keep)
+    if not left:
+        return
+    print(f"[devrun] stopping {len(left)} leftover process(es): "
+          f"{', '.join(str(p.pid) for p in left)}", flush=True)  # fmt: skip
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in left:
+            with contextlib.suppress(OSError, psutil.Error):
+                os.killpg(os.getpgid(proc.pid), sig)
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)  # its own group may not be the one it was started in
+        _gone, left = psutil.wait_procs(left, timeout=timeout)
+        if not left:
+            return
 
 
 def stop_simulated_servers(hosts: list[str], env: dict[str, str]) -> None:
@@ -139,9 +211,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=env_str("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(env_str("PORT", "8000")))
+    parser.add_argument(
+        "--private-var", action="store_true", help="only make var/ private, then exit"
+    )
     args = parser.parse_args()
 
+    var_dir = Path(env_str("SPARKPANEL_VAR_DIR", str(ROOT / "var")))
+    make_private(var_dir, env_str("DATABASE_URL", ""))
+    if args.private_var:
+        return 0
     env = dict(os.environ)
+    env[MARK] = f"{os.getpid()}-{secrets.token_hex(8)}"
     redis_url = env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
     if args.host in {"0.0.0.0", "::"} and "ALLOWED_HOSTS" not in env:
         env["ALLOWED_HOSTS"] = ",".join(lan_hosts())
@@ -162,6 +242,7 @@ def main() -> int:
         stop_all([c for c in children if c.name != "redis"])
         if sim_hosts:
             stop_simulated_servers(sim_hosts, env)
+        stop_marked(env[MARK], keep={c.proc.pid for c in children if c.name == "redis"})
         stop_all([c for c in children if c.name == "redis"])
         print("[devrun] all processes stopped", flush=True)
 
@@ -180,7 +261,7 @@ def main() -> int:
             if parsed.hostname not in LOCAL_HOSTS:
                 raise SystemExit(f"[devrun] Redis at {redis_url} is unreachable; start it first")
             server = _which("redis-server")
-            data = Path(env_str("SPARKPANEL_VAR_DIR", str(ROOT / "var"))) / "redis"
+            data = var_dir / "redis"
             data.mkdir(parents=True, exist_ok=True)
             print(
                 f"[devrun] starting a private Redis on port {parsed.port or 6379} (data in {data})"

@@ -8,6 +8,10 @@ if ! command -v redis-server >/dev/null; then
 else
   tools/bootstrap.sh
 fi
+# var/ holds the database (sessions), Redis' data and run logs: the user's alone. Everything
+# created from here on is 0600/0700, and what an older install left readable is fixed first.
+umask 077
+.venv/bin/python tools/devrun.py --private-var
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py seed_demo
 exec .venv/bin/python tools/devrun.py

@@ -196,6 +196,12 @@ def test_write_once(tmp_path: Path) -> None:
     # World-readable, like the real file: the host agent may run as another user.
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert os.listdir(tmp_path) == ["meminfo"]  # no temp file left behind
+    previous = os.umask(0o077)  # make run's: its var/ is the user's alone
+    try:
+        MeminfoWriter(target, model, clock=lambda: 0.0).write_once()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
     model.set_footprint(110 * GB)  # the next phase of start-up
     MeminfoWriter(str(target), model, clock=lambda: 0.0).write_once()

@@ -30,6 +30,7 @@ def engine_for(host) -> Engine:
             # How this worker runs real vLLM: its own settings, never a recipe's.
             vllm_executable=settings.VLLM_EXECUTABLE,
             server_env=settings.VLLM_ENV,
+            hf_token=settings.HF_TOKEN,  # a real vLLM's only; never the worker's whole env
         )
     from apps.hosts.engines.docker import DockerEngine, MountedVllm
 

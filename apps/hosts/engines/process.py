@@ -3,6 +3,11 @@
 Argument lists only (never a shell string), its own process group (so a stop reaches
 every child), output in var/runs/<id>/server.log, and a pid file with the process's start
 time so that a restarted worker can find it again and never mistakes a recycled pid for it.
+
+The server gets an allowlisted environment (`server_environment`), never the worker's
+whole one: the worker holds REDIS_URL, DATABASE_URL, SECRET_KEY and other passwords, and
+a model server may run a checkpoint's own code (`--trust-remote-code`). Its files (the
+log, the pid file) are the worker user's alone (0600 in a 0700 directory).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -31,8 +37,48 @@ from apps.hosts.engines.base import (
 from apps.recipes.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
+# What a model server takes from the worker's environment: what a Python program, the CUDA
+# stack and vLLM's caches need to run. Everything else (the panel's settings and secrets)
+# stays behind; vLLM's own settings come from the worker's VLLM_ENV (`server_env`), the
+# Hugging Face token from HF_TOKEN (`hf_token`), and only to a real vLLM.
+SERVER_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+        "LD_LIBRARY_PATH", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR",
+        "HF_HOME", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TRANSFORMERS_CACHE",
+        "HUGGINGFACE_HUB_CACHE", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "DO_NOT_TRACK",
+        "SSL_CERT_FILE", "SSL_CERT_DIR",
+        # make run's mark on everything it started (tools/devrun.py stops what carries it).
+        "SPARKPANEL_DEVRUN_ID",
+    }
+)  # fmt: skip
+SERVER_ENV_PREFIXES = ("LC_", "HF_HUB_", "CUDA_", "NVIDIA_", "NCCL_", "TORCH_", "TRITON_")
+# A prefixed name that still looks like a credential stays behind too (HF_HUB_TOKEN…).
+_CREDENTIAL_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "_KEY", "CREDENTIAL")
+
+
+def server_environment(worker_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the worker's environment a model server may see (the allowlist)."""
+    out = {}
+    for key, value in worker_env.items():
+        if key in SERVER_ENV_NAMES or (
+            key.startswith(SERVER_ENV_PREFIXES)
+            and not any(word in key.upper() for word in _CREDENTIAL_WORDS)
+        ):
+            out[key] = value
+    return out
+
+
 # Children we started in this process: their exit codes (psutil cannot tell them later).
 _children: dict[int, subprocess.Popen] = {}
+
+
+def _private_file(path: Path, flags: int) -> int:
+    """A file descriptor for writing `path`, 0600 whatever the umask (and made so if an
+    older version left it readable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 class ProcessEngine(Engine):
@@ -46,6 +92,7 @@ class ProcessEngine(Engine):
         sim_args: list[str] | None = None,
         vllm_executable: str = "vllm",
         server_env: dict[str, str] | None = None,
+        hf_token: str = "",
         host_name: str = "",
     ):
         self.host_name = host_name
@@ -56,6 +103,8 @@ class ProcessEngine(Engine):
         # The worker's environment for real vLLM (settings.VLLM_ENV: an offline Hugging
         # Face cache, a CPU KV cache size…); sparksim does not need it.
         self.server_env = dict(server_env or {})
+        # Gated models: for a real vLLM only (sparksim downloads nothing).
+        self._hf_token = hf_token
         # Handle → run directory, so following a log does not rescan every pid file.
         self._dirs: dict[Handle, Path] = {}
 
@@ -75,19 +124,21 @@ class ProcessEngine(Engine):
     def start(self, spec: LaunchSpec) -> Handle:
         command = self.command(spec.argv)
         run_dir = self._dir(spec.run_id)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         existing = self._handle_from_pidfile(run_dir)
         if existing is not None and self.status(existing).state is State.RUNNING:
             # A redelivered start task: never a second server for one run.
             return existing
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "CELERY"))}
+        env = server_environment(os.environ)
         if not self.simulated:
             env.update(self.server_env)
+            if self._hf_token:
+                env["HF_TOKEN"] = self._hf_token
         else:
             env.update(sim_env(spec))
         env.update(spec.env)
         env["PYTHONUNBUFFERED"] = "1"
-        log = (run_dir / "server.log").open("ab")
+        log = os.fdopen(_private_file(run_dir / "server.log", os.O_APPEND), "ab")
         try:
             proc = subprocess.Popen(
                 command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -101,17 +152,15 @@ class ProcessEngine(Engine):
         created = psutil.Process(proc.pid).create_time()
         handle = Handle(self.name, f"{proc.pid}:{created:.2f}")
         self._dirs[handle] = run_dir
-        (run_dir / "pid.json").write_text(
-            json.dumps(
-                {
-                    "pid": proc.pid,
-                    "create_time": created,
-                    "run_id": spec.run_id,
-                    "host": spec.host_name,
-                    "command": command,
-                }
-            )
-        )
+        record = {
+            "pid": proc.pid,
+            "create_time": created,
+            "run_id": spec.run_id,
+            "host": spec.host_name,
+            "command": command,
+        }
+        with os.fdopen(_private_file(run_dir / "pid.json", os.O_TRUNC), "w") as fh:
+            fh.write(json.dumps(record))
         return handle
 
     def _handle_from_pidfile(self, run_dir: Path) -> Handle | None:
