@@ -185,6 +185,12 @@ SITE_URL = env_str("SITE_URL", "").rstrip("/")
 # Outgoing webhooks: seconds before each retry (six attempts in all by default).
 _RETRIES = env_list("WEBHOOK_RETRY_DELAYS", ["10", "30", "90", "270", "810"])
 WEBHOOK_RETRY_DELAYS = [int(v) for v in _RETRIES]
+# Private (and loopback) networks webhooks may reach, e.g. 10.1.0.0/16 for a LAN receiver;
+# empty: public addresses only (apps/api/egress.py; link-local is never allowed).
+WEBHOOK_ALLOWED_NETWORKS = env_list("WEBHOOK_ALLOWED_NETWORKS", [])
+# Encrypts webhook secrets at rest; blank: derived from SECRET_KEY (and its fallbacks).
+# Comma-separated for a rotation: the first encrypts, all decrypt (docs/api.md).
+FIELD_ENCRYPTION_KEY = [k for k in env_secret("FIELD_ENCRYPTION_KEY").split(",") if k.strip()]
 
 # --- Celery ----------------------------------------------------------------------------
 # The longest task (a model's first load plus warm-up, or a long benchmark suite) must

@@ -2,9 +2,60 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from apps.api.crypto import FieldCipher, UndecryptableError, cipher_for
+
+log = logging.getLogger(__name__)
+
+
+def field_cipher() -> FieldCipher:
+    """The cipher for secrets at rest: settings.FIELD_ENCRYPTION_KEY (a list: the first
+    encrypts, all decrypt), else SECRET_KEY and SECRET_KEY_FALLBACKS. Changing SECRET_KEY
+    without keeping the old one in SECRET_KEY_FALLBACKS (or FIELD_ENCRYPTION_KEY) makes the
+    stored secrets unreadable: see docs/api.md, "Rotating the encryption key"."""
+    keys = [k.strip() for k in getattr(settings, "FIELD_ENCRYPTION_KEY", None) or [] if k.strip()]
+    if not keys:
+        keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    return cipher_for(tuple(keys))
+
+
+class EncryptedTextField(models.TextField):
+    """A string stored encrypted (apps/api/crypto.py) and read back in clear.
+
+    Clear in Python, `enc1:<Fernet token>` in the database (also in dumpdata's output, so a
+    fixture loads back). A stored value no configured key opens reads as "" with one error
+    logged: the webhook then fails its deliveries with a clear message instead of a 500.
+    """
+
+    def from_db_value(self, value, expression, connection):
+        return self.to_python(value)
+
+    def to_python(self, value):
+        if not isinstance(value, str) or not FieldCipher.is_encrypted(value):
+            return value  # None, "", or a clear value not yet migrated
+        try:
+            return field_cipher().decrypt(value)
+        except UndecryptableError:
+            log.error(
+                "%s: a stored secret cannot be decrypted with the configured keys "
+                "(FIELD_ENCRYPTION_KEY / SECRET_KEY changed?)",
+                self.model.__name__,
+            )
+            return ""
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        if not value or FieldCipher.is_encrypted(value):
+            return value
+        return field_cipher().encrypt(value)
+
+    def value_to_string(self, obj) -> str:
+        return self.get_prep_value(self.value_from_object(obj)) or ""
 
 
 class ApiTokenQuerySet(models.QuerySet):
@@ -73,7 +124,8 @@ class Webhook(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhooks"
     )
     url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=100)
+    # Needed in clear to sign every delivery, so encrypted rather than hashed.
+    secret = EncryptedTextField()
     events = models.JSONField(default=list)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -8,17 +8,25 @@ and `X-SparkPanel-Signature: sha256=<hex>`, the HMAC-SHA256 of `"<timestamp>.<bo
 with the webhook's secret. `verify_signature` below is what a receiver does.
 
 A delivery that does not get a 2xx answer (an error status, a redirect — never followed —,
-a timeout after 10 s, a refused connection) is tried again after 10 s, 30 s, 90 s, 270 s
-and 810 s (RETRY_DELAYS; settings.WEBHOOK_RETRY_DELAYS overrides it), six attempts in
-all, then marked failed. Deliveries are at least once: a worker killed mid-send retries.
+a timeout after 10 s, a refused connection, a name that does not resolve) is tried again
+after 10 s, 30 s, 90 s, 270 s and 810 s (RETRY_DELAYS; settings.WEBHOOK_RETRY_DELAYS
+overrides it), six attempts in all, then marked failed. Deliveries are at least once: a
+worker killed mid-send retries. A destination the address policy refuses fails at once.
 
 Security notes for admins:
-- The secret is generated here (256 random bits) and stored in clear, unlike API tokens:
-  the panel needs it to sign every delivery. It is shown to its owner once, when created,
-  and never written to logs or to the delivery log.
-- The panel POSTs to whatever http(s) URL a user sets, from the machine that runs the
-  `default` Celery queue. On a LAN this can reach internal services; only users with a
-  role can add webhooks, and only the owner sees their URLs and delivery log.
+- The secret is generated here (256 random bits) and stored encrypted (EncryptedTextField,
+  apps/api/crypto.py), unlike API tokens, which are hashed: the panel needs it in clear to
+  sign every delivery. It is shown to its owner once, when created, and never written to
+  logs or to the delivery log.
+- Destinations (apps/api/egress.py): http/https only, ports 80, 443 or 1024–65535, and only
+  public addresses: loopback, link-local (cloud metadata), unspecified, multicast and
+  reserved addresses are refused, and private ones unless settings.WEBHOOK_ALLOWED_NETWORKS
+  lists them. The form checks when a webhook is added; every attempt checks again: it
+  resolves the name once, checks every address, and connects to the first one checked (the
+  URL keeps its name for the Host header, SNI and certificate verification), so a DNS answer
+  that changes afterwards (rebinding) cannot move the request. No proxy from the
+  environment is used, redirects are not followed, and a refused destination gets no
+  connection at all: its log entry says only "refused: <why>".
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from apps.api import egress
 from apps.api.models import Webhook, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -230,12 +239,47 @@ def retry_delays() -> list[float]:
     return list(getattr(settings, "WEBHOOK_RETRY_DELAYS", RETRY_DELAYS))
 
 
+def allowed_networks() -> list[egress.Network]:
+    """settings.WEBHOOK_ALLOWED_NETWORKS as networks (a bad entry is a system check error,
+    apps/api/apps.py)."""
+    return egress.parse_networks(getattr(settings, "WEBHOOK_ALLOWED_NETWORKS", []) or [])
+
+
+class Refused(Exception):
+    """The destination is refused for good: no attempt, no retry."""
+
+
+def pinned_request(url: str) -> tuple[httpx.URL, dict[str, str], dict]:
+    """The URL to connect to (the host replaced by the first checked address), the Host
+    header and the request extensions (SNI: the certificate is verified against the name).
+    Raises egress.Refused (never retried) or egress.Unresolved (retried)."""
+    parsed = httpx.URL(url)  # IDNA-encodes the host as httpx would send it
+    target = egress.check_url(str(parsed))
+    address = egress.resolve_checked(target, allowed_networks())[0]
+    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    return parsed.copy_with(host=str(address)), {"Host": parsed.netloc.decode("ascii")}, extensions
+
+
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
-    """(status code, error): no redirects followed, the answer's body is not read."""
+    """(status code, error) of one POST to the checked, pinned address: no redirects
+    followed, the answer's body is not read. Raises Refused for a destination the policy
+    refuses, before any connection."""
+    try:
+        pinned, host_header, extensions = pinned_request(url)
+    except egress.Refused as exc:
+        raise Refused(f"refused: {exc.reason}") from None
+    except httpx.InvalidURL:
+        raise Refused("refused: the URL is not valid") from None
+    except egress.Unresolved as exc:
+        return None, str(exc)
     try:
         with (
-            httpx.Client(timeout=TIMEOUT_S, follow_redirects=False) as client,
-            client.stream("POST", url, content=body, headers=headers) as response,
+            # trust_env=False: no HTTP(S)_PROXY from the environment, which would resolve
+            # the name itself and undo the pinning.
+            httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, trust_env=False) as client,
+            client.stream(
+                "POST", pinned, content=body, headers=headers | host_header, extensions=extensions
+            ) as response,
         ):
             code = response.status_code
             if 200 <= code < 300:
@@ -269,12 +313,18 @@ def attempt(delivery_id: int) -> str | None:
         "X-SparkPanel-Event": delivery.event,
         "X-SparkPanel-Delivery": str(delivery.pk),
         "X-SparkPanel-Timestamp": timestamp,
-        "X-SparkPanel-Signature": sign(hook.secret, timestamp, body),
+        "X-SparkPanel-Signature": sign(hook.secret or "", timestamp, body),
     }
-    if hook.active:
-        code, error = _post(hook.url, body, headers)
-    else:
+    refused = False
+    if not hook.active:
         code, error = None, "the webhook is paused"
+    elif not hook.secret:  # no configured key decrypts it (models.EncryptedTextField)
+        code, error, refused = None, "not sent: the secret cannot be decrypted (key changed?)", True
+    else:
+        try:
+            code, error = _post(hook.url, body, headers)
+        except Refused as exc:
+            code, error, refused = None, str(exc), True
     delivery.attempts += 1
     delivery.status_code = code
     delivery.error = (error.replace(hook.secret, "…") if hook.secret else error)[:300]
@@ -282,7 +332,7 @@ def attempt(delivery_id: int) -> str | None:
     delays = retry_delays()
     if not error:
         delivery.state = WebhookDelivery.State.DELIVERED
-    elif delivery.attempts > len(delays) or not hook.active:
+    elif delivery.attempts > len(delays) or not hook.active or refused:
         delivery.state = WebhookDelivery.State.FAILED
     fields = ["attempts", "status_code", "error", "last_attempt_at", "state"]
     # An update, not save(): a delivery deleted meanwhile (with its webhook) stays deleted.
@@ -305,7 +355,11 @@ class WebhookForm(forms.Form):
         label="URL",
         max_length=MAX_URL_LENGTH,
         assume_scheme="https",
-        help_text="http:// or https://; the panel's worker machine POSTs here.",
+        help_text=(
+            "http:// or https:// to a public address (port 80, 443 or 1024–65535); the "
+            "panel's worker machine POSTs here. LAN receivers need their network allowed "
+            "by an admin (WEBHOOK_ALLOWED_NETWORKS)."
+        ),
     )
     events = forms.MultipleChoiceField(
         choices=Webhook.Event.choices,
@@ -329,6 +383,16 @@ class WebhookForm(forms.Form):
             )
         if not parts.hostname:
             raise forms.ValidationError("The URL needs a host.")
+        try:
+            # A name that does not resolve here may resolve from the worker: each delivery
+            # checks again anyway.
+            egress.resolve_checked(egress.check_url(str(httpx.URL(url))), allowed_networks())
+        except egress.Refused as exc:
+            raise forms.ValidationError(f"Refused: {exc.reason}.") from None
+        except egress.Unresolved:
+            pass
+        except httpx.InvalidURL:
+            raise forms.ValidationError("Enter a valid URL.") from None
         return url
 
     def clean(self):
@@ -347,9 +411,11 @@ def webhook_context(request: HttpRequest) -> dict:
     the form to add one."""
     user = request.user
     return {
-        "webhooks": Webhook.objects.filter(user=user),
+        # The secrets stay encrypted: the page never shows them.
+        "webhooks": Webhook.objects.filter(user=user).defer("secret"),
         "webhook_deliveries": WebhookDelivery.objects.filter(webhook__user=user)
         .select_related("webhook")
+        .defer("webhook__secret")
         .order_by("-created_at", "-pk")[:LOG_SHOWN],
         "webhook_form": WebhookForm(),
         "webhook_retry_delays": [f"{d:g}" for d in retry_delays()],

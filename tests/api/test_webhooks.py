@@ -4,6 +4,7 @@ backoff, what enqueues a delivery (a job finishing, an incident), and the profil
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -64,6 +65,13 @@ class Receiver:
 def fast_passwords(settings):
     """The personas' password hashing is most of these tests' time otherwise."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def loopback_allowed(settings):
+    """The receivers here listen on 127.0.0.1, which deliveries refuse unless an admin
+    allows it (tests/security/test_webhook_targets.py proves the refusals)."""
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
 
 
 @pytest.fixture
@@ -393,3 +401,92 @@ def test_users_only_see_and_change_their_own_webhooks(
 def test_anonymous_users_are_sent_to_login(client):
     response = client.post("/accounts/profile/webhooks/", {"url": "https://x.example/"})
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+# --- the secret at rest (issue 17, class 5) --------------------------------------------------
+
+
+def _stored_secret(pk: int) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT secret FROM api_webhook WHERE id = %s", [pk])
+        return cursor.fetchone()[0]
+
+
+def test_the_secret_is_stored_encrypted_and_the_one_shown_verifies_deliveries(
+    client_as, member, receiver, recorded
+):
+    import re
+
+    response = client_as(member).post(
+        "/accounts/profile/webhooks/", {"url": receiver.url, "events": ["incident"]}
+    )
+    shown = re.search(r'data-testid="new-webhook-secret">([^<]+)<', response.content.decode())[1]
+    hook = Webhook.objects.get(user=member)
+    stored = _stored_secret(hook.pk)
+    assert stored.startswith("enc1:") and shown not in stored and len(shown) >= 40
+    assert hook.secret == shown  # read back in clear through the model
+    assert shown not in json.dumps(list(Webhook.objects.values_list("url", "events")))
+    deliver.apply(args=[_delivery(hook).pk])
+    [req] = receiver.requests
+    h = req["headers"]
+    assert webhooks.verify_signature(
+        shown, h["X-SparkPanel-Timestamp"], req["body"], h["X-SparkPanel-Signature"]
+    )
+
+
+def test_the_migration_encrypts_clear_secrets_and_going_back_decrypts_them(member):
+    import importlib
+    from types import SimpleNamespace
+
+    from django.db import connection
+
+    migration = importlib.import_module("apps.api.migrations.0002_webhook_secret_encrypted")
+    hook = _hook(member)
+    with connection.cursor() as cursor:  # a row as 0001 stored it
+        cursor.execute("UPDATE api_webhook SET secret = %s WHERE id = %s", [SECRET, hook.pk])
+    assert _stored_secret(hook.pk) == SECRET
+    # What the functions use of the schema editor (a real one needs SQLite's foreign key
+    # checks off, outside the test's transaction).
+    editor = SimpleNamespace(connection=connection)
+    migration.encrypt_existing(None, editor)
+    stored = _stored_secret(hook.pk)
+    assert stored.startswith("enc1:") and SECRET not in stored
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET
+    migration.encrypt_existing(None, editor)  # twice: nothing is encrypted twice
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET
+    migration.decrypt_existing(None, editor)
+    assert _stored_secret(hook.pk) == SECRET
+
+
+def test_a_key_rotation_keeps_secrets_and_a_lost_key_fails_deliveries_cleanly(
+    member, receiver, settings, scheduled
+):
+    from django.core.management import call_command
+
+    settings.FIELD_ENCRYPTION_KEY = ["old-key-" + "x" * 32]
+    hook = _hook(member, receiver.url)
+    before = _stored_secret(hook.pk)
+    settings.FIELD_ENCRYPTION_KEY = ["new-key-" + "y" * 32, "old-key-" + "x" * 32]
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET  # the old key still decrypts
+    call_command("rotate_field_key", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    assert _stored_secret(hook.pk) != before
+    settings.FIELD_ENCRYPTION_KEY = ["new-key-" + "y" * 32]
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET  # re-encrypted with the new one
+
+    settings.FIELD_ENCRYPTION_KEY = ["a-key-nobody-had"]
+    delivery = _delivery(Webhook.objects.get(pk=hook.pk))
+    deliver.apply(args=[delivery.pk])
+    delivery.refresh_from_db()
+    assert delivery.state == "failed" and "cannot be decrypted" in delivery.error
+    assert receiver.requests == []  # never signed with a wrong key
+
+
+def test_without_a_field_key_the_secret_key_derives_it(member, settings):
+    settings.FIELD_ENCRYPTION_KEY = []
+    hook = _hook(member)
+    settings.SECRET_KEY, old = "another-secret-key-" + "z" * 40, settings.SECRET_KEY
+    assert Webhook.objects.get(pk=hook.pk).secret == ""  # unreadable without the old key
+    settings.SECRET_KEY_FALLBACKS = [old]
+    assert Webhook.objects.get(pk=hook.pk).secret == SECRET
