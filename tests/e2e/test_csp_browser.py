@@ -20,7 +20,9 @@ from playwright.sync_api import expect
 from tests.conftest import wait_for
 from tests.e2e.conftest import READY_RUN, STATE, login
 
-pytestmark = pytest.mark.e2e
+# Run alone, the test pays for the session's live server, worker and a ready model, then
+# walks fourteen pages (Swagger UI's bundle among them): more than 300 s on a busy machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 RECORDER = """
 window.__csp = [];
