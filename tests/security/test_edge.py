@@ -28,7 +28,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from tests.conftest import ROOT, child_env, free_port, manage, stop_process, wait_for
+from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, stop_process, wait_for
 
 LIMIT = 2_621_440  # REQUEST_BODY_MAX_BYTES' default
 HEADER_TIMEOUT = 2  # HTTP_HEADER_TIMEOUT for the test server (default 10)
@@ -100,6 +100,8 @@ def server(redis_url, tmp_path_factory):
         REQUEST_BODY_TIMEOUT=str(BODY_TIMEOUT),
     )
     manage("migrate", "--noinput", env=env)
+    manage("createuser", "mia", "--role", "member", "--password-stdin", env=env,
+           stdin=PASSWORD + "\n")  # fmt: skip
     port = free_port()
     log = tmp / "server.log"
     argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
@@ -269,6 +271,38 @@ def test_a_stalled_body_is_answered_408(server):
     assert _status(response) == 408, response[:300]
     assert json.loads(response.partition(b"\r\n\r\n")[2])["error"]["code"] == "timeout"
     assert time.monotonic() - started < 25
+
+
+def _session_cookie(server) -> str:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        client.get("/accounts/login/")
+        token = client.cookies["csrftoken"]
+        client.post("/accounts/login/", data={"username": "mia", "password": PASSWORD,
+                                              "csrfmiddlewaretoken": token})  # fmt: skip
+        return client.cookies["sessionid"]
+
+
+def test_sockets_through_the_bounded_server(server):
+    """The protocol class upgrades sockets: the panel's own origin opens one that outlives
+    the head deadline; another port of the same host and an unknown path are refused, the
+    latter with one log line and no traceback."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    ws_url = f"ws://127.0.0.1:{server.port}"
+    cookie = {"Cookie": f"sessionid={_session_cookie(server)}"}
+    with connect(ws_url + "/ws/events/", origin=server.url, additional_headers=cookie,
+                 open_timeout=15) as ws:  # fmt: skip
+        time.sleep(HEADER_TIMEOUT * 2)
+        ws.ping().wait(10)  # still open: the head deadline ended with the upgrade
+    foreign = f"http://127.0.0.1:{server.port + 1}"
+    for path, origin in (("/ws/events/", foreign), ("/ws/nope/", server.url)):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url + path, origin=origin, additional_headers=cookie, open_timeout=15)
+        assert refused.value.response.status_code == 403
+    log = server.log.read_text()
+    assert "Closed a WebSocket to /ws/nope/: no such socket" in log
+    assert "Traceback" not in log
 
 
 # --- Django's own limits: 413/400 in one place, not 500 ------------------------------------
