@@ -182,6 +182,7 @@ async def _send_error(path: str, status: int, code: str, message: str, send) -> 
                 (b"content-type", content_type),
                 (b"content-length", str(len(content)).encode()),
                 (b"connection", b"close"),
+                (b"x-content-type-options", b"nosniff"),
             ],
         }
     )
