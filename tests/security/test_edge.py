@@ -354,3 +354,14 @@ def test_a_broken_multipart_body_is_a_400(operator, quiet_tracebacks):
         content_type="multipart/form-data; boundary=",
     )  # fmt: skip
     assert response.status_code == 400
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("size", "status"), [(2_500_000, 422), (3_000_000, 413)])
+def test_a_json_body_of_a_few_megabytes_is_a_4xx_never_a_500(
+    operator, api_as, size, status, quiet_tracebacks
+):
+    """The probe's 2.5 MB JSON body (a 500 before): under the limit the API reads it and
+    answers for its content (the YAML is over 1 MB); over the limit, 413."""
+    response = api_as(operator).post("/recipes/import", {"yaml": "a" * size})
+    assert response.status_code == status, response.content[:300]
