@@ -251,6 +251,18 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
 AXES_VERBOSE = False
+# The client's address is REMOTE_ADDR and nothing else (the lockout, /metrics' allowlist):
+# behind a proxy, uvicorn sets it from X-Forwarded-For, taking the rightmost entry not
+# appended by a proxy in FORWARDED_ALLOW_IPS. Axes never reads the header itself, even
+# where python-ipware is installed.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+# With `*` (or a /0, which trusts every entry) uvicorn believes the leftmost entry, which
+# the client writes itself.
+if any(entry == "*" or entry.endswith("/0") for entry in env_list("FORWARDED_ALLOW_IPS", [])):
+    raise SystemExit(
+        "FORWARDED_ALLOW_IPS must list the proxy's own addresses, never '*' or a /0 (any "
+        "client could choose its address and escape the login lockout); see docs/deploy.md"
+    )
 
 # --- Security ----------------------------------------------------------------------------
 # On a LAN without TLS these stay off; behind HTTPS set HTTPS=true (see .env.example).

@@ -19,6 +19,9 @@ from apps.accounts.roles import VIEW_PANEL
 
 
 def _allowed(request: HttpRequest) -> bool:
+    """The bearer token, or else the client's address in METRICS_ALLOWED_NETWORKS. The
+    address is REMOTE_ADDR only, never a forwarding header: behind a proxy uvicorn sets it
+    to the address the trusted proxy appended (FORWARDED_ALLOW_IPS, docs/deploy.md)."""
     token = settings.METRICS_TOKEN
     if token:
         sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
@@ -27,7 +30,8 @@ def _allowed(request: HttpRequest) -> bool:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
         return False
-    return any(address in ipaddress.ip_network(net) for net in settings.METRICS_ALLOWED_NETWORKS)
+    networks = settings.METRICS_ALLOWED_NETWORKS
+    return any(address in ipaddress.ip_network(net, strict=False) for net in networks)
 
 
 class PanelCollector:
