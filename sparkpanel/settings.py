@@ -134,6 +134,10 @@ CHANNEL_LAYERS = {
             # Live pages push often; a slow browser must not grow Redis without bound.
             "capacity": 200,
             "expiry": 30,
+            # A group member is dropped this long after it last joined (channels_redis:
+            # 24 h by default), so one a dead process never removed is gone in minutes;
+            # live sockets re-join every third of it (apps/core/consumers.py).
+            "group_expiry": 300,
         },
     }
 }

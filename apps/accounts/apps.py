@@ -16,3 +16,7 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         # After every migrate the three role groups exist with exactly their permissions.
         post_migrate.connect(_sync_role_groups, sender=self, dispatch_uid="accounts.role_groups")
+        # Open sockets follow the account: sign-out, deactivation, role or password changes.
+        from apps.accounts import revoke
+
+        revoke.connect()

@@ -21,11 +21,10 @@ import weakref
 
 import httpx
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from apps.accounts.roles import USE_CHAT
-from apps.core.consumers import CLOSE_FORBIDDEN, authorise
+from apps.core.consumers import CLOSE_FORBIDDEN, PanelSocket
 from apps.hosts.clock import HostClock, run_clock
 from vllm_adapter import endpoints, sse
 
@@ -59,12 +58,15 @@ def _db(fn):
     return database_sync_to_async(fn, thread_sensitive=False)
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(PanelSocket):
+    """Closed like every panel socket when its session signs out or the account loses
+    chat (PanelSocket); the answer being streamed is then stopped and saved as such."""
+
     conversation_id: int
     relay: asyncio.Task | None = None
 
     async def connect(self) -> None:
-        user = await authorise(self, USE_CHAT)
+        user = await self.authorise(USE_CHAT)
         if user is None:
             return
         self.conversation_id = int(self.scope["url_route"]["kwargs"]["pk"])

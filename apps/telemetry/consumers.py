@@ -3,23 +3,20 @@ from __future__ import annotations
 import json
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
 from apps.accounts.roles import VIEW_PANEL
-from apps.core.consumers import authorise
+from apps.core.consumers import PanelSocket
 from apps.telemetry.agent import host_group, run_group
 
 CLOSE_NOT_FOUND = 4404
 
 
-class TelemetryConsumer(AsyncWebsocketConsumer):
+class TelemetryConsumer(PanelSocket):
     """Live samples of one host (/ws/telemetry/host/<name>/) or one run
     (/ws/telemetry/run/<id>/), as JSON, straight from the host agent."""
 
-    group: str | None = None
-
     async def connect(self) -> None:
-        user = await authorise(self, VIEW_PANEL)
+        user = await self.authorise(VIEW_PANEL)
         if user is None:
             return
         kwargs = self.scope["url_route"]["kwargs"]
@@ -27,9 +24,8 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
         if group is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.group = group
-        await self.channel_layer.group_add(group, self.channel_name)
-        await self.accept()
+        if await self.join(group):  # left again by PanelSocket on disconnect
+            await self.accept()
 
     @staticmethod
     def _group(kwargs: dict) -> str | None:
@@ -43,10 +39,6 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
                 else None
             )
         return run_group(kwargs["run"]) if Run.objects.filter(pk=kwargs["run"]).exists() else None
-
-    async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         return  # push-only
