@@ -244,6 +244,11 @@ class PanelSocket(AsyncWebsocketConsumer):
         if not self._closing:
             await self._recheck()
 
+    async def send(self, text_data=None, bytes_data=None, close=False):
+        if self._closing:  # e.g. a chat answer still streaming when the session ended
+            raise ConnectionError("the socket was closed: its access ended")
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
     async def websocket_receive(self, message):
         if self._closing:  # revoked: what the browser sent after that is not acted on
             return

@@ -10,12 +10,14 @@ the real Redis channel layer, with real WebSocket clients:
   losing the role closes them with 4403, a promotion leaves them open;
 - live sockets re-join their groups before `group_expiry` drops them, and the periodic
   re-check also closes a socket whose account was changed without any signal;
-- 200 sockets closed at once log no traceback and leave no member in any group zset.
+- 200 sockets closed at once log no traceback and leave no member in any group zset;
+- a chat answer streaming when its session signs out is stopped upstream and kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -34,10 +36,11 @@ from websockets.sync.client import connect
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create, user_set_role
-from apps.chat.models import Conversation
+from apps.chat.models import Conversation, Message
 from apps.core.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, PanelSocket
 from apps.core.events import fragment_push, user_group
 from sparkpanel.routing import websocket_urlpatterns
+from tests.chat.conftest import chat_server, conversation_for  # noqa: F401 (fixtures used)
 from tests.conftest import PASSWORD, free_port, run_async, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_url")]
@@ -317,3 +320,36 @@ def test_many_sockets_closing_at_once_log_no_traceback_and_leave_no_member(serve
 def test_group_expiry_is_minutes_not_a_day():
     config = django_settings.CHANNEL_LAYERS["default"]["CONFIG"]
     assert 60 <= config.get("group_expiry", 86400) <= 900
+
+
+def test_signing_out_mid_answer_stops_the_chat_and_keeps_the_partial_answer(
+    server, member, caplog, request
+):
+    caplog.set_level(logging.WARNING)
+    sim, run = request.getfixturevalue("chat_server")(time_scale=1)
+    conversation = request.getfixturevalue("conversation_for")(member, run, max_tokens=4000)
+    browser = _session(member)
+    ws = _open(server, f"/ws/chat/{conversation.pk}/", browser)
+    try:
+        ws.send(json.dumps({"type": "send", "content": "Write a long essay."}))
+        while json.loads(ws.recv(timeout=30))["type"] != "delta":
+            pass
+        assert browser.post(reverse("logout")).status_code in (200, 302)
+        assert _closed_with(ws) == CLOSE_UNAUTHENTICATED
+    finally:
+        ws.close()
+
+    def running() -> float:
+        metrics = sim.metrics().items()
+        return sum(v for (name, _), v in metrics if name == "vllm:num_requests_running")
+
+    wait_for(lambda: running() == 0, 10, "the upstream request aborted")
+    wait_for(
+        lambda: Message.objects.get(role="assistant").status != Message.Status.STREAMING,
+        10,
+        "the answer saved",
+    )
+    saved = Message.objects.get(role="assistant")
+    assert saved.status == Message.Status.STOPPED and saved.content
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not noisy, noisy[0].getMessage()
