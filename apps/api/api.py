@@ -9,6 +9,7 @@ from apps.accounts.roles import CAPABILITIES, VIEW_PANEL, perm
 from apps.accounts.services import user_role
 from apps.api import errors
 from apps.api.auth import AUTH, require
+from apps.api.parser import BoundedJSONParser
 from apps.api.routes import hosts, jobs, planner, recipes, runs
 from apps.api.schemas import MeOut
 from apps.api.tokens import token_user
@@ -24,10 +25,12 @@ owner's role; every endpoint checks the same permissions as the pages. In this p
 are signed in with your browser session.
 
 **Errors** always look like `{"error": {"code", "message", "fields"}}`: 400 unreadable
-request, 401 missing/invalid/revoked token, 403 the role does not allow it, 404 no such
-object, 409 conflicts with the current state (host busy, job already finished), 422 invalid
-input with messages per field, 503 the database is busy or restarting (nothing was saved;
-retry).
+request (not UTF-8 JSON sent as `application/json`, nested deeper than 32 levels, a whole
+number over 19 digits, a number beyond a 64-bit float, NaN or Infinity), 401
+missing/invalid/revoked token, 403 the role does not allow it, 404 no such object, 409
+conflicts with the current state (host busy, job already finished), 422 invalid input with
+messages per field (every number has its bounds in this schema), 503 the database is busy
+or restarting (nothing was saved; retry).
 
 **Lists** are paginated: `?limit=50&offset=0` → `{items, count, limit, offset, next_offset}`.
 
@@ -64,6 +67,7 @@ api = NinjaAPI(
     urls_namespace="api-v1",
     auth=AUTH,
     docs_decorator=_docs_login,
+    parser=BoundedJSONParser(),  # bounded depth and numbers, UTF-8 JSON only (parser.py)
 )
 errors.install(api)
 for module in (hosts, recipes, runs, jobs, planner):

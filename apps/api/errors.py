@@ -12,8 +12,11 @@ import logging
 from django.core.exceptions import PermissionDenied
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
+from django.http.request import RawPostDataException
 from ninja import Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from apps.api.parser import BadBody, content_type_problem
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,8 @@ def install(api) -> None:
         message = str(exc)
         if isinstance(exc, AuthenticationError) and message == "Unauthorized":
             message = NO_TOKEN
+        if isinstance(exc.__cause__, BadBody):  # ninja wraps the parser's refusal
+            message = str(exc.__cause__)
         return respond(request, exc.status_code, CODES.get(exc.status_code, "error"), message)
 
     def on_404(request, exc):
@@ -129,6 +134,12 @@ def install(api) -> None:
         response["Retry-After"] = "5"
         return response
 
+    def on_read_stream(request, exc: RawPostDataException):
+        # A multipart body was read as a form (by the CSRF or auth check) before the JSON
+        # parser could have it: the client sent a form where the API takes JSON.
+        message = content_type_problem(request) or "Send the body as JSON."
+        return respond(request, 400, "bad_request", message)
+
     def on_exception(request, exc: Exception):
         log.exception("API error on %s %s", request.method, request.path)
         return respond(
@@ -136,6 +147,7 @@ def install(api) -> None:
         )
 
     api.add_exception_handler(Exception, on_exception)
+    api.add_exception_handler(RawPostDataException, on_read_stream)
     api.add_exception_handler(OperationalError, on_database)
     api.add_exception_handler(InterfaceError, on_database)
     api.add_exception_handler(Http404, on_404)

@@ -2,16 +2,31 @@
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from ninja import Field, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, StringConstraints
+
+from apps.recipes.forms import number_bound
 
 
 class Strict(Schema):
-    """Input schemas refuse unknown keys: a typo must not be silently ignored."""
+    """Input schemas refuse unknown keys (a typo must not be silently ignored) and
+    infinite or NaN numbers; each number field says its bounds (`bounded`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def bounded(name: str, default=None, *, ge=0, **kwargs):
+    """A recipe number field with the recipe form's upper bound in the schema: 1e308 or a
+    19-digit integer is a 422 on its field before any form or planner sees it."""
+    return Field(default, ge=ge, le=number_bound(name), **kwargs)
+
+
+# Recipe and planner utilizations: the form says "at most 0.90" in the domain's words (so
+# 0.95 gets the reason); the schema keeps the number a share (≤ 1) of few digits.
+UTILIZATION = {"le": 1, "max_digits": 12}
+ExtraArg = Annotated[str, StringConstraints(max_length=1_000)]
 
 
 class MeOut(Schema):
@@ -62,19 +77,19 @@ class ArchitectureFields(Strict):
     """The model's architecture, as the planner reads it (all optional: the planner says
     what it cannot compute without)."""
 
-    total_params_b: float | None = None
-    active_params_b: float | None = None
+    total_params_b: float | None = bounded("total_params_b")
+    active_params_b: float | None = bounded("active_params_b")
     weight_format: str | None = None
-    weight_gb: float | None = None
-    num_layers: int | None = None
-    attention_layers: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    sliding_window_layers: int | None = None
-    sliding_window: int | None = None
-    recurrent_state_mib: float | None = None
+    weight_gb: float | None = bounded("weight_gb")
+    num_layers: int | None = bounded("num_layers")
+    attention_layers: int | None = bounded("attention_layers")
+    kv_heads: int | None = bounded("kv_heads")
+    head_dim: int | None = bounded("head_dim")
+    kv_lora_rank: int | None = bounded("kv_lora_rank")
+    qk_rope_head_dim: int | None = bounded("qk_rope_head_dim")
+    sliding_window_layers: int | None = bounded("sliding_window_layers")
+    sliding_window: int | None = bounded("sliding_window")
+    recurrent_state_mib: float | None = bounded("recurrent_state_mib")
     checkpoint_kv_dtype: str | None = None
 
 
@@ -89,20 +104,23 @@ class RecipeFields(ArchitectureFields):
     served_model_name: str | None = None
     image: str | None = None
     gpu_memory_utilization: Decimal | None = Field(
-        None, description="At most 0.90 on a Spark (the panel refuses more)."
+        None,
+        **UTILIZATION,
+        description="At most 0.90 on a Spark (the panel refuses more).",
     )
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
+    max_model_len: int | None = bounded("max_model_len")
+    max_num_seqs: int | None = bounded("max_num_seqs")
     kv_cache_dtype: str | None = None
     quantization: str | None = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
-    max_num_batched_tokens: int | None = None
-    tensor_parallel_size: int | None = None
+    max_num_batched_tokens: int | None = bounded("max_num_batched_tokens")
+    tensor_parallel_size: int | None = bounded("tensor_parallel_size")
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
-    extra_args: list[str] | None = Field(
+    extra_args: list[ExtraArg] | None = Field(
         None,
+        max_length=100,
         description='Further vLLM flags from the allowed list, e.g. ["--load-format", '
         '"fastsafetensors"]. Never mounts, devices or privileges.',
     )
@@ -412,13 +430,13 @@ class CompareOut(Schema):
 class PlanIn(ArchitectureFields):
     """The flags and architecture the planner reads; the same rules as the wizard."""
 
-    gpu_memory_utilization: Decimal = Field(description="At most 0.90.")
-    max_model_len: int
-    max_num_seqs: int
+    gpu_memory_utilization: Decimal = Field(**UTILIZATION, description="At most 0.90.")
+    max_model_len: int = bounded("max_model_len", ...)
+    max_num_seqs: int = bounded("max_num_seqs", ...)
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
-    max_num_batched_tokens: int | None = None
-    tensor_parallel_size: int | None = 1
+    max_num_batched_tokens: int | None = bounded("max_num_batched_tokens")
+    tensor_parallel_size: int | None = bounded("tensor_parallel_size", 1)
     weight_format: str = "bf16"
     host: str | None = Field(None, description="Plan for this host's memory (default: a Spark).")
 

@@ -69,3 +69,84 @@ class NoticeForm(forms.ModelForm):
             "level": data["level"],
             "expires_at": expiry_time(data["expires"]),
         }
+
+
+# --- bounded numbers: every number a form takes has an upper bound from its domain ---------
+MAX_NUMBER_TEXT = 40  # characters: any real value of any field, in any spelling, fits
+
+
+class _BoundedNumber:
+    """A number field that needs a `max_value` (TypeError without one, when the form class
+    is defined) and refuses text longer than MAX_NUMBER_TEXT before converting it, so a
+    5,000-digit integer or a "1e308" is a field error in the form's words, never work or
+    a 500 later (a planner overflowing, a database refusing). Infinity and NaN are refused
+    by Django's own FloatField/DecimalField checks."""
+
+    def __init__(self, *args, max_value=None, **kwargs):
+        if max_value is None:
+            raise TypeError(
+                f"{type(self).__name__} needs a max_value: every number a form takes has an "
+                "upper bound from its domain."
+            )
+        super().__init__(*args, max_value=max_value, **kwargs)
+
+    def to_python(self, value):
+        if isinstance(value, str) and len(value.strip()) > MAX_NUMBER_TEXT:
+            raise forms.ValidationError(
+                "Enter a number of at most %(limit)d characters.",
+                code="too_long",
+                params={"limit": MAX_NUMBER_TEXT},
+            )
+        return super().to_python(value)
+
+
+class BoundedIntegerField(_BoundedNumber, forms.IntegerField):
+    pass
+
+
+class BoundedFloatField(_BoundedNumber, forms.FloatField):
+    pass
+
+
+class BoundedDecimalField(_BoundedNumber, forms.DecimalField):
+    pass
+
+
+_BOUNDED = {
+    forms.IntegerField: BoundedIntegerField,
+    forms.FloatField: BoundedFloatField,
+    forms.DecimalField: BoundedDecimalField,
+}
+
+
+def model_max(db_field):
+    """The upper bound a model field declares itself (a MaxValueValidator it was given),
+    not the database's integer range Django adds."""
+    from django.core.validators import MaxValueValidator
+
+    for validator in [*db_field.default_validators, *db_field._validators]:
+        if isinstance(validator, MaxValueValidator):
+            return validator.limit_value
+    return None
+
+
+def bounded_formfields(bounds: dict[str, float]):
+    """A ModelForm `Meta.formfield_callback`: each number field of the model becomes a
+    bounded one, its bound from `bounds` or the model field's own MaxValueValidator. A
+    number field with neither is a programming error, raised when the form is defined."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    def callback(db_field, **kwargs):
+        field = db_field.formfield(**kwargs)
+        bounded = _BOUNDED.get(type(field))
+        if bounded is None:
+            return field
+        limit = bounds.get(db_field.name, model_max(db_field))
+        if limit is None:
+            raise ImproperlyConfigured(
+                f"{db_field.model.__name__}.{db_field.name} has no upper bound: give it one "
+                "in the form's number bounds."
+            )
+        return db_field.formfield(form_class=bounded, max_value=limit, **kwargs)
+
+    return callback

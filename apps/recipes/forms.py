@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from django import forms
 
+from apps.core.forms import BoundedFloatField, BoundedIntegerField, bounded_formfields, model_max
 from apps.recipes import planner, spark
 from apps.recipes.command import contract_problems
 from apps.recipes.flags import FlagError, format_extra_args, parse_extra_args
@@ -21,6 +22,25 @@ FLAG_FIELDS = [
     "tensor_parallel_size", "reasoning_parser", "tool_call_parser",
 ]  # fmt: skip
 IDENTITY_FIELDS = ["name", "slug", "description", "model_id", "served_model_name", "image"]
+
+# Upper bounds of the architecture numbers (the flags' are the model's own validators):
+# generous for any real checkpoint (DeepSeek-V3: 671 B, 61 layers, kv_lora_rank 512), small
+# enough that the planner's products (layers × heads × head_dim × context × sequences) stay
+# finite floats. The forms, the API schema and the YAML import all use these.
+ARCH_BOUNDS = {
+    "total_params_b": 10_000, "active_params_b": 10_000, "weight_gb": 10_000,
+    "num_layers": 10_000, "attention_layers": 10_000, "sliding_window_layers": 10_000,
+    "kv_heads": 1_024, "head_dim": 16_384, "kv_lora_rank": 65_536, "qk_rope_head_dim": 16_384,
+    "sliding_window": 10_000_000, "recurrent_state_mib": 1_048_576,
+}  # fmt: skip
+
+
+def number_bound(name: str):
+    """The upper bound of a recipe's number field `name`."""
+    if name in ARCH_BOUNDS:
+        return ARCH_BOUNDS[name]
+    return model_max(Recipe._meta.get_field(name))
+
 
 UTILIZATION_WIDGET = forms.NumberInput(
     attrs={"step": "0.01", "min": "0.01", "max": str(spark.MAX_GPU_MEMORY_UTILIZATION)}
@@ -67,6 +87,7 @@ class RecipeForm(forms.ModelForm):
     class Meta:
         model = Recipe
         fields = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", *ARCH_FIELDS]
+        formfield_callback = bounded_formfields(ARCH_BOUNDS)
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
         }
@@ -130,25 +151,53 @@ class PlanInputForm(forms.Form):
     form, so only the three flags the planner cannot do without are required."""
 
     gpu_memory_utilization = utilization_field(initial=Decimal("0.85"))
-    max_model_len = forms.IntegerField(min_value=1, max_value=10_000_000, initial=8192)
-    max_num_seqs = forms.IntegerField(min_value=1, max_value=1024, initial=4)
+    max_model_len = BoundedIntegerField(
+        min_value=1, max_value=number_bound("max_model_len"), initial=8192
+    )
+    max_num_seqs = BoundedIntegerField(
+        min_value=1, max_value=number_bound("max_num_seqs"), initial=4
+    )
     kv_cache_dtype = forms.ChoiceField(choices=Recipe.KV_CACHE_DTYPE_CHOICES, initial="auto")
     enforce_eager = forms.BooleanField(required=False)
-    max_num_batched_tokens = forms.IntegerField(min_value=1, max_value=1_048_576, required=False)
-    tensor_parallel_size = forms.IntegerField(min_value=1, max_value=8, required=False, initial=1)
-    total_params_b = forms.FloatField(min_value=0.001, required=False)
-    active_params_b = forms.FloatField(min_value=0.001, required=False)
+    max_num_batched_tokens = BoundedIntegerField(
+        min_value=1, max_value=number_bound("max_num_batched_tokens"), required=False
+    )
+    tensor_parallel_size = BoundedIntegerField(
+        min_value=1, max_value=number_bound("tensor_parallel_size"), required=False, initial=1
+    )
+    total_params_b = BoundedFloatField(
+        min_value=0.001, max_value=ARCH_BOUNDS["total_params_b"], required=False
+    )
+    active_params_b = BoundedFloatField(
+        min_value=0.001, max_value=ARCH_BOUNDS["active_params_b"], required=False
+    )
     weight_format = forms.ChoiceField(choices=WeightFormat.choices, initial="bf16")
-    weight_gb = forms.FloatField(min_value=0.001, required=False)
-    num_layers = forms.IntegerField(min_value=1, required=False)
-    attention_layers = forms.IntegerField(min_value=0, required=False)
-    kv_heads = forms.IntegerField(min_value=1, required=False)
-    head_dim = forms.IntegerField(min_value=1, required=False)
-    kv_lora_rank = forms.IntegerField(min_value=1, required=False)
-    qk_rope_head_dim = forms.IntegerField(min_value=0, required=False)
-    sliding_window_layers = forms.IntegerField(min_value=0, required=False)
-    sliding_window = forms.IntegerField(min_value=1, required=False)
-    recurrent_state_mib = forms.FloatField(min_value=0, required=False)
+    weight_gb = BoundedFloatField(
+        min_value=0.001, max_value=ARCH_BOUNDS["weight_gb"], required=False
+    )
+    num_layers = BoundedIntegerField(
+        min_value=1, max_value=ARCH_BOUNDS["num_layers"], required=False
+    )
+    attention_layers = BoundedIntegerField(
+        min_value=0, max_value=ARCH_BOUNDS["attention_layers"], required=False
+    )
+    kv_heads = BoundedIntegerField(min_value=1, max_value=ARCH_BOUNDS["kv_heads"], required=False)
+    head_dim = BoundedIntegerField(min_value=1, max_value=ARCH_BOUNDS["head_dim"], required=False)
+    kv_lora_rank = BoundedIntegerField(
+        min_value=1, max_value=ARCH_BOUNDS["kv_lora_rank"], required=False
+    )
+    qk_rope_head_dim = BoundedIntegerField(
+        min_value=0, max_value=ARCH_BOUNDS["qk_rope_head_dim"], required=False
+    )
+    sliding_window_layers = BoundedIntegerField(
+        min_value=0, max_value=ARCH_BOUNDS["sliding_window_layers"], required=False
+    )
+    sliding_window = BoundedIntegerField(
+        min_value=1, max_value=ARCH_BOUNDS["sliding_window"], required=False
+    )
+    recurrent_state_mib = BoundedFloatField(
+        min_value=0, max_value=ARCH_BOUNDS["recurrent_state_mib"], required=False
+    )
     checkpoint_kv_dtype = forms.ChoiceField(choices=Recipe.CHECKPOINT_KV_CHOICES, required=False)
 
     def to_planner(self) -> tuple[planner.Architecture, planner.Flags]:

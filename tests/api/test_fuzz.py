@@ -3,6 +3,11 @@ not, makes the API answer 500, and every answer matches what the schema declares
 
 Bounded (FUZZ_EXAMPLES per operation, default 12) so it fits in `make test`; run more with
 e.g. `FUZZ_EXAMPLES=200 pytest tests/api/test_fuzz.py`.
+
+`test_hostile_sizes_never_break_the_api` puts hostile sizes where schemathesis' own cases
+have values: 100,000-character strings, lists nested 40 to 900 deep, 4,000-digit integers,
+1e308, 10,000-element lists (tests/api/test_hostile_bodies.py sends the bytes a serializer
+cannot make: 5,000-digit literals, NaN, 100,000 levels, non-UTF-8).
 """
 
 import os
@@ -13,6 +18,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -89,3 +95,49 @@ def test_the_served_schema_is_valid_openapi(member):
     for op in operations:
         assert {"401", "403", "422"} <= set(op["responses"]), op["operationId"]
         assert op.get("security"), op["operationId"]
+
+
+def _nested(depth: int):
+    value: object = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+HOSTILE_SIZES = st.one_of(
+    st.sampled_from(
+        [
+            "x" * 100_000, "{a}" * 10_000, _nested(40), _nested(900), {"a": _nested(100)},
+            10**4000, -(10**4000), 10**19, 2**63, 1e308, -1e308, 5e-324,
+            list(range(10_000)), ["--load-format"] * 10_000, {str(i): i for i in range(5_000)},
+        ]
+    ),
+    st.integers(min_value=-(10**60), max_value=10**60),
+    st.floats(allow_nan=False, allow_infinity=False),  # NaN: test_hostile_bodies sends it
+)  # fmt: skip
+
+
+@pytest.mark.django_db
+@schema.parametrize()
+@schema.given(hostile=HOSTILE_SIZES, where=st.integers(min_value=0, max_value=50))
+@settings(
+    max_examples=max(3, EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_hostile_sizes_never_break_the_api(case, hostile, where, fuzz_token):
+    """One value of each generated case (a body field, else a query parameter) becomes
+    hostile; the answer is a 4xx in the error shape or a success, never a 5xx."""
+    if isinstance(case.body, dict) and case.body:
+        keys = sorted(case.body)
+        case.body[keys[where % len(keys)]] = hostile
+    elif case.body is not None and not isinstance(case.body, dict):
+        case.body = {"payload": hostile}
+    elif case.query:
+        keys = sorted(case.query)
+        case.query[keys[where % len(keys)]] = str(hostile)[:5_000]
+    case.call_and_validate(
+        headers={"Authorization": f"Bearer {fuzz_token}"},
+        checks=[not_a_server_error, status_code_conformance, content_type_conformance],
+    )
