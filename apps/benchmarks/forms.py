@@ -1,6 +1,14 @@
+import re
+
 from django import forms
 
-from apps.benchmarks.models import Suite, validate_levels, validate_scenarios
+from apps.benchmarks.models import (
+    MAX_LEVELS,
+    MAX_SCENARIOS,
+    Suite,
+    validate_levels,
+    validate_scenarios,
+)
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 
@@ -21,11 +29,17 @@ class CompareForm(forms.Form):
         self.fields["jobs"].choices = [(pk, pk) for pk in job_ids]
 
 
+# A token count as typed: ASCII digits only ("²".isdigit() is true, int("²") fails), and no
+# more of them than the largest bound needs (int() of 5,000 digits is refused by Python).
+_COUNT = re.compile(r"\d{1,9}", re.ASCII)
+
+
 class SuiteForm(forms.ModelForm):
     """Scenarios as lines of `name: prompt/output`, levels as `1, 2, 4`: easy to type."""
 
     scenarios_text = forms.CharField(
         label="Single-stream scenarios",
+        max_length=MAX_SCENARIOS * 120,
         widget=forms.Textarea(attrs={"rows": 6}),
         help_text="One per line: name: prompt tokens/generated tokens, e.g. "
         "“long prompt, short gen: 7234/32”.",
@@ -33,6 +47,7 @@ class SuiteForm(forms.ModelForm):
     levels_text = forms.CharField(
         label="Concurrency levels",
         required=False,
+        max_length=MAX_LEVELS * 6,
         help_text="e.g. 1, 2, 4, 8, 16 — empty means 1, 2, 4, … up to twice the recipe's "
         "max-num-seqs.",
     )
@@ -60,7 +75,8 @@ class SuiteForm(forms.ModelForm):
                 continue
             name, sep, shape = line.rpartition(":")
             prompt, slash, output = shape.strip().partition("/")
-            if not sep or not slash or not prompt.strip().isdigit() or not output.strip().isdigit():
+            counts = _COUNT.fullmatch(prompt.strip()) and _COUNT.fullmatch(output.strip())
+            if not sep or not slash or not counts:
                 raise forms.ValidationError(
                     f"Line {number} (“{line.strip()[:60]}”): write it as name: prompt/generated, "
                     "e.g. “judge call: 58/2”."
@@ -81,14 +97,26 @@ class SuiteForm(forms.ModelForm):
         text = self.cleaned_data["levels_text"].replace(" ", "")
         if not text:
             return []
+        values = [v for v in text.split(",") if v]
         try:
-            levels = [int(v) for v in text.split(",") if v]
+            if not all(_COUNT.fullmatch(v) for v in values):
+                raise ValueError(text)
+            levels = [int(v) for v in values]
         except ValueError:
             raise forms.ValidationError(
                 "Whole numbers separated by commas, e.g. 1, 2, 4, 8."
             ) from None
         validate_levels(levels)
         return levels
+
+    def clean(self):
+        data = super().clean()
+        # The model's clean() (bounds across fields) sees what will be saved.
+        if "scenarios_text" in data:
+            self.instance.scenarios = data["scenarios_text"]
+        if "levels_text" in data:
+            self.instance.sweep_levels = data["levels_text"]
+        return data
 
     def save(self, commit: bool = True) -> Suite:
         self.instance.scenarios = self.cleaned_data["scenarios_text"]

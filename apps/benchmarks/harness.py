@@ -82,6 +82,7 @@ import collections
 import contextlib
 import gc
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -111,6 +112,16 @@ SATURATION_LAG_MS = 5.0  # loop lag p99 above this: the client, not the server, 
 DECODE_MIN_TOKENS = 16  # generated tokens per request
 DECODE_MIN_WALL_S = 0.020  # wall-clock seconds from the first to the last token
 PROMPT_BUILD_PARALLEL = 8
+# Bounds on what a level may build, whatever a suite says (suites are validated against
+# them, and against the recipe's max_model_len, before a job is queued): no context vLLM
+# serves on a Spark holds more than a million tokens, and the prompts a level keeps ready
+# (one per request unless the prefix is warm) stay around a hundred MB.
+MAX_PROMPT_TOKENS = 1_000_000
+MAX_OUTPUT_TOKENS = 100_000
+MAX_LEVEL_PROMPT_TOKENS = 16_000_000
+# The filler words are drawn once, up to this many; longer prompts repeat them. (Held for
+# the life of the process: what a 50-million-token prompt once drew must not stay.)
+FILLER_CACHE_WORDS = 16_384
 ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
 _READ_BUFFER_MAX = 1 << 20  # bytes a connection buffers before it stops reading
 
@@ -256,6 +267,31 @@ class LevelResult:
 
 class PromptLengthError(ValueError):
     """No prompt of exactly the requested chat-templated length could be built."""
+
+
+def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | None:
+    """Why this level must not run (None: it may): a prompt or answer beyond the absolute
+    bounds, prompt + answer beyond the served context (vLLM refuses every such request),
+    or more prompt tokens than a level keeps in memory."""
+    scenario = spec.scenario
+    prompt, output = scenario.prompt_tokens, scenario.output_tokens
+    if prompt > MAX_PROMPT_TOKENS:
+        return f"{prompt:,} prompt tokens: a prompt has at most {MAX_PROMPT_TOKENS:,}."
+    if output > MAX_OUTPUT_TOKENS:
+        return f"{output:,} generated tokens: an answer has at most {MAX_OUTPUT_TOKENS:,}."
+    if max_model_len is not None and prompt + output > max_model_len:
+        return (
+            f"{prompt:,} prompt + {output:,} generated tokens is more than the recipe's "
+            f"max_model_len ({max_model_len:,}): the server would refuse every request."
+        )
+    held = prompt * (1 if spec.warm_prefix else spec.warmup + spec.requests)
+    if held > MAX_LEVEL_PROMPT_TOKENS:
+        return (
+            f"{spec.warmup + spec.requests:,} requests of {prompt:,} prompt tokens are "
+            f"{held:,} prompt tokens to hold; a level holds at most "
+            f"{MAX_LEVEL_PROMPT_TOKENS:,} (fewer requests, shorter prompts or a warm prefix)."
+        )
+    return None
 
 
 # --- what a measurement can say --------------------------------------------------------------
@@ -850,14 +886,18 @@ turn help look walk talk play run
 """
 _WORDS = tuple(dict.fromkeys(_WORD_TEXT.split()))
 _PAD_WORDS = ("a", "the", "of", "to", "and", "in", "is", "it", "on", "at")
-_filler: list[str] = []
+_filler: list[str] = []  # at most FILLER_CACHE_WORDS, drawn 4,096 at a time
 
 
 def _filler_words(n: int) -> list[str]:
-    if len(_filler) < n:
+    """The first `n` filler words: always the same words for the same `n`, and each prefix
+    of a longer filler (the length search relies on both)."""
+    while len(_filler) < min(n, FILLER_CACHE_WORDS):
         rng = random.Random(len(_filler) * 7919 + 17)  # noqa: S311 - text, not secrets
-        _filler.extend(rng.choice(_WORDS) for _ in range(max(n - len(_filler), 4096)))
-    return _filler[:n]
+        _filler.extend(rng.choice(_WORDS) for _ in range(4096))
+    if n <= len(_filler):
+        return _filler[:n]
+    return list(itertools.islice(itertools.cycle(_filler), n))
 
 
 def _salt_text(salt: str) -> str:
@@ -878,6 +918,10 @@ async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]
     PromptLengthError when no exact length is found."""
     if n_tokens < 1:
         raise PromptLengthError("a prompt needs at least one token")
+    if n_tokens > MAX_PROMPT_TOKENS:
+        raise PromptLengthError(
+            f"{n_tokens:,} prompt tokens: a prompt has at most {MAX_PROMPT_TOKENS:,}"
+        )
     head = _salt_text(salt)
     counts: dict[tuple[int, tuple[str, ...]], int] = {}
 
@@ -1013,6 +1057,10 @@ async def run_level(
         )
     result = LevelResult(spec=spec, slo=slo, time_scale=time_scale, started=time.time())
     total = spec.warmup + spec.requests
+    refusal = level_refusal(spec)
+    if refusal is not None:  # before a single prompt is built
+        result.error = f"could not prepare the prompts: {refusal}"
+        return result
     try:
         payloads = await _payloads(client, spec, total)
     except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:

@@ -9,31 +9,108 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.benchmarks.harness import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    LevelSpec,
+    Scenario,
+    level_refusal,
+)
+
+# Every number of a suite has an upper bound from the domain: a Spark serves at most 1024
+# sequences (a recipe's max_num_seqs), a prompt at most MAX_PROMPT_TOKENS (and, when a job
+# is queued, prompt + answer at most the recipe's max_model_len), and a job is a few dozen
+# levels, not thousands.
 MAX_LEVEL = 1024
+MAX_LEVELS = 32
+MAX_SCENARIOS = 50
+SCENARIO_NAME_CHARS = 100  # Result.scenario's max_length
+MAX_SLO_TTFT_S = 3600.0
+MAX_SLO_TPOT_S = 60.0
 
 
 def validate_scenarios(value) -> None:
     if not isinstance(value, list) or not value:
         raise ValidationError("At least one scenario: [{name, prompt_tokens, output_tokens}].")
+    if len(value) > MAX_SCENARIOS:
+        raise ValidationError(f"At most {MAX_SCENARIOS} scenarios ({len(value):,} given).")
     for item in value:
         if not isinstance(item, dict) or set(item) != {"name", "prompt_tokens", "output_tokens"}:
             raise ValidationError(
                 "Each scenario is {name, prompt_tokens, output_tokens}: " + repr(item)[:80]
             )
-        p, o = item["prompt_tokens"], item["output_tokens"]
+        name, p, o = item["name"], item["prompt_tokens"], item["output_tokens"]
+        if not isinstance(name, str) or not name or len(name) > SCENARIO_NAME_CHARS:
+            raise ValidationError(
+                f"A scenario's name is text of 1 to {SCENARIO_NAME_CHARS} characters: "
+                + repr(name)[:80]
+            )
         if not (
-            isinstance(p, int) and isinstance(o, int) and 1 <= p <= 1_000_000 and 1 <= o <= 100_000
+            type(p) is int
+            and type(o) is int
+            and 1 <= p <= MAX_PROMPT_TOKENS
+            and 1 <= o <= MAX_OUTPUT_TOKENS
         ):
-            raise ValidationError(f"{item['name']}: token counts must be positive integers.")
+            raise ValidationError(
+                f"{name}: token counts are whole numbers, 1 to {MAX_PROMPT_TOKENS:,} prompt "
+                f"and 1 to {MAX_OUTPUT_TOKENS:,} generated tokens."
+            )
 
 
 def validate_levels(value) -> None:
     if not isinstance(value, list) or not all(
-        isinstance(v, int) and 1 <= v <= MAX_LEVEL for v in value
+        type(v) is int and 1 <= v <= MAX_LEVEL for v in value
     ):
         raise ValidationError(f"Concurrency levels are integers from 1 to {MAX_LEVEL}.")
+    if len(value) > MAX_LEVELS:
+        raise ValidationError(f"At most {MAX_LEVELS} concurrency levels ({len(value):,} given).")
     if value != sorted(set(value)):
         raise ValidationError("Concurrency levels must be increasing, without repeats.")
+
+
+def default_levels(max_num_seqs: int) -> list[int]:
+    """1, 2, 4, … up to twice the recipe's max-num-seqs (what an empty list means)."""
+    levels, c = [], 1
+    while c <= 2 * max(1, max_num_seqs):
+        levels.append(c)
+        c *= 2
+    if levels[-1] != 2 * max_num_seqs:
+        levels.append(2 * max_num_seqs)
+    return levels
+
+
+def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
+    """The levels a job of `plan` (a suite as queued) runs, single-stream scenarios first;
+    `max_num_seqs` (the recipe's) decides the sweep when the plan lists no levels."""
+    levels: list[tuple[str, LevelSpec]] = []
+    for item in plan["scenarios"]:
+        scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
+        spec = LevelSpec(
+            scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"]
+        )
+        levels.append(("scenario", spec))
+    sweep = plan["sweep"]
+    if sweep["enabled"]:
+        shape = Scenario(
+            f"sweep {sweep['prompt_tokens']}/{sweep['output_tokens']}",
+            sweep["prompt_tokens"],
+            sweep["output_tokens"],
+        )
+        for c in sweep["levels"] or default_levels(max_num_seqs):
+            requests = max(sweep["requests_per_level"], c)
+            warmup = max(plan["warmup_requests"], c)
+            levels.append(("sweep", LevelSpec(shape, c, requests, warmup, plan["warm_prefix"])))
+    return levels
+
+
+def plan_refusal(plan: dict, *, max_num_seqs: int, max_model_len: int | None) -> str | None:
+    """Why a job of `plan` must not run against a recipe (None: it may): the harness's
+    bounds on every level, and prompt + answer within the recipe's max_model_len."""
+    for _kind, spec in plan_levels(plan, max_num_seqs):
+        refusal = level_refusal(spec, max_model_len)
+        if refusal is not None:
+            return f"{spec.scenario.name[:60]}: {refusal}"
+    return None
 
 
 class Suite(models.Model):
@@ -54,8 +131,12 @@ class Suite(models.Model):
         "with at least its concurrency).",
     )
     sweep_enabled = models.BooleanField("concurrency sweep", default=True)
-    sweep_prompt_tokens = models.PositiveIntegerField(default=1834)
-    sweep_output_tokens = models.PositiveIntegerField(default=108)
+    sweep_prompt_tokens = models.PositiveIntegerField(
+        default=1834, validators=[MinValueValidator(1), MaxValueValidator(MAX_PROMPT_TOKENS)]
+    )
+    sweep_output_tokens = models.PositiveIntegerField(
+        default=108, validators=[MinValueValidator(1), MaxValueValidator(MAX_OUTPUT_TOKENS)]
+    )
     sweep_levels = models.JSONField(
         default=list,
         blank=True,
@@ -69,12 +150,14 @@ class Suite(models.Model):
         help_text="Measured requests per level (at least the level's concurrency).",
     )
     slo_ttft_s = models.FloatField(
-        "SLO: TTFT p95 at most (s)", default=2.0, validators=[MinValueValidator(0.001)]
+        "SLO: TTFT p95 at most (s)",
+        default=2.0,
+        validators=[MinValueValidator(0.001), MaxValueValidator(MAX_SLO_TTFT_S)],
     )
     slo_tpot_s = models.FloatField(
         "SLO: time per output token at most (s)",
         default=0.1,
-        validators=[MinValueValidator(0.0001)],
+        validators=[MinValueValidator(0.0001), MaxValueValidator(MAX_SLO_TPOT_S)],
         help_text="0.1 s per token is 10 tok/s per user.",
     )
     warm_prefix = models.BooleanField(
@@ -97,13 +180,39 @@ class Suite(models.Model):
     def levels_for(self, max_num_seqs: int) -> list[int]:
         if self.sweep_levels:
             return list(self.sweep_levels)
-        levels, c = [], 1
-        while c <= 2 * max(1, max_num_seqs):
-            levels.append(c)
-            c *= 2
-        if levels[-1] != 2 * max_num_seqs:
-            levels.append(2 * max_num_seqs)
-        return levels
+        return default_levels(max_num_seqs)
+
+    def plan(self) -> dict:
+        """The suite as it is now: a queued job keeps this copy, whatever edits follow."""
+        return {
+            "suite_id": self.pk,
+            "name": self.name,
+            "scenarios": list(self.scenarios),
+            "repetitions": self.repetitions,
+            "warmup_requests": self.warmup_requests,
+            "sweep": {
+                "enabled": self.sweep_enabled,
+                "prompt_tokens": self.sweep_prompt_tokens,
+                "output_tokens": self.sweep_output_tokens,
+                "levels": list(self.sweep_levels),
+                "requests_per_level": self.requests_per_level,
+            },
+            "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
+            "warm_prefix": self.warm_prefix,
+        }
+
+    def clean(self) -> None:
+        """What no recipe could run: prompts a level cannot hold (the bound against a
+        recipe's max_model_len is checked when a job is queued, see `plan_refusal`)."""
+        try:
+            validate_scenarios(self.scenarios)
+            validate_levels(self.sweep_levels)
+            # An empty level list depends on the recipe: the smallest sweep is checked here.
+            refusal = plan_refusal(self.plan(), max_num_seqs=1, max_model_len=None)
+        except (ValidationError, TypeError, ValueError, KeyError):
+            return  # the fields' own validation says what is wrong
+        if refusal is not None:
+            raise ValidationError(refusal)
 
 
 class JobState(models.TextChoices):

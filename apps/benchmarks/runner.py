@@ -12,8 +12,8 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from apps.benchmarks import harness, selectors
-from apps.benchmarks.harness import SLO, LevelSpec, Scenario
-from apps.benchmarks.models import J, Job, Result
+from apps.benchmarks.harness import SLO, LevelSpec
+from apps.benchmarks.models import J, Job, Result, plan_levels, plan_refusal
 from apps.core import live
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
@@ -51,6 +51,7 @@ def run_job(job_id: int) -> None:
     _progress(job, step="Preparing the model")
     push(job)
     try:
+        check_plan(job)
         run = _ensure_run(job)
         clock = run_clock(run)  # the harness times in the host's clock (apps/hosts/clock.py)
         context = {
@@ -153,37 +154,17 @@ def _server_version(run: Run) -> str:
 
 
 def _levels(job: Job, run: Run) -> list[tuple[str, LevelSpec]]:
-    plan = job.plan
-    levels = []
-    for item in plan["scenarios"]:
-        scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
-        levels.append(
-            (
-                Result.Kind.SCENARIO,
-                LevelSpec(
-                    scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"]
-                ),
-            )
-        )
-    sweep = plan["sweep"]
-    if sweep["enabled"]:
-        shape = Scenario(
-            f"sweep {sweep['prompt_tokens']}/{sweep['output_tokens']}",
-            sweep["prompt_tokens"],
-            sweep["output_tokens"],
-        )
-        suite_levels = sweep["levels"] or job.suite.levels_for(job.recipe.max_num_seqs)
-        for c in suite_levels:
-            requests = max(sweep["requests_per_level"], c)
-            levels.append(
-                (
-                    Result.Kind.SWEEP,
-                    LevelSpec(
-                        shape, c, requests, max(plan["warmup_requests"], c), plan["warm_prefix"]
-                    ),
-                )
-            )
-    return levels
+    return plan_levels(job.plan, job.recipe.max_num_seqs)
+
+
+def check_plan(job: Job) -> None:
+    """The queue refuses a suite its recipe cannot run; a job queued before that check
+    (or whose recipe changed since) fails here, before a run is started or a prompt built."""
+    refusal = plan_refusal(
+        job.plan, max_num_seqs=job.recipe.max_num_seqs, max_model_len=job.recipe.max_model_len
+    )
+    if refusal is not None:
+        raise JobFailed(f"Not run: {refusal}")
 
 
 class _Monitor(threading.Thread):

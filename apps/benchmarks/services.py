@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from apps.benchmarks.models import J, Job, Suite
+from apps.benchmarks.models import J, Job, Suite, plan_refusal
 from apps.core import live
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
@@ -31,22 +31,7 @@ CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown"}
 
 def suite_plan(suite: Suite) -> dict:
     """The suite as it is now: a queued job keeps this copy, whatever edits follow."""
-    return {
-        "suite_id": suite.pk,
-        "name": suite.name,
-        "scenarios": list(suite.scenarios),
-        "repetitions": suite.repetitions,
-        "warmup_requests": suite.warmup_requests,
-        "sweep": {
-            "enabled": suite.sweep_enabled,
-            "prompt_tokens": suite.sweep_prompt_tokens,
-            "output_tokens": suite.sweep_output_tokens,
-            "levels": list(suite.sweep_levels),
-            "requests_per_level": suite.requests_per_level,
-        },
-        "slo": {"ttft_s": suite.slo_ttft_s, "tpot_s": suite.slo_tpot_s},
-        "warm_prefix": suite.warm_prefix,
-    }
+    return suite.plan()
 
 
 NEVER_OVERRIDES = (
@@ -131,6 +116,13 @@ def job_queue(*, suite: Suite, recipe: Recipe, host: Host, user, note: str = "")
     from apps.benchmarks.tasks import run_job
 
     job_admission(recipe=recipe, host=host, user=user)
+    # Bounded by the recipe (apps/benchmarks/models.py): prompt + answer within its
+    # max_model_len, and what each level builds within the harness's bounds.
+    refusal = plan_refusal(
+        suite.plan(), max_num_seqs=recipe.max_num_seqs, max_model_len=recipe.max_model_len
+    )
+    if refusal is not None:
+        raise JobRefused(f"{suite.name}: {refusal}", "prompt_too_long")
     with transaction.atomic():
         job = Job.objects.create(
             suite=suite,

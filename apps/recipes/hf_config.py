@@ -15,9 +15,10 @@ the user typed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from apps.recipes.bounded import DocumentError, clip, load_json
 
 MIB = 2**20
 # vLLM keeps the SSM / linear-attention state in fp32 and the conv state in the model
@@ -50,6 +51,10 @@ TORCH_DTYPES = {
 # Weight formats that store most weights in 4 bits: an exclusion list in their quant
 # config means a real share of the checkpoint is wider, so params × bytes undershoots.
 LOW_BIT_FORMATS = frozenset({"nvfp4", "mxfp4", "int4"})
+
+# What an import says is bounded like what it reads (a config may hold anything).
+MESSAGE_CHARS = 500
+NOTES_SHOWN = 40
 
 PARAMS_NOTE = (
     "Total parameters are not in config.json: enter them (or the weight size in GB) yourself."
@@ -90,8 +95,25 @@ def parse_hf_config(
     """Turn config.json (plus an optional hf_quant_config.json) into recipe fields.
 
     Raises ConfigImportError when the text is not a JSON object or has no layer count,
-    because without layers nothing the planner needs can be derived.
+    because without layers nothing the planner needs can be derived, and when it is larger,
+    deeper or has bigger numbers than a config.json can (apps/recipes/bounded.py). Every
+    message and note is cut to a readable length.
     """
+    try:
+        result = _parse(config, quant_config)
+    except ConfigImportError as exc:
+        raise ConfigImportError(clip(str(exc), MESSAGE_CHARS)) from None
+    notes = [clip(note, MESSAGE_CHARS) for note in result.notes[:NOTES_SHOWN]]
+    if len(result.notes) > NOTES_SHOWN:
+        notes.append(f"… and {len(result.notes) - NOTES_SHOWN} more notes.")
+    result.notes = notes
+    return result
+
+
+def _parse(
+    config: str | bytes | Mapping[str, object],
+    quant_config: str | bytes | Mapping[str, object] | None,
+) -> HFConfigImport:
     root = _load_object(config, "config.json")
     hf_quant = _load_object(quant_config, "hf_quant_config.json") if quant_config else None
 
@@ -163,11 +185,9 @@ def _load_object(source: str | bytes | Mapping[str, object], name: str) -> dict[
     if not isinstance(source, str):
         raise ConfigImportError(f"{name} must be JSON text, got {type(source).__name__}.")
     try:
-        parsed = json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise ConfigImportError(
-            f"{name} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from exc
+        parsed = load_json(source, what=name)
+    except DocumentError as exc:
+        raise ConfigImportError(str(exc)) from None
     if not isinstance(parsed, dict):
         raise ConfigImportError(
             f"{name} must be a JSON object ({{...}}), but it is a {_json_kind(parsed)}."
@@ -208,7 +228,7 @@ def _int(cfg: Mapping[str, object], key: str) -> int | None:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigImportError(
-            f"'{key}' in config.json must be a whole number of at least 0, got {value!r}."
+            f"'{key}' in config.json must be a whole number of at least 0, got {clip(value)}."
         )
     return value
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from apps.recipes.bounded import clip
 from vllm_adapter import advice
 from vllm_adapter import contract as vllm_contract
 
@@ -147,11 +148,19 @@ CHECKPOINT_DETECTED = {"nvfp4", "fp4", "modelopt_fp4"}
 
 _PARAM_SUFFIX_BILLIONS = {"T": 1000.0, "B": 1.0, "M": 1e-3, "K": 1e-6}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# A filled-in vLLM command is a few hundred characters; placeholders that fill in values
+# which fill in others stop at these bounds (a cycle is refused outright).
+MAX_COMMAND_CHARS = 16_384
+MAX_PLACEHOLDER_DEPTH = 10
 _CONTINUATION = re.compile(r"\\[ \t]*\r?\n")
 
 
 class SparkrunImportError(ValueError):
     """The document cannot be imported at all (not a vLLM recipe, no model)."""
+
+
+class PlaceholderError(ValueError):
+    """The command's {placeholders} cannot be filled in within bounds."""
 
 
 @dataclass
@@ -230,8 +239,8 @@ def parse_sparkrun(doc: Mapping[str, object], *, name_hint: str = "") -> Sparkru
                 recipe.ignored.append(f"{key}: {sentence}")
             continue
         recipe._error(
-            str(key),
-            f"unknown top-level key '{key}': expected one of "
+            clip(str(key), 60),
+            f"unknown top-level key '{clip(str(key), 60)}': expected one of "
             + ", ".join((*TOP_LEVEL_MAPPED, *TOP_LEVEL_IGNORED)),
         )
 
@@ -252,7 +261,9 @@ Reader = Callable[[object, str, SparkrunRecipe], object]
 
 
 def _shown(value: object) -> str:
-    return repr(value) if isinstance(value, str) else f"{value!r} ({type(value).__name__})"
+    if isinstance(value, str):
+        return clip(repr(value))
+    return f"{clip(value)} ({type(value).__name__})"
 
 
 def _whole(value: object, path: str, recipe: SparkrunRecipe, minimum: int = 1) -> int | None:
@@ -473,10 +484,11 @@ def _check_runtime(runtime: object, command: str) -> None:
                 )
         return
     if not isinstance(runtime, str):
-        raise SparkrunImportError(f"runtime must be text such as 'vllm', got {runtime!r}.")
+        raise SparkrunImportError(f"runtime must be text such as 'vllm', got {clip(runtime)}.")
     if runtime.strip().lower() not in VLLM_RUNTIMES:
         raise SparkrunImportError(
-            f"This sparkrun recipe uses the '{runtime.strip()}' runtime: SparkPanel runs vLLM "
+            f"This sparkrun recipe uses the '{clip(runtime.strip(), 60)}' runtime: SparkPanel "
+            "runs vLLM "
             "only (runtime: vllm)."
         )
 
@@ -500,7 +512,7 @@ def _read_section(
 ) -> None:
     special = METADATA_SPECIAL if name == "metadata" else ()
     for key, value in section.items():
-        path = f"{name}.{key}"
+        path = f"{name}.{clip(key, 60)}"
         if key in mapped:
             field_name, reader = mapped[key]
             result = reader(value, path, recipe)
@@ -510,16 +522,18 @@ def _read_section(
             if name == "metadata" and before is not None and before != result:
                 # Only quantization is in both sections; defaults are what the server gets.
                 recipe.ignored.append(
-                    f"{path} ({value}): differs from defaults.{key}; used the defaults "
+                    f"{path} ({clip(value, 60)}): differs from defaults.{key}; used the defaults "
                     "value, which is what the server is started with."
                 )
                 continue
             recipe.fields[field_name] = result
         elif key in ignored:
-            recipe.ignored.append(f"{path} ({value}): {ignored[key]}")
+            recipe.ignored.append(f"{path} ({clip(value, 60)}): {ignored[key]}")
         elif key not in special:
             expected = ", ".join((*mapped, *ignored, *special))
-            recipe._error(path, f"unknown key '{key}' in {name}: expected one of {expected}")
+            recipe._error(
+                path, f"unknown key '{clip(key, 60)}' in {name}: expected one of {expected}"
+            )
 
 
 def _recipe_name(
@@ -561,9 +575,12 @@ def _read_env(env: object, recipe: SparkrunRecipe) -> None:
         recipe._error("env", f"expected a mapping of variables, got {_shown(env)}")
         return
     if env:
+        names = [clip(str(name), 40) for name in list(env)[:10]]
+        if len(env) > 10:
+            names.append(f"{len(env) - 10:,} more")
         recipe.ignored.append(
             "env ("
-            + ", ".join(str(name) for name in env)
+            + ", ".join(names)
             + "): container environment variables are not imported; SparkPanel sets the "
             "container's environment itself."
         )
@@ -573,22 +590,73 @@ def _read_env(env: object, recipe: SparkrunRecipe) -> None:
 
 
 def _render(command: str, values: Mapping[str, object]) -> str:
-    """sparkrun's {placeholder} substitution, repeated because values may nest."""
-    for _ in range(10):
-        rendered = _PLACEHOLDER.sub(
-            lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), command
-        )
-        if rendered == command:
-            break
-        command = rendered
-    return _CONTINUATION.sub(" ", command)
+    """sparkrun's {placeholder} substitution; values may hold placeholders themselves.
+
+    Each name is filled in once (then reused), a name met again inside its own value is
+    refused (a cycle has no end), and so is nesting deeper than MAX_PLACEHOLDER_DEPTH or a
+    result longer than MAX_COMMAND_CHARS: three copies of a value that holds three copies
+    of the next one grow exponentially without any cycle."""
+    filled: dict[str, str] = {}
+
+    def fill(text: str, chain: tuple[str, ...]) -> str:
+        if len(chain) > MAX_PLACEHOLDER_DEPTH:
+            raise PlaceholderError(
+                f"placeholders are nested more than {MAX_PLACEHOLDER_DEPTH} deep "
+                f"({' → '.join('{' + clip(n, 30) + '}' for n in chain[:4])} → …)"
+            )
+        parts: list[str] = []
+        size = 0
+        position = 0
+        for match in _PLACEHOLDER.finditer(text):
+            name = match.group(1)
+            parts.append(text[position : match.start()])
+            position = match.end()
+            if name not in values:
+                parts.append(match.group(0))
+            elif name in chain:
+                loop = [*chain[chain.index(name) :], name]
+                raise PlaceholderError(
+                    f"the placeholder {{{clip(name, 30)}}} refers to itself ("
+                    + " → ".join("{" + clip(n, 30) + "}" for n in loop[:6])
+                    + ("…" if len(loop) > 6 else "")
+                    + ")"
+                )
+            else:
+                if name not in filled:
+                    filled[name] = fill(_placeholder_text(values[name]), (*chain, name))
+                parts.append(filled[name])
+            size += len(parts[-1]) + len(parts[-2])
+            if size > MAX_COMMAND_CHARS:
+                break
+        parts.append(text[position:])
+        result = "".join(parts)
+        if len(result) > MAX_COMMAND_CHARS:
+            raise PlaceholderError(
+                f"with its placeholders filled in, the command is longer than "
+                f"{MAX_COMMAND_CHARS:,} characters (a vLLM command is a few hundred)"
+            )
+        return result
+
+    return _CONTINUATION.sub(" ", fill(command, ()))
+
+
+def _placeholder_text(value: object) -> str:
+    # A mapping or list in a placeholder is not a command-line value; its text is bounded
+    # by what the document may hold, and cut to the command's own bound.
+    text = value if isinstance(value, str) else str(value)
+    return text[: MAX_COMMAND_CHARS + 1]
 
 
 def _read_command(
     command: str, defaults: dict[str, object], model: str, recipe: SparkrunRecipe
 ) -> None:
     try:
-        tokens = shlex.split(_render(command, {**defaults, "model": model}))
+        rendered = _render(command, {**defaults, "model": model})
+    except PlaceholderError as exc:
+        recipe._error("command", f"{exc}; the command was not read.")
+        return
+    try:
+        tokens = shlex.split(rendered)
     except ValueError as exc:
         recipe.ignored.append(f"command: could not be split into arguments ({exc}); not read.")
         return
@@ -618,7 +686,7 @@ def _read_command(
         if name in COMMAND_PANEL_OWNED:
             continue
         if name not in COMMAND_FLAGS:
-            unused.append(token if value is None or has_inline else f"{token} {value}")
+            unused.append(clip(token if value is None or has_inline else f"{token} {value}", 80))
             continue
         field_name, reader = COMMAND_FLAGS[name]
         if value is None or "{" in value or field_name in defaults_in_error:
@@ -629,11 +697,12 @@ def _read_command(
         for message in scratch.errors.get("command", []):
             recipe._error("command", f"--{flag}: {message}")
         if result is not None:
-            _from_command(recipe, field_name, result, f"--{flag} {value}")
+            _from_command(recipe, field_name, result, clip(f"--{flag} {value}", 80))
     if unused:
+        shown = unused[:20] + ([f"(and {len(unused) - 20:,} more)"] if len(unused) > 20 else [])
         recipe.ignored.append(
             "command: flags SparkPanel's recipe has no field for were not imported: "
-            + " ".join(unused)
+            + " ".join(shown)
         )
 
 

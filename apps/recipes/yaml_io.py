@@ -12,11 +12,18 @@ from decimal import Decimal
 import yaml
 from django.db import transaction
 
+from apps.recipes.bounded import DocumentError, clip, load_yaml
 from apps.recipes.flags import format_extra_args
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, IDENTITY_FIELDS, RecipeForm
 from apps.recipes.models import Recipe
 
 FORMAT_VERSION = 1
+# What an import answers is bounded like what it reads: each message cut to a readable
+# length, and only so many of them (the last one says how many more there were).
+MESSAGE_CHARS = 500
+MESSAGES_PER_KEY = 10
+PROBLEMS_SHOWN = 50
+NOTES_SHOWN = 50
 FIELDS = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", *ARCH_FIELDS]
 READ_ONLY = ("argv",)
 
@@ -71,16 +78,16 @@ def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
     if isinstance(doc, dict) and "recipes" in doc:
         extra = set(doc) - {"recipes", "sparkpanel"}
         if extra:
-            keys = ", ".join(sorted(map(str, extra)))
+            keys = _keys(extra)
             message = f"unknown top-level key(s): {keys} (expected 'sparkpanel' and 'recipes')"
             return [], notes, [_problem("document", message)]
         version = doc.get("sparkpanel", FORMAT_VERSION)
         if version != FORMAT_VERSION:
-            message = f"format version {version!r} is not supported (this panel reads 1)"
+            message = f"format version {clip(version)} is not supported (this panel reads 1)"
             return [], notes, [_problem("document", message, "sparkpanel")]
         doc = doc["recipes"]
     elif isinstance(doc, dict) and looks_like_sparkrun(doc):
-        label = f"sparkrun recipe {doc.get('model')!r}"
+        label = f"sparkrun recipe {clip(repr(doc.get('model')))}"
         try:
             parsed = parse_sparkrun(doc)
         except SparkrunImportError as exc:
@@ -102,6 +109,41 @@ def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
     return doc, notes, []
 
 
+def _keys(keys) -> str:
+    """Unknown keys named in a message: the first few, each cut short."""
+    names = sorted(map(str, keys))
+    more = len(names) - 10
+    return ", ".join(clip(n, 60) for n in names[:10]) + (f" and {more:,} more" if more > 0 else "")
+
+
+def _cut(messages: list, most: int) -> list[str]:
+    shown = [clip(str(m), MESSAGE_CHARS) for m in messages[:most]]
+    if len(messages) > most:
+        shown.append(f"… and {len(messages) - most:,} more")
+    return shown
+
+
+def _bounded(result: ImportResult) -> ImportResult:
+    """Cut every message and the number of them, whatever produced them (a form's own
+    messages may quote what was typed)."""
+    problems = result.problems
+    result.problems = [
+        EntryErrors(
+            clip(p.label, 160),
+            {
+                clip(str(k), 60): _cut(list(v), MESSAGES_PER_KEY)
+                for k, v in list(p.errors.items())[:PROBLEMS_SHOWN]
+            },
+        )
+        for p in problems[:PROBLEMS_SHOWN]
+    ]
+    if len(problems) > PROBLEMS_SHOWN:
+        more = f"… and {len(problems) - PROBLEMS_SHOWN:,} more recipes with problems"
+        result.problems.append(_problem("document", more))
+    result.notes = _cut(result.notes, NOTES_SHOWN)
+    return result
+
+
 def recipe_form_data(entry: dict) -> dict:
     """A recipe as a dict (YAML entry, API body) → RecipeForm data; absent keys = defaults."""
     data = dict(entry)
@@ -121,17 +163,18 @@ def recipe_form_data(entry: dict) -> dict:
 
 
 def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportResult:
-    """Validate every recipe in `text`; save all of them or none."""
+    """Validate every recipe in `text`; save all of them or none. Every message in the
+    result is bounded (`_bounded`), whatever the document held."""
+    return _bounded(_recipes_from_yaml(text, replace=replace, user=user))
+
+
+def _recipes_from_yaml(text: str, *, replace: bool, user) -> ImportResult:
     result = ImportResult()
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        result.problems.append(
-            EntryErrors("document", {"__all__": [f"not valid YAML{where}: {problem}"]})
-        )
+        # Bounded (apps/recipes/bounded.py): size, depth, aliases, text and number lengths.
+        doc = load_yaml(text)
+    except DocumentError as exc:
+        result.problems.append(EntryErrors("document", {"__all__": [str(exc)]}))
         return result
     entries, result.notes, result.problems = _entries(doc)
     if result.problems:
@@ -143,16 +186,17 @@ def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportR
     forms: list[RecipeForm] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
-        label = f"recipe {index + 1}" + (f" ({entry.get('name')})" if entry.get("name") else "")
+        name = entry.get("name")
+        label = f"recipe {index + 1}" + (f" ({clip(name, 60)})" if name else "")
         # argv is what an export shows (the vector for the default host), never an input.
-        unknown = sorted(set(map(str, entry)) - set(FIELDS) - set(READ_ONLY))
+        unknown = set(map(str, entry)) - set(FIELDS) - set(READ_ONLY)
         if unknown:
-            result.problems.append(_problem(label, f"unknown key(s): {', '.join(unknown)}"))
+            result.problems.append(_problem(label, f"unknown key(s): {_keys(unknown)}"))
             continue
         slug = str(entry.get("slug") or "")
         instance = Recipe.objects.filter(slug=slug).first() if slug else None
-        if instance is None and entry.get("name"):
-            instance = Recipe.objects.filter(name=entry["name"]).first()
+        if instance is None and name and isinstance(name, str):
+            instance = Recipe.objects.filter(name=name).first()
         if instance is not None and not replace:
             message = f"a recipe {instance.slug!r} already exists; tick 'replace' to overwrite it"
             result.problems.append(_problem(label, message, "slug"))
