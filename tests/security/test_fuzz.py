@@ -52,13 +52,9 @@ FUZZ = settings(
         HealthCheck.filter_too_much,
     ],
 )
-# The page walk: fewer examples per form (there are ~20 forms) and no shrinking, so a
-# failure is reported at once with the values that caused it.
-PAGE_FUZZ = settings(
-    FUZZ,
-    max_examples=max(2, EXAMPLES * 2 // 3),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-)
+# The page walk (~20 forms): no shrinking, so a failure is reported at once with the
+# values that caused it.
+PAGE_FUZZ = settings(FUZZ, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 SLOW = 10.0  # seconds: a ceiling per request (they take ~50 ms), not a timing
 MAX_ANSWER = 2_000_000  # bytes: an error page is never a blow-up of its input
 
