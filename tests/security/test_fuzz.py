@@ -444,3 +444,32 @@ def test_each_hostile_config_json_is_an_import_problem_on_the_wizard(doc, operat
     response, elapsed, size = _post(page, "/recipes/wizard/", data, True)
     assert response.status_code < 500, response.status_code
     assert elapsed < SLOW and size < MAX_ANSWER, (elapsed, size)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("total_params_b", "1e308", "less than or equal to 10000"),
+        ("num_layers", "1" * 5_000, "at most 40 characters"),
+        ("kv_heads", "9" * 20, "less than or equal to 1024"),
+        ("weight_gb", "inf", "Enter a number"),
+        ("recurrent_state_mib", "nan", "Enter a number"),
+    ],
+)
+def test_a_huge_number_in_the_recipe_pages_is_a_field_error(field, value, words, operator,
+                                                            client_as):  # fmt: skip
+    """The live plan preview and the recipe form (before: 1e308 parameters made the planner
+    raise, a 500 on every keystroke of the preview, and the recipe form saved it)."""
+    client = client_as(operator, raise_request_exception=False)
+    data = {"name": "Huge", "model_id": "a/b", "gpu_memory_utilization": "0.8",
+            "max_model_len": "8192", "max_num_seqs": "2", "kv_cache_dtype": "auto",
+            "weight_format": "bf16", "tensor_parallel_size": "1", "image": "vllm/vllm-openai:v1",
+            "total_params_b": "30", "num_layers": "40", "kv_heads": "8", "head_dim": "128",
+            field: value}  # fmt: skip
+    preview = client.post("/recipes/plan/", data, headers={"HX-Request": "true"})
+    assert preview.status_code < 500
+    assert words in preview.content.decode(), preview.content.decode()[:2000]
+    saved = client.post("/recipes/new/", data)
+    assert saved.status_code in (200, 400), saved.status_code  # the form again, not a redirect
+    assert words in saved.content.decode()
