@@ -178,3 +178,17 @@ def test_ordinary_bodies_still_work(operator, api_as, sim_host):
     assert created.status_code == 201, created.data
     nested = api.post("/recipes", RECIPE | {"name": "Nested", "extra_args": [["x"]]})
     assert_error(nested, 422, "invalid")  # the schema's answer, not the parser's
+
+
+@pytest.mark.parametrize("number", ["9" * 19, "9" * 30, "1" * 4_000])
+def test_huge_numbers_in_paths_and_queries_are_4xx(number, operator, api_as, caplog):
+    api = api_as(operator)
+    api.client.raise_request_exception = False
+    for url in (f"/jobs/{number}", f"/runs/{number}", f"/jobs/{number}/results",
+                f"/jobs?limit={number}", f"/jobs?offset={number}", f"/runs?offset=-{number}",
+                f"/jobs/compare?ids={number},{number}1"):  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            response = api.client.get(f"/api/v1{url}", headers=api.headers)
+        assert 400 <= response.status_code < 500, (url[:60], response.status_code)
+        _assert_one_quiet_line(caplog)
