@@ -18,8 +18,14 @@ PARAM = "next"
 
 
 def is_panel_url(request: HttpRequest, url: str | None) -> bool:
-    return bool(url) and url_has_allowed_host_and_scheme(
-        url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    # A URL, never a bare word: `redirect()` would look "-3462646" up as a URL name and
+    # fail with NoReverseMatch (a 500); with a "/" or "." it is taken as a URL.
+    return (
+        bool(url)
+        and ("/" in url or "." in url)
+        and url_has_allowed_host_and_scheme(
+            url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
     )
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.text import slugify
@@ -118,7 +119,18 @@ def recipe_edit(request: HttpRequest, slug: str) -> HttpResponse:
 def recipe_delete(request: HttpRequest, slug: str) -> HttpResponse:
     recipe = _recipe(slug)
     name = recipe.name
-    recipe.delete()
+    try:
+        recipe.delete()
+    except ProtectedError:
+        # Runs and benchmark jobs keep their recipe: their history names what ran.
+        runs, jobs = recipe.runs.count(), recipe.jobs.count()
+        messages.error(
+            request,
+            f"Recipe “{name}” is kept: {runs} run(s) and {jobs} benchmark job(s) refer to it, "
+            "and their history must keep saying what ran. Edit it instead, or give the "
+            "new version another name.",
+        )
+        return redirect(recipe)
     messages.success(request, f"Recipe “{name}” deleted.")
     return redirect("recipes")
 

@@ -354,3 +354,16 @@ def test_wizard_reads_uploaded_config_and_quant_files(client_as, member):
     assert '<option value="nvfp4" selected>' in html
     assert '<option value="fp8" selected>fp8</option>' in html  # KV dtype of auto
     assert 'name="recurrent_state_mib" value="162.3' in html
+
+
+def test_a_recipe_with_run_history_is_kept_with_a_message_not_a_500(client_as, operator, sim_host):
+    from apps.runs.models import Run, RunState
+
+    recipe = make_recipe(name="Has History")
+    Run.objects.create(recipe=recipe, host=sim_host, port=20001, image=recipe.image,
+                       state=RunState.STOPPED)  # fmt: skip
+    client = client_as(operator)
+    response = client.post(reverse("recipe-delete", args=[recipe.slug]), follow=True)
+    assert response.status_code == 200
+    assert Recipe.objects.filter(pk=recipe.pk).exists()
+    assert "is kept: 1 run(s) and 0 benchmark job(s) refer to it" in response.content.decode()
