@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from apps.recipes import spark
+from apps.recipes.bounded import clip
 from vllm_adapter import advice
 
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$")
@@ -172,8 +173,16 @@ def validate_extra_args(tokens: list[str]) -> list[str]:
         else:
             out += [flag, value]
     if problems:
-        raise FlagError("\n".join(problems))
+        # Bounded like every import's messages (apps/recipes/bounded.py): a pasted list of
+        # thousands of bad tokens gets the first few, each cut short, and a count.
+        shown = [clip(p, 300) for p in problems[:MAX_PROBLEMS_SHOWN]]
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            shown.append(f"… and {len(problems) - MAX_PROBLEMS_SHOWN:,} more problems")
+        raise FlagError("\n".join(shown))
     return out
+
+
+MAX_PROBLEMS_SHOWN = 10
 
 
 def _check_value(flag: str, spec: FlagSpec, value: str) -> str | None:

@@ -251,6 +251,18 @@ def test_the_import_page_refuses_nested_aliases_with_a_form_error(operator, clie
     assert "alias" in response.content.decode()
 
 
+def test_thousands_of_bad_extra_arguments_get_a_bounded_message():
+    from apps.recipes.flags import FlagError, validate_extra_args
+
+    tokens = [f"--bogus-{i}" for i in range(5000)]
+    with bounded(), pytest.raises(FlagError) as refused:
+        validate_extra_args(tokens)
+    message = str(refused.value)
+    assert "--bogus-0 is not an allowed extra argument" in message
+    assert "4,990 more" in message
+    assert len(message) < 10_000, len(message)
+
+
 # --- config.json ----------------------------------------------------------------------------
 
 BASE_CONFIG = {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512}
