@@ -77,7 +77,9 @@ def test_the_run_page_charts_move_during_a_load_and_a_ready_run_stops_counting(n
 
     # Samples reach the run's page while the model is still loading (not only once ready).
     page.wait_for_function(
-        f"window.__samples.filter((s) => {list(LOADING)}.includes(s.run_state)).length >= 2",
+        # A function, not an expression: an expression is eval()ed, which the pages'
+        # Content-Security-Policy (no 'unsafe-eval') refuses.
+        f"() => window.__samples.filter((s) => {list(LOADING)}.includes(s.run_state)).length >= 2",
         timeout=60_000,
     )
     loading = page.evaluate("window.__samples")
@@ -114,7 +116,7 @@ def test_the_run_page_charts_move_during_a_load_and_a_ready_run_stops_counting(n
     with page.expect_response(re.compile(rf"/telemetry/run/{run_id}/backfill\.json$")) as resp:
         page.evaluate("document.dispatchEvent(new CustomEvent('sparkpanel:socket-open'))")
     assert resp.value.status == 200
-    page.wait_for_function(f"window.__backfills > {before}")
+    page.wait_for_function(f"() => window.__backfills > {before}")
 
     # Ready: "ready after X" (how long the load took), and it does not count on.
     expect(progress).to_have_attribute("data-state", "ready", timeout=150_000)

@@ -56,8 +56,11 @@ class Server:
 
         self.port = free_port()
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, log_config=None, lifespan="off"
-        )
+            application, host="127.0.0.1", port=self.port, log_config=None, lifespan="off",
+            # A socket a test leaves open must not hold the shutdown up (the default waits
+            # for it: 30 s of teardown per test).
+            timeout_graceful_shutdown=1,
+        )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
