@@ -10,6 +10,12 @@ from tests.e2e.conftest import login
 
 pytestmark = pytest.mark.e2e
 
+# A function, not an expression (the pages' CSP refuses eval()).
+WIDE_CHART = """(kind) => {
+  const canvas = document.querySelector(`[data-bench-chart='${kind}'] canvas`);
+  return canvas !== null && canvas.getBoundingClientRect().width > 100;
+}"""
+
 
 def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_page, idle_demo_host):
     page = new_page()
@@ -45,7 +51,9 @@ def test_member_queues_the_default_suite_and_sees_the_curve_and_capacity(new_pag
     for kind in ("scenarios", "curve", "lines"):
         chart = page.locator(f"[data-bench-chart='{kind}'] canvas").first
         expect(chart).to_be_visible()
-        assert chart.bounding_box()["width"] > 100
+        # Measured in the page: a live re-render may swap the chart in between a locator's
+        # check and a measurement (a bounding box of None once in CI).
+        page.wait_for_function(WIDE_CHART, arg=kind, timeout=15_000)
     expect(page.locator(".bench-chart").first).not_to_contain_text("Chart unavailable")
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()  # nothing left to cancel
     # The queue page lists it as finished, ready to compare.
