@@ -174,17 +174,10 @@ def _load_object(source: str | bytes | Mapping[str, object], name: str) -> dict[
     """Parse text or bytes as JSON and insist on an object, naming the file in errors."""
     if isinstance(source, Mapping):
         return dict(source)
-    if isinstance(source, bytes | bytearray):
-        try:
-            # utf-8-sig: editors on Windows prepend a BOM that json.loads rejects.
-            source = bytes(source).decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise ConfigImportError(
-                f"{name} is not UTF-8 text (byte {exc.start} cannot be decoded)."
-            ) from exc
-    if not isinstance(source, str):
+    if not isinstance(source, str | bytes | bytearray):
         raise ConfigImportError(f"{name} must be JSON text, got {type(source).__name__}.")
     try:
+        # Bytes too: load_json checks the size before decoding (UTF-8, a BOM allowed).
         parsed = load_json(source, what=name)
     except DocumentError as exc:
         raise ConfigImportError(str(exc)) from None

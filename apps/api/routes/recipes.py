@@ -10,13 +10,14 @@ from apps.api.errors import ERRORS, ApiError
 from apps.api.pagination import Page
 from apps.api.routes.common import form_errors, get_or_404
 from apps.api.schemas import RecipeFields, RecipeOut, YamlImportIn, YamlImportOut
+from apps.recipes.bounded import YAML_LIMITS
 from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.yaml_io import FIELDS, recipe_form_data, recipes_from_yaml
 
 router = Router(tags=["recipes"])
 
-MAX_YAML_BYTES = 1_000_000
+MAX_YAML_BYTES = YAML_LIMITS.max_bytes  # the bounded reader's own limit
 
 
 def _save(request: HttpRequest, values: dict, instance: Recipe | None) -> Recipe:
