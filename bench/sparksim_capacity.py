@@ -81,7 +81,7 @@ async def one_level(url: str, streams: int, seconds: float) -> dict:
 def expected_rate(streams: int, time_scale: float) -> float:
     """Tokens/s per stream the timing model schedules for `streams` decoding together (each
     stream at the middle of its 128-token prompt + 200-token answer)."""
-    from apps.recipes.planner import kv_element_bytes
+    from sparkdomain.planner import kv_element_bytes
     from sparksim.engine import decode_step_seconds
     from sparksim.profiles import NEMOTRON_SUPER as profile
 

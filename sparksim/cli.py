@@ -23,7 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
-from apps.recipes.planner import (
+from sparkdomain.planner import (
     Architecture,
     HostSpec,
     kv_bytes_per_sequence,
@@ -31,7 +31,7 @@ from apps.recipes.planner import (
     kv_element_bytes,
     weight_bytes,
 )
-from apps.recipes.spark import (
+from sparkdomain.spark import (
     CUDA_CONTEXT_GB,
     CUDA_VISIBLE_GIB,
     GB,

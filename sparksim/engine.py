@@ -29,14 +29,14 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from apps.recipes.planner import (
+from sparkdomain.planner import (
     Architecture,
     active_weight_bytes,
     kv_bytes_per_sequence,
     kv_element_bytes,
     weight_bytes,
 )
-from apps.recipes.spark import BANDWIDTH_GBS, GB, MIB
+from sparkdomain.spark import BANDWIDTH_GBS, GB, MIB
 from sparksim.corpus import TextStream, stream_seed
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import Profile

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 
-from apps.recipes.planner import Architecture, HostSpec, kv_bytes_per_token_split, weight_bytes
+from sparkdomain.planner import Architecture, HostSpec, kv_bytes_per_token_split, weight_bytes
 
 CHECKPOINT_ENV = "SPARKSIM_CHECKPOINT"
 HOST_ENV = "SPARKSIM_HOST"

@@ -21,8 +21,8 @@ import itertools
 import re
 from dataclasses import dataclass, replace
 
-from apps.recipes.planner import Architecture
-from apps.recipes.presets import architecture_of
+from sparkdomain.planner import Architecture
+from sparkdomain.presets import architecture_of
 
 
 def _architecture(key: str) -> Architecture:

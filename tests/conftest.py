@@ -26,7 +26,7 @@ from apps.accounts.services import user_create
 from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
-from apps.recipes.presets import RECIPES
+from sparkdomain.presets import RECIPES
 
 pytest_plugins = ["tests.real_vllm.fixtures"]  # the shared real-vLLM server (real_vllm)
 

@@ -14,7 +14,7 @@ from apps.benchmarks.reference import (
     seed_notes,
 )
 from apps.core.csvsafe import csv_text
-from apps.recipes.planner import roofline_check
+from sparkdomain.planner import roofline_check
 
 
 def decode_ceiling(job: Job) -> float | None:

@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
-from apps.recipes.spark import GB, GIB
+from sparkdomain.meminfo import MeminfoError
+from sparkdomain.spark import GB, GIB
 
 HISTORY_LIMIT = 50
 

@@ -12,10 +12,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
-from apps.hosts.meminfo import Memory, read_meminfo
-from apps.recipes import planner, spark
-from apps.recipes.flags import IMAGE
-from apps.recipes.spark import GB, GIB
+from sparkdomain import planner, spark
+from sparkdomain.flags import IMAGE
+from sparkdomain.meminfo import Memory, read_meminfo
+from sparkdomain.spark import GB, GIB
 from vllm_adapter import contract as vllm_contract
 
 HOST_NAME = RegexValidator(

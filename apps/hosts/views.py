@@ -2,9 +2,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
-from apps.recipes.spark import GB
+from sparkdomain.meminfo import MeminfoError
+from sparkdomain.spark import GB
 
 
 @require_GET

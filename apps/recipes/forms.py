@@ -5,10 +5,10 @@ from decimal import Decimal
 from django import forms
 
 from apps.core.forms import BoundedFloatField, BoundedIntegerField, bounded_formfields, model_max
-from apps.recipes import planner, spark
-from apps.recipes.command import contract_problems
-from apps.recipes.flags import FlagError, format_extra_args, parse_extra_args
 from apps.recipes.models import Recipe, WeightFormat, validate_utilization
+from sparkdomain import planner, spark
+from sparkdomain.command import contract_problems
+from sparkdomain.flags import FlagError, format_extra_args, parse_extra_args
 from vllm_adapter import contract as vllm_contract
 
 ARCH_FIELDS = [

@@ -8,8 +8,8 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.text import slugify
 
-from apps.recipes import planner, spark
-from apps.recipes.flags import (
+from sparkdomain import planner, spark
+from sparkdomain.flags import (
     KV_CACHE_DTYPES,
     PARSER_NAME,
     SERVED_NAME,

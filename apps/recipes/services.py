@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from apps.recipes.planner import Plan, Severity, Verdict
-from apps.recipes.spark import GB
+from sparkdomain.planner import Plan, Severity, Verdict
+from sparkdomain.spark import GB
 
 VERDICT_CSS = {
     Verdict.FITS: "ok",
@@ -69,7 +69,7 @@ def _tps(value: float | None) -> str | None:
 
 def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[str], str | None]:
     """Architecture fields from a pasted/uploaded config.json: (fields, notes, error)."""
-    from apps.recipes.hf_config import ConfigImportError, parse_hf_config
+    from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 
     try:
         result = parse_hf_config(config_text, quant_text or None)

@@ -9,8 +9,6 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES
-from apps.recipes import calibration
-from apps.recipes.command import contract_problems, docker_run_argv, serve_argv, shell_line
 from apps.recipes.forms import (
     ARCH_FIELDS,
     FLAG_FIELDS,
@@ -24,6 +22,8 @@ from apps.recipes.services import plan_context
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 from apps.runs.calibration import host_corrections, recipe_check_rows
 from apps.runs.views import start_form_context
+from sparkdomain import calibration
+from sparkdomain.command import contract_problems, docker_run_argv, serve_argv, shell_line
 from vllm_adapter import contract as vllm_contract
 
 
@@ -145,7 +145,7 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
         return render(
             request, "recipes/partials/plan.html", {"plan_errors": labelled_errors(form.errors)}
         )
-    from apps.recipes.planner import plan
+    from sparkdomain.planner import plan
 
     arch, flags = form.to_planner()
     corrections = host_corrections(image=request.POST.get("image", ""), arch=arch, flags=flags)

@@ -17,14 +17,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from apps.accounts.roles import EDIT_RECIPES
-from apps.recipes import presets
-from apps.recipes.command import docker_run_argv, serve_argv, shell_line
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, ConfigJsonForm, PlanInputForm, RecipeForm
 from apps.recipes.models import Recipe
-from apps.recipes.planner import plan
 from apps.recipes.services import config_json_fields, plan_context
-from apps.recipes.spark import DEFAULT_IMAGE
 from apps.runs.calibration import host_corrections
+from sparkdomain import presets
+from sparkdomain.command import docker_run_argv, serve_argv, shell_line
+from sparkdomain.planner import plan
+from sparkdomain.spark import DEFAULT_IMAGE
 
 STEPS = {
     1: ("Model", ["model_id", "served_model_name", *ARCH_FIELDS]),

@@ -12,10 +12,10 @@ from decimal import Decimal
 import yaml
 from django.db import transaction
 
-from apps.recipes.bounded import DocumentError, clip, load_yaml
-from apps.recipes.flags import format_extra_args
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, IDENTITY_FIELDS, RecipeForm
 from apps.recipes.models import Recipe
+from sparkdomain.bounded import DocumentError, clip, load_yaml
+from sparkdomain.flags import format_extra_args
 
 FORMAT_VERSION = 1
 # What an import answers is bounded like what it reads: each message cut to a readable
@@ -72,7 +72,7 @@ def recipes_to_yaml(recipes) -> str:
 
 def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
     """The recipe mappings in a document, whatever its shape."""
-    from apps.recipes.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
+    from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
 
     notes: list[str] = []
     if isinstance(doc, dict) and "recipes" in doc:
@@ -171,7 +171,7 @@ def recipes_from_yaml(text: str, *, replace: bool = False, user=None) -> ImportR
 def _recipes_from_yaml(text: str, *, replace: bool, user) -> ImportResult:
     result = ImportResult()
     try:
-        # Bounded (apps/recipes/bounded.py): size, depth, aliases, text and number lengths.
+        # Bounded (sparkdomain/bounded.py): size, depth, aliases, text and number lengths.
         doc = load_yaml(text)
     except DocumentError as exc:
         result.problems.append(EntryErrors("document", {"__all__": [str(exc)]}))

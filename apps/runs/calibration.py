@@ -1,7 +1,7 @@
 """Plan against measured, stored: each ready run records what vLLM reported beside what the
 planner predicted for its recipe on its host (PlanCheck rows), and the next plan for the
 same image on the same host reads them back as a correction. The arithmetic is pure and
-lives in apps/recipes/calibration.py."""
+lives in sparkdomain/calibration.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
-from apps.recipes import calibration as calc
-from apps.recipes.planner import Architecture, Flags, plan
 from apps.runs.models import PlanCheck, Run
+from sparkdomain import calibration as calc
+from sparkdomain.planner import Architecture, Flags, plan
 
 log = logging.getLogger(__name__)
 

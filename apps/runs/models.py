@@ -257,7 +257,7 @@ class Run(models.Model):
 class PlanCheck(models.Model):
     """One number vLLM reported at a start beside what the planner predicted for that
     recipe on that host; kept per image and host, so the next plan for that image there can
-    show the measured correction (apps/recipes/calibration.py has the arithmetic)."""
+    show the measured correction (sparkdomain/calibration.py has the arithmetic)."""
 
     class Quantity(models.TextChoices):
         KV_CACHE_GIB = "kv_cache_gib", "KV cache memory (GiB)"

@@ -17,9 +17,9 @@ from apps.core import live
 from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
-from apps.recipes.spark import GB
 from apps.runs.calibration import plan_check_record
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from sparkdomain.spark import GB
 from vllm_adapter import endpoints
 from vllm_adapter.logparse import LogFollower, Phase
 

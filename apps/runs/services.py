@@ -10,14 +10,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core import live
-from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
-from apps.recipes import planner
-from apps.recipes.command import UnsafeCommand, contract_problems, serve_argv
-from apps.recipes.flags import FlagError, check_utilization
 from apps.recipes.models import Recipe
-from apps.recipes.spark import GB, GIB
 from apps.runs.models import STARTING_STATES, Run, RunState
+from sparkdomain import planner
+from sparkdomain.command import UnsafeCommand, contract_problems, serve_argv
+from sparkdomain.flags import FlagError, check_utilization
+from sparkdomain.meminfo import MeminfoError
+from sparkdomain.spark import GB, GIB
 
 
 class RunRefused(Exception):

@@ -32,12 +32,12 @@ from django.utils import timezone
 from apps.core import live
 from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
-from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.telemetry.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
+from sparkdomain.meminfo import MeminfoError
 from vllm_adapter import endpoints
 from vllm_adapter import metrics as scrape
 

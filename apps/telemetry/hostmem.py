@@ -3,7 +3,7 @@ per-process view. Pure Python (no Django), so the host agent and the tests can u
 
 On a DGX Spark the CPU and the GPU share one pool, and nvidia-smi on GB10 reports
 memory as "Not Supported"/"[N/A]" (SPEC §1), so MemAvailable from /proc/meminfo
-(`apps.hosts.meminfo`) stays the number the watchdog acts on. The two readers here only
+(`sparkdomain.meminfo`) stays the number the watchdog acts on. The two readers here only
 add context to an alert or an incident: how hard the kernel is already struggling to
 find memory (PSI), and which processes hold the GPU.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.hosts.meminfo import MeminfoError
+from sparkdomain.meminfo import MeminfoError
 
 PSI_MEMORY_PATH = "/proc/pressure/memory"
 NVIDIA_SMI = "nvidia-smi"

@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from apps.hosts.models import Host
-from apps.recipes import presets
 from apps.recipes.models import Recipe
+from sparkdomain import presets
 from tests.recipes.factories import recipe_data
 from tests.vllm_adapter.real_parser import real_check
 from vllm_adapter import contract

@@ -27,7 +27,7 @@ from apps.benchmarks.models import J, Job, Result
 from apps.benchmarks.reference import SEED_MODEL, SEED_TABLE
 from apps.benchmarks.services import suite_plan
 from apps.recipes.models import Recipe
-from apps.recipes.presets import RECIPES
+from sparkdomain.presets import RECIPES
 from tests.conftest import run_async
 from tests.sparksim.conftest import NEMOTRON_FLAGS, launch
 

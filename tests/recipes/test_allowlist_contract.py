@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.recipes.command import FIELD_OF_FLAG
-from apps.recipes.flags import EXTRA_FLAGS, KV_CACHE_DTYPES, TYPED_FLAGS
+from sparkdomain.command import FIELD_OF_FLAG
+from sparkdomain.flags import EXTRA_FLAGS, KV_CACHE_DTYPES, TYPED_FLAGS
 from vllm_adapter import advice, contract
 
 VERSIONS = contract.available_versions()
@@ -39,7 +39,7 @@ def test_the_removed_flags_advice_talks_about_is_really_gone_from_the_newest_vll
 
 
 def test_a_removed_flag_in_the_extra_arguments_gets_its_advice():
-    from apps.recipes.flags import FlagError, validate_extra_args
+    from sparkdomain.flags import FlagError, validate_extra_args
 
     with pytest.raises(FlagError, match=r"removed in vLLM 0\.18"):
         validate_extra_args(["--swap-space", "0"])

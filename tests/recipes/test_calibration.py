@@ -1,12 +1,12 @@
-"""Plan against measured, the pure arithmetic (apps/recipes/calibration.py): hand-computed
+"""Plan against measured, the pure arithmetic (sparkdomain/calibration.py): hand-computed
 values, and the numbers real vLLM 0.32.0 printed in a captured start-up log."""
 
 from pathlib import Path
 
 import pytest
 
-from apps.recipes import calibration as calc
-from apps.recipes.planner import Architecture, Flags, HostSpec, Verdict, plan
+from sparkdomain import calibration as calc
+from sparkdomain.planner import Architecture, Flags, HostSpec, Verdict, plan
 from vllm_adapter.logparse import LogFollower
 
 GIB = 2**30

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from apps.recipes.hf_config import PARAMS_NOTE, ConfigImportError, parse_hf_config
+from sparkdomain.hf_config import PARAMS_NOTE, ConfigImportError, parse_hf_config
 
 NEMOTRON_PATTERN = ("ME" * 5 + "*") * 8  # 88 layers: 40 Mamba2, 40 MoE, 8 attention
 

@@ -13,13 +13,13 @@ from decimal import Decimal
 import pytest
 from django.apps import apps as django_apps
 
-from apps.hosts.meminfo import parse_meminfo
 from apps.hosts.models import Host
-from apps.recipes import planner, spark
-from apps.recipes.planner import Architecture, Flags, HostSpec, Verdict, plan
-from apps.recipes.presets import RECIPES
-from apps.recipes.spark import GB, GIB
 from apps.telemetry.watchdog import OK, Watchdog
+from sparkdomain import planner, spark
+from sparkdomain.meminfo import parse_meminfo
+from sparkdomain.planner import Architecture, Flags, HostSpec, Verdict, plan
+from sparkdomain.presets import RECIPES
+from sparkdomain.spark import GB, GIB
 from sparksim.memory import MemoryModel, meminfo_text
 
 # The 35B preset the wizard's decision table recommends 0.90 for.

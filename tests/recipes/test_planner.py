@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.recipes.planner import (
+from sparkdomain.planner import (
     Architecture,
     Flags,
     HostSpec,
@@ -18,7 +18,7 @@ from apps.recipes.planner import (
     roofline_check,
     weight_bytes,
 )
-from apps.recipes.spark import GB, GIB, MIB
+from sparkdomain.spark import GB, GIB, MIB
 
 LLAMA_70B = Architecture(
     total_params_b=70.6, weight_format="nvfp4", num_layers=80, kv_heads=8, head_dim=128

@@ -8,11 +8,11 @@ import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from apps.recipes.command import docker_run_argv, serve_argv
 from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
-from apps.recipes.presets import RECIPES
 from apps.recipes.yaml_io import recipe_to_dict, recipes_from_yaml, recipes_to_yaml
+from sparkdomain.command import docker_run_argv, serve_argv
+from sparkdomain.presets import RECIPES
 from tests.recipes.factories import make_recipe, recipe_data
 
 pytestmark = pytest.mark.django_db

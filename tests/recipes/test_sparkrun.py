@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from apps.recipes.sparkrun import (
+from sparkdomain.sparkrun import (
     SparkrunImportError,
     SparkrunRecipe,
     looks_like_sparkrun,

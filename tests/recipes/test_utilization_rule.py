@@ -8,10 +8,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
-from apps.recipes.command import UnsafeCommand, assert_safe_argv, serve_argv
 from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.yaml_io import recipes_from_yaml
+from sparkdomain.command import UnsafeCommand, assert_safe_argv, serve_argv
 from tests.recipes.factories import make_recipe, recipe_data
 
 pytestmark = pytest.mark.django_db

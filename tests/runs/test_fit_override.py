@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from apps.recipes.planner import Verdict
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_start
+from sparkdomain.planner import Verdict
 from tests.api.conftest import assert_error
 from tests.runs.fitting import NAME, does_not_fit_recipe
 

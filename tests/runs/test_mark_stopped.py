@@ -14,8 +14,8 @@ from apps.benchmarks.services import suite_plan
 from apps.hosts.engines import engine_for
 from apps.hosts.engines.base import LaunchSpec
 from apps.hosts.models import Host
-from apps.recipes.command import serve_argv
 from apps.runs.models import Run, RunState
+from sparkdomain.command import serve_argv
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ from apps.benchmarks.services import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.core.models import Notice
 from apps.hosts.models import Host
-from apps.recipes.command import serve_argv
 from apps.runs.models import Run, RunState
+from sparkdomain.command import serve_argv
 from tests.conftest import free_port
 
 

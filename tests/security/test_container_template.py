@@ -42,10 +42,10 @@ from apps.hosts.engines.docker import (
     container_name,
     image_allowed,
 )
-from apps.recipes.command import UnsafeCommand, assert_safe_argv, serve_argv
 from apps.recipes.forms import RecipeForm
-from apps.recipes.spark import MAX_GPU_MEMORY_UTILIZATION
 from apps.recipes.yaml_io import recipe_form_data
+from sparkdomain.command import UnsafeCommand, assert_safe_argv, serve_argv
+from sparkdomain.spark import MAX_GPU_MEMORY_UTILIZATION
 from tests.recipes.factories import recipe_data
 
 EXAMPLES = 200
@@ -129,7 +129,7 @@ def _insert(items: list[str], token: str, at: int) -> list[str]:
     return [*items[:at], token, *items[at:]]
 
 
-# Short cousins of the validators' own patterns (apps/recipes/flags.py): cheap to generate,
+# Short cousins of the validators' own patterns (sparkdomain/flags.py): cheap to generate,
 # and the form still decides what passes.
 SHORT_HF_ID = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,12}/[A-Za-z0-9._-]{1,12}\Z"
 SHORT_IMAGE = r"\A([a-z0-9.-]{1,8}(:[0-9]{1,5})?/)?[a-z0-9]{1,8}([._-][a-z0-9]{1,4})?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,8})?\Z"

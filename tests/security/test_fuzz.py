@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 
 import apps
 from apps.core.forms import model_max
-from apps.recipes import planner
 from apps.recipes.forms import PlanInputForm, RecipeForm
+from sparkdomain import planner
 from tests.security.urlwalk import concrete_path, routes
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))

@@ -33,8 +33,8 @@ from apps.benchmarks.forms import SuiteForm
 from apps.benchmarks.harness import Client, LevelSpec, Scenario, build_messages, run_level
 from apps.benchmarks.models import Job, Suite
 from apps.benchmarks.services import JobRefused, job_queue, suite_plan
-from apps.recipes.hf_config import ConfigImportError, parse_hf_config
 from apps.recipes.models import Recipe
+from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 from tests.api.conftest import assert_error
 from tests.conftest import run_async
 from tests.sparksim.conftest import NEMOTRON_FLAGS, launch
@@ -252,7 +252,7 @@ def test_the_import_page_refuses_nested_aliases_with_a_form_error(operator, clie
 
 
 def test_thousands_of_bad_extra_arguments_get_a_bounded_message():
-    from apps.recipes.flags import FlagError, validate_extra_args
+    from sparkdomain.flags import FlagError, validate_extra_args
 
     tokens = [f"--bogus-{i}" for i in range(5000)]
     with bounded(), pytest.raises(FlagError) as refused:

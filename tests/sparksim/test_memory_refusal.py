@@ -22,8 +22,8 @@ from django.urls import reverse
 
 from apps.hosts.engines.base import SPARKSIM_CHECKPOINT, SPARKSIM_HOST, LaunchSpec, sim_env
 from apps.hosts.engines.docker import DockerEngine
-from apps.recipes import planner
-from apps.recipes.spark import GIB
+from sparkdomain import planner
+from sparkdomain.spark import GIB
 from sparksim.facts import checkpoint_architecture, host_spec
 from sparksim.profiles import resolve_profile
 from tests.conftest import ROOT, free_port, require_service

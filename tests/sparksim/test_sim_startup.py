@@ -118,8 +118,8 @@ def test_too_many_sequences_of_recurrent_state_fail_with_advice(start_sim):
 
 @pytest.mark.django_db
 def test_sparksim_accepts_the_exact_argument_vector_the_panel_builds_for_every_preset(tmp_path):
-    from apps.recipes.command import serve_argv
     from apps.recipes.models import Recipe
+    from sparkdomain.command import serve_argv
     from tests.conftest import free_port
     from tests.sparksim.conftest import launch
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from apps.hosts.meminfo import MeminfoError, parse_meminfo
 from apps.telemetry.hostmem import (
     NVIDIA_SMI_TIMEOUT_S,
     GpuProcess,
@@ -34,6 +33,7 @@ from apps.telemetry.watchdog import (
     Watchdog,
     predict_polls_to,
 )
+from sparkdomain.meminfo import MeminfoError, parse_meminfo
 from sparksim.faults import parse_faults
 from sparksim.memory import GB, MemoryModel, gb_per_min_to_bytes_per_s, meminfo_text
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apps.recipes.command import UnsafeCommand, assert_safe_argv
+from sparkdomain.command import UnsafeCommand, assert_safe_argv
 from tests.vllm_adapter.real_parser import real_check
 from vllm_adapter import contract
 from vllm_adapter.contract import ArgvError

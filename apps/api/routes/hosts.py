@@ -9,8 +9,8 @@ from apps.api.pagination import Page
 from apps.api.routes.common import get_or_404
 from apps.api.schemas import HostOut
 from apps.benchmarks.models import J, Job
-from apps.hosts.meminfo import MeminfoError
 from apps.hosts.models import Host
+from sparkdomain.meminfo import MeminfoError
 
 router = Router(tags=["hosts"])
 

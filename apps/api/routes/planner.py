@@ -7,8 +7,8 @@ from apps.api.errors import ERRORS, ApiError
 from apps.api.routes.common import form_errors, get_or_422
 from apps.api.schemas import PlanIn, PlanOut
 from apps.hosts.models import Host
-from apps.recipes import planner
 from apps.recipes.forms import PlanInputForm
+from sparkdomain import planner
 
 router = Router(tags=["planner"])
 

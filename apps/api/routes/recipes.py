@@ -10,10 +10,10 @@ from apps.api.errors import ERRORS, ApiError
 from apps.api.pagination import Page
 from apps.api.routes.common import form_errors, get_or_404
 from apps.api.schemas import RecipeFields, RecipeOut, YamlImportIn, YamlImportOut
-from apps.recipes.bounded import YAML_LIMITS
 from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.yaml_io import FIELDS, recipe_form_data, recipes_from_yaml
+from sparkdomain.bounded import YAML_LIMITS
 
 router = Router(tags=["recipes"])
 

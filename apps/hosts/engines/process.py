@@ -34,7 +34,7 @@ from apps.hosts.engines.base import (
     Status,
     sim_env,
 )
-from apps.recipes.command import UnsafeCommand, assert_safe_argv
+from sparkdomain.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 # What a model server takes from the worker's environment: what a Python program, the CUDA

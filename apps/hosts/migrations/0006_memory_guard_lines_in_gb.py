@@ -1,5 +1,5 @@
 """The memory guard's lines move to GB (like the seed, the planner and admission) and to
-new defaults: warn below 4.0 GB, act below 3.0 GB (apps/recipes/spark.py says why).
+new defaults: warn below 4.0 GB, act below 3.0 GB (sparkdomain/spark.py says why).
 
 A host still at the old defaults (warn 8 GiB, act 3 GiB) gets the new ones; a host an
 admin set by hand keeps its lines, converted exactly from GiB to GB."""

@@ -2,7 +2,7 @@ from django.db import migrations
 
 
 def create_presets(apps, schema_editor):
-    from apps.recipes.presets import RECIPES
+    from sparkdomain.presets import RECIPES
 
     Recipe = apps.get_model("recipes", "Recipe")
     for data in RECIPES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from apps.recipes.spark import DEFAULT_IMAGE
+from sparkdomain.spark import DEFAULT_IMAGE
 
 # Model architectures the wizard offers in step 1 (SPEC §2, "Architecture facts").
 MODELS: dict[str, dict] = {

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from enum import StrEnum
 
-from apps.recipes import spark
-from apps.recipes.spark import GB, GIB, MIB
+from sparkdomain import spark
+from sparkdomain.spark import GB, GIB, MIB
 
 # Bytes per parameter by weight format. NVFP4 is 4-bit values plus one fp8 scale per 16
 # (4.5 bits); MXFP4 and group-128 int4 (AWQ/GPTQ) carry 8 or 16 bits of scale per 32 or

@@ -15,8 +15,8 @@ import shlex
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from apps.recipes import spark
-from apps.recipes.bounded import clip
+from sparkdomain import spark
+from sparkdomain.bounded import clip
 from vllm_adapter import advice
 
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$")
@@ -173,7 +173,7 @@ def validate_extra_args(tokens: list[str]) -> list[str]:
         else:
             out += [flag, value]
     if problems:
-        # Bounded like every import's messages (apps/recipes/bounded.py): a pasted list of
+        # Bounded like every import's messages (sparkdomain/bounded.py): a pasted list of
         # thousands of bad tokens gets the first few, each cut short, and a count.
         shown = [clip(p, 300) for p in problems[:MAX_PROBLEMS_SHOWN]]
         if len(problems) > MAX_PROBLEMS_SHOWN:

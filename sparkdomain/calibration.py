@@ -22,8 +22,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from apps.recipes.planner import Plan, Verdict, kv_verdict
-from apps.recipes.spark import GIB
+from sparkdomain.planner import Plan, Verdict, kv_verdict
+from sparkdomain.spark import GIB
 
 KV_CACHE_GIB = "kv_cache_gib"
 KV_CACHE_TOKENS = "kv_cache_tokens"

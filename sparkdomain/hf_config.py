@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from apps.recipes.bounded import DocumentError, clip, load_json
+from sparkdomain.bounded import DocumentError, clip, load_json
 
 MIB = 2**20
 # vLLM keeps the SSM / linear-attention state in fp32 and the conv state in the model
@@ -96,7 +96,7 @@ def parse_hf_config(
 
     Raises ConfigImportError when the text is not a JSON object or has no layer count,
     because without layers nothing the planner needs can be derived, and when it is larger,
-    deeper or has bigger numbers than a config.json can (apps/recipes/bounded.py). Every
+    deeper or has bigger numbers than a config.json can (sparkdomain/bounded.py). Every
     message and note is cut to a readable length.
     """
     try:

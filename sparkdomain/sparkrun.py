@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from apps.recipes.bounded import clip
+from sparkdomain.bounded import clip
 from vllm_adapter import advice
 from vllm_adapter import contract as vllm_contract
 

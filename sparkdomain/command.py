@@ -12,8 +12,8 @@ import shlex
 from decimal import Decimal
 from typing import Protocol
 
-from apps.recipes import spark
-from apps.recipes.flags import FlagError, check_utilization
+from sparkdomain import spark
+from sparkdomain.flags import FlagError, check_utilization
 from vllm_adapter import contract as vllm_contract
 
 
