@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "apps.runs",
     "apps.benchmarks",
     "apps.telemetry",
+    "apps.guard",
     "apps.chat",
     "apps.api",
 ]

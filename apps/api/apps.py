@@ -9,6 +9,24 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_webhook_networks)
+        # Webhooks hear of other apps' events through their signals (no model calls us).
+        from apps.benchmarks.signals import job_finished
+        from apps.telemetry.signals import incident_recorded
+
+        job_finished.connect(_job_finished, dispatch_uid="api.webhooks.job_finished")
+        incident_recorded.connect(_incident_recorded, dispatch_uid="api.webhooks.incident")
+
+
+def _job_finished(sender, job, **kwargs) -> None:
+    from apps.api import webhooks
+
+    webhooks.job_finished(job)
+
+
+def _incident_recorded(sender, incident, **kwargs) -> None:
+    from apps.api import webhooks
+
+    webhooks.incident_happened(incident)
 
 
 def check_webhook_networks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

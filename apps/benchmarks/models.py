@@ -9,6 +9,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.benchmarks import signals
 from apps.benchmarks.harness import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
@@ -302,10 +303,8 @@ class Job(models.Model):
             for key, value in fields.items():
                 setattr(self, key, value)
             _push_job_changed(self.pk)
-            if to in FINISHED_JOB_STATES:  # the owner's webhooks (after commit; never raises)
-                from apps.api.webhooks import job_finished
-
-                job_finished(self)
+            if to in FINISHED_JOB_STATES:  # e.g. the owner's webhooks (apps/api/apps.py)
+                signals.job_finished.send(sender=Job, job=self)
         return bool(updated)
 
 

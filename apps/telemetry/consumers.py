@@ -6,7 +6,7 @@ from channels.db import database_sync_to_async
 
 from apps.accounts.roles import VIEW_PANEL
 from apps.core.consumers import PanelSocket
-from apps.telemetry.agent import host_group, run_group
+from apps.telemetry.groups import host_group, run_group
 
 CLOSE_NOT_FOUND = 4404
 

@@ -295,7 +295,7 @@ def test_an_incident_notifies_every_incident_subscriber(
 def test_the_host_agent_hook_enqueues_incidents(
     member, sim_host, recorded, django_capture_on_commit_callbacks
 ):
-    from apps.telemetry.agent import HostAgent
+    from apps.guard.agent import HostAgent
 
     _hook(member, events=["incident"])
     agent = HostAgent.__new__(HostAgent)  # only what _incident needs

@@ -33,6 +33,7 @@ from apps.benchmarks import runner as bench_runner
 from apps.benchmarks.models import J, Suite
 from apps.benchmarks.services import job_queue
 from apps.chat.models import Conversation, Message
+from apps.guard.agent import HostAgent
 from apps.hosts.engines import Handle, engine_for
 from apps.hosts.engines.base import State
 from apps.hosts.models import Host
@@ -40,7 +41,6 @@ from apps.recipes.forms import RecipeForm
 from apps.runs import runner
 from apps.runs.models import Run, RunState
 from apps.runs.services import argv_on, run_start
-from apps.telemetry.agent import HostAgent
 from sparkpanel.asgi import application
 from tests.chat.conftest import ws_headers
 from tests.conftest import require_service, wait_for

@@ -13,8 +13,8 @@ from decimal import Decimal
 import pytest
 from django.apps import apps as django_apps
 
+from apps.guard.watchdog import OK, Watchdog
 from apps.hosts.models import Host
-from apps.telemetry.watchdog import OK, Watchdog
 from sparkdomain import planner, spark
 from sparkdomain.meminfo import parse_meminfo
 from sparkdomain.planner import Architecture, Flags, HostSpec, Verdict, plan

@@ -10,8 +10,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.test import Client
 
+from apps.guard.agent import HostAgent
 from apps.runs.models import Run, RunState
-from apps.telemetry.agent import HostAgent, run_group
+from apps.telemetry.groups import run_group
 from apps.telemetry.models import HostSample
 from apps.telemetry.selectors import backfill
 

@@ -30,13 +30,15 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.core import live
+from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
+from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
-from apps.telemetry.hostmem import NvidiaSmiError, gpu_processes, read_psi
+from apps.telemetry.groups import host_group, run_group
 from apps.telemetry.models import HostSample, Incident
-from apps.telemetry.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
+from apps.telemetry.signals import incident_recorded
 from sparkdomain.meminfo import MeminfoError
 from vllm_adapter import endpoints
 from vllm_adapter import metrics as scrape
@@ -57,14 +59,6 @@ AVERAGED = (
     "kv_usage_pct", "running", "waiting", "prompt_tps", "generation_tps", "ttft_p50",
     "ttft_p95", "itl_p50", "itl_p95", "prefix_hit_rate", "preemptions",
 )  # fmt: skip
-
-
-def host_group(name: str) -> str:
-    return f"host-{name}"
-
-
-def run_group(run_id: int) -> str:
-    return f"run-{run_id}"
 
 
 @dataclass
@@ -265,14 +259,13 @@ class HostAgent:
                      "levels measured before that are kept.")  # fmt: skip
 
     def _incident(self, kind: str, message: str, run: Run | None, action: str = "") -> Incident:
-        from apps.api.webhooks import incident_happened
-
         curve = [[round(t, 1), v] for t, v in self.watchdog.history()]
         incident = Incident.objects.create(
             host=self.host, run=run, recipe_name=str(run.recipe) if run else "", kind=kind,
             at=timezone.now(), message=message, action=action[:300], memory_curve=curve,
         )  # fmt: skip
-        incident_happened(incident)  # subscribers' webhooks (never raises)
+        # e.g. subscribers' webhooks (apps/api/apps.py; receivers never raise)
+        incident_recorded.send(sender=Incident, incident=incident)
         return incident
 
     def _banner(self, level: str, message: str) -> None:

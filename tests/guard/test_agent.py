@@ -15,13 +15,13 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import Client
 
+from apps.guard.agent import HostAgent
+from apps.guard.watchdog import GIB
 from apps.hosts.models import Host
 from apps.runs import runner
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
-from apps.telemetry.agent import HostAgent
 from apps.telemetry.models import HostSample, Incident
-from apps.telemetry.watchdog import GIB
 from sparkpanel.asgi import application
 from tests.conftest import ROOT, child_env, stop_process, wait_for
 

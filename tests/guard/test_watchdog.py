@@ -1,4 +1,4 @@
-"""apps.telemetry.watchdog and apps.telemetry.hostmem: pure Python, no Django, no sleeps.
+"""apps.guard.watchdog and apps.guard.hostmem: pure Python, no Django, no sleeps.
 
 The watchdog is driven with explicit readings and times, including a memory curve taken
 from sparksim's own model of the `mem-growth` fault, rendered as /proc/meminfo text and
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.telemetry.hostmem import (
+from apps.guard.hostmem import (
     NVIDIA_SMI_TIMEOUT_S,
     GpuProcess,
     NvidiaSmiError,
@@ -24,7 +24,7 @@ from apps.telemetry.hostmem import (
     parse_psi,
     read_psi,
 )
-from apps.telemetry.watchdog import (
+from apps.guard.watchdog import (
     ACT,
     GIB,
     OK,
@@ -501,7 +501,7 @@ def test_hostmem_and_watchdog_import_no_django():
     import sys
 
     code = (
-        "import sys, apps.telemetry.hostmem, apps.telemetry.watchdog; "
+        "import sys, apps.guard.hostmem, apps.guard.watchdog; "
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     root = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.guard.agent import MEM_INTERVAL_S, SCRAPE_INTERVAL_S, HostAgent
 from apps.hosts.models import Host
-from apps.telemetry.agent import MEM_INTERVAL_S, SCRAPE_INTERVAL_S, HostAgent
 
 
 class Command(BaseCommand):

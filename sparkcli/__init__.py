@@ -1,0 +1,1 @@
+"""placeholder: the CLI moves here (issue 18)."""
