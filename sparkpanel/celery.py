@@ -8,29 +8,17 @@ Light tasks go to the `default` queue.
 from __future__ import annotations
 
 import os
-import re
 
 from celery import Celery
 from celery.signals import worker_ready
+
+from apps.core.queues import DEFAULT_QUEUE, host_queue  # noqa: F401  (re-exported: the names are the core app's)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sparkpanel.settings")
 
 app = Celery("sparkpanel")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-
-DEFAULT_QUEUE = "default"
-_HOST_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def host_queue(host_name: str) -> str:
-    """The queue that only the named Spark's worker consumes."""
-    if not _HOST_NAME.match(host_name):
-        raise ValueError(
-            f"invalid host name {host_name!r}: use lowercase letters, digits and dashes "
-            "(at most 63 characters), as in a DNS label"
-        )
-    return f"host.{host_name}"
 
 
 @worker_ready.connect

@@ -144,7 +144,7 @@ def _create_delivery(hook: Webhook, event: str, payload: dict) -> WebhookDeliver
 def _schedule(delivery_id: int, countdown: float) -> None:
     """Send (or resend) a delivery on the light `default` queue, never a host's queue."""
     from apps.api.tasks import deliver
-    from sparkpanel.celery import DEFAULT_QUEUE
+    from apps.core.queues import DEFAULT_QUEUE
 
     try:
         deliver.apply_async(args=[delivery_id], countdown=countdown, queue=DEFAULT_QUEUE)

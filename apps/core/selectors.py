@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import redis
+from celery import current_app  # the project's app (sparkpanel/celery.py)
 from django.conf import settings
 from django.db import DatabaseError, connection
 
@@ -51,9 +52,7 @@ def redis_state(timeout: float = 0.5) -> ServiceState:
 
 def workers_state(timeout: float = 1.0) -> dict[str, list[str]]:
     """Workers that answered within `timeout`, with the queues each consumes."""
-    from sparkpanel.celery import app
-
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    replies = current_app.control.inspect(timeout=timeout).active_queues() or {}
     return {worker: sorted(q["name"] for q in queues) for worker, queues in replies.items()}
 
 

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from apps.core.queues import host_queue
 from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
 from sparkdomain import planner, spark
 from sparkdomain.flags import IMAGE
@@ -201,8 +202,6 @@ class Host(models.Model):
 
     @property
     def queue(self) -> str:
-        from sparkpanel.celery import host_queue
-
         return host_queue(self.name)
 
     @property
