@@ -13,6 +13,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY sparkpanel ./sparkpanel
 COPY apps ./apps
+COPY sparkcli ./sparkcli
 RUN pip install '.[postgres]'
 COPY . .
 RUN useradd --system --home-dir /var/lib/sparkpanel --create-home sparkpanel \

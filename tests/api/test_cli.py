@@ -1,4 +1,4 @@
-"""The `sparkpanel` command line (apps/api/cli.py) and `manage.py apitoken`.
+"""The `sparkpanel` command line (sparkcli/) and `manage.py apitoken`.
 
 The CLI runs in-process against the real API through httpx's WSGI transport (no server),
 or against canned answers (httpx.MockTransport) for retries and the pure helpers.
@@ -16,12 +16,16 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from apps.api import cli
+import sparkcli
 from apps.api.models import ApiToken
 from apps.api.tokens import token_create
 from apps.benchmarks.models import Job, Result, Suite
 from apps.benchmarks.services import suite_plan
 from apps.hosts.models import Host
+from sparkcli import client
+from sparkcli.compare import compare_table, decode_check
+from sparkcli.parser import build_parser
+from sparkcli.render import ProgressDisplay, progress_bar
 from tests.api.conftest import Api, assert_error
 from tests.conftest import ROOT
 
@@ -31,7 +35,7 @@ CANNED_TOKEN = "spk_test"
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
-    monkeypatch.setattr(cli, "RETRY_BACKOFF_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(client, "RETRY_BACKOFF_S", (0.0, 0.0, 0.0))
 
 
 def run(argv, *, transport=None, token=CANNED_TOKEN, url=BASE):
@@ -40,7 +44,7 @@ def run(argv, *, transport=None, token=CANNED_TOKEN, url=BASE):
     environ = {"SPARKPANEL_URL": url}
     if token:
         environ["SPARKPANEL_TOKEN"] = token
-    code = cli.main(argv, transport=transport, environ=environ, stdout=out, stderr=err)
+    code = sparkcli.main(argv, transport=transport, environ=environ, stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -238,9 +242,7 @@ def test_gives_up_after_three_retries_and_says_which_url_failed():
 
 
 def test_the_module_does_not_import_django():
-    probe = (
-        "import sys, apps.api.cli; print(sorted(m for m in sys.modules if m.startswith('django')))"
-    )
+    probe = "import sys, sparkcli; print(sorted(m for m in sys.modules if m.startswith('django')))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                          check=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert out.stdout.strip() == "[]"
@@ -248,12 +250,12 @@ def test_the_module_does_not_import_django():
 
 # --- arguments and exit codes -------------------------------------------------------------
 def test_help_documents_the_exit_codes(capsys):
-    assert cli.main(["--help"]) == 0
+    assert sparkcli.main(["--help"]) == 0
     text = capsys.readouterr().out
     for line in ("0   success", "1   wait: the job failed", "2   wait: --timeout passed",
                  "3   compare --max-decode-drop", "4   the panel refused", "--max-decode-drop 5"):  # fmt: skip
         assert line in text
-    assert cli.main(["wait", "--help"]) == 0
+    assert sparkcli.main(["wait", "--help"]) == 0
     assert "0 done, 1 failed, interrupted or cancelled, 2 timed out" in capsys.readouterr().out
 
 
@@ -264,22 +266,22 @@ def test_help_documents_the_exit_codes(capsys):
      ["results", "1", "--format", "xml"]],
 )  # fmt: skip
 def test_usage_errors_exit_64_not_2(argv, capsys):
-    assert cli.main(argv, environ={}) == 64
+    assert sparkcli.main(argv, environ={}) == 64
     assert "error:" in capsys.readouterr().err
 
 
 def test_connection_options_work_before_or_after_the_command(tmp_path):
-    parser = cli.build_parser()
+    parser = build_parser()
     args = parser.parse_args(["--url", "http://a:1", "status", "--token", "spk_x"])
     assert (args.url, args.token) == ("http://a:1", "spk_x")
     token_file = tmp_path / "token"
     token_file.write_text("spk_from_file\n")
     args = parser.parse_args(["status"])
-    assert cli.resolve_token(args, {"SPARKPANEL_TOKEN_FILE": str(token_file)}) == "spk_from_file"
-    assert cli.resolve_token(args, {"SPARKPANEL_TOKEN": "spk_env"}) == "spk_env"
+    assert client.resolve_token(args, {"SPARKPANEL_TOKEN_FILE": str(token_file)}) == "spk_from_file"
+    assert client.resolve_token(args, {"SPARKPANEL_TOKEN": "spk_env"}) == "spk_env"
     args = parser.parse_args(["status", "--token-file", str(token_file)])
-    assert cli.resolve_token(args, {"SPARKPANEL_TOKEN": "spk_env"}) == "spk_from_file"
-    assert cli.normalise_url("spark:8000/api/v1/") == "http://spark:8000"
+    assert client.resolve_token(args, {"SPARKPANEL_TOKEN": "spk_env"}) == "spk_from_file"
+    assert client.normalise_url("spark:8000/api/v1/") == "http://spark:8000"
 
 
 # --- the decode check and the table (pure) ------------------------------------------------
@@ -295,15 +297,15 @@ def test_decode_check_compares_every_job_with_the_first_on_shared_levels():
     ok = job(2, ("scenario", 128, 64, 1, 95.0, 50), ("sweep", 1834, 108, 2, 81.0, 90),
              ("sweep", 1834, 108, 8, 1.0, 900))  # ×8: not in the baseline, ignored  # fmt: skip
     slow = job(3, ("sweep", 1834, 108, 4, 56.9, 130), ("scenario", 128, 64, 2, 1.0, 50))
-    check = cli.decode_check([base, ok, slow], 5)
+    check = decode_check([base, ok, slow], 5)
     assert not check.ok and check.compared == 3 and not check.nothing_shared
     [drop] = check.drops
     assert (drop.job, drop.baseline, drop.shape) == (3, 1, ("sweep", 1834, 108, 4))
     assert round(drop.percent, 1) == 5.2
     assert str(drop) == ("job 3: sweep 1834/108 ×4 decode 56.9 tok/s vs 60.0 in baseline job 1 "
                          "(−5.2 %)")  # fmt: skip
-    assert cli.decode_check([base, ok, slow], 5.2).ok
-    assert cli.decode_check([base, ok], 5).ok  # exactly −5 % is allowed
+    assert decode_check([base, ok, slow], 5.2).ok
+    assert decode_check([base, ok], 5).ok  # exactly −5 % is allowed
 
 
 def test_decode_check_fails_when_nothing_is_shared_and_skips_missing_numbers():
@@ -311,18 +313,16 @@ def test_decode_check_fails_when_nothing_is_shared_and_skips_missing_numbers():
     empty = job(2, state="failed")
     other = job(3, ("scenario", 4096, 64, 1, 10.0, 50))
     unmeasured = job(4, ("scenario", 128, 64, 1, None, None))
-    check = cli.decode_check([base, empty, other, unmeasured], 5)
+    check = decode_check([base, empty, other, unmeasured], 5)
     assert check.nothing_shared == [2, 3, 4] and not check.drops and not check.ok
     # A baseline level without a decode rate compares with nothing.
-    assert cli.decode_check([base, job(5, ("sweep", 1834, 108, 2, 1.0, 1))], 5).nothing_shared == [
-        5
-    ]
+    assert decode_check([base, job(5, ("sweep", 1834, 108, 2, 1.0, 1))], 5).nothing_shared == [5]
 
 
 def test_compare_table_has_one_row_per_shape_with_each_jobs_numbers():
     base = job(11, ("scenario", 128, 64, 1, 100.0, 50.4), ("sweep", 1834, 108, 2, 80.0, 90))
     new = job(12, ("scenario", 128, 64, 1, 90.0, 55.0), ("sweep", 1834, 108, 4, 70.0, 120))
-    lines = cli.compare_table([base, new]).splitlines()
+    lines = compare_table([base, new]).splitlines()
     assert lines[0].split("  ")[0] == "shape" and "#11 decode tok/s" in lines[0]
     assert "#12 TTFT ms" in lines[0]
     assert lines[1].split() == ["single", "128/64", "100.0", "50", "90.0", "(−10.0", "%)", "55"]
@@ -333,18 +333,15 @@ def test_compare_table_has_one_row_per_shape_with_each_jobs_numbers():
 def test_progress_bar_and_plain_lines_when_stderr_is_not_a_terminal():
     running = {"id": 5, "state": "running", "progress": {"step": "Measuring sweep at 2 concurrent",
                "done": 9, "total": 20, "percent": 45.0}}  # fmt: skip
-    assert cli.progress_bar(running) == (
+    assert progress_bar(running) == (
         "job 5 running [#########...........]  45 % Measuring sweep at 2 concurrent (9/20 requests)"
     )
-    assert (
-        cli.progress_bar(running, width=30).endswith("…")
-        and len(cli.progress_bar(running, 30)) == 30
-    )
+    assert progress_bar(running, width=30).endswith("…") and len(progress_bar(running, 30)) == 30
     queued = {"id": 5, "state": "queued", "position": 2, "progress": {}}
-    assert cli.progress_bar(queued) == "job 5 queued [....................]   ? % position 2"
+    assert progress_bar(queued) == "job 5 queued [....................]   ? % position 2"
 
     stream = io.StringIO()
-    display = cli.ProgressDisplay(stream, tty=False)
+    display = ProgressDisplay(stream, tty=False)
     for job_state in (queued, queued, running, running, {**running, "progress": {
             **running["progress"], "done": 10, "percent": 50.0}}):  # fmt: skip
         display.update(job_state)
@@ -352,7 +349,7 @@ def test_progress_bar_and_plain_lines_when_stderr_is_not_a_terminal():
     assert len(stream.getvalue().splitlines()) == 2  # only when something changed
 
     stream = io.StringIO()
-    display = cli.ProgressDisplay(stream, tty=True)
+    display = ProgressDisplay(stream, tty=True)
     display.update(queued)
     display.update(running)
     display.end()

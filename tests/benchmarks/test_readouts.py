@@ -13,7 +13,6 @@ from django.template import Context, Template
 from django.urls import reverse
 from django.utils.html import escape
 
-from apps.api import cli
 from apps.benchmarks import harness, selectors, terms
 from apps.benchmarks.harness import (
     Client,
@@ -27,6 +26,7 @@ from apps.benchmarks.models import J, Job, Result
 from apps.benchmarks.reference import SEED_MODEL, SEED_TABLE
 from apps.benchmarks.services import suite_plan
 from apps.recipes.models import Recipe
+from sparkcli.compare import compare_table, decode_check
 from sparkdomain.presets import RECIPES
 from tests.conftest import run_async
 from tests.sparksim.conftest import NEMOTRON_FLAGS, launch
@@ -196,11 +196,11 @@ def test_the_cli_decode_check_skips_levels_too_short_to_time():
 
     base = job(1, ("scenario", 58, 2, 1, 90.0, False), ("scenario", 1834, 108, 1, 30.0, True))
     noisy = job(2, ("scenario", 58, 2, 1, 20.0, False), ("scenario", 1834, 108, 1, 29.5, True))
-    check = cli.decode_check([base, noisy], 5)
+    check = decode_check([base, noisy], 5)
     assert check.ok and check.compared == 1  # the 2-token "−78 %" is not a drop
     only_short = job(3, ("scenario", 58, 2, 1, 20.0, False))
-    assert cli.decode_check([base, only_short], 5).nothing_shared == [3]
-    assert "too short" in cli.compare_table([base, noisy])
+    assert decode_check([base, only_short], 5).nothing_shared == [3]
+    assert "too short" in compare_table([base, noisy])
 
 
 def test_a_model_without_a_published_reference_says_so(client_as, member, qwen_job):

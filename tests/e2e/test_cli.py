@@ -25,7 +25,7 @@ def sparkpanel(live, token: str, *args: str, timeout: float = 60) -> subprocess.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SPARKPANEL_"))}
     env.update(SPARKPANEL_URL=live.url, SPARKPANEL_TOKEN=token, PYTHONUNBUFFERED="1")
     return subprocess.run(
-        [sys.executable, "-m", "apps.api.cli", *args],
+        [sys.executable, "-m", "sparkcli", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 

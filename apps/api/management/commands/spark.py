@@ -1,4 +1,4 @@
-"""`manage.py spark …`: the SparkPanel command line (apps/api/cli.py) on the panel machine.
+"""`manage.py spark …`: the SparkPanel command line (sparkcli/) on the panel machine.
 
 Everything after `spark` goes to the CLI as it is: `manage.py spark --help`,
 `manage.py spark queue --recipe … --host …`. It talks to the panel over its API like any
@@ -12,7 +12,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.api.cli import main
+from sparkcli import main
 
 
 class Command(BaseCommand):
