@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.utils.text import slugify
 
-from apps.benchmarks.harness import (
+from apps.benchmarks.harness.stats import (
     DECODE_MIN_TOKENS,
     DECODE_MIN_WALL_S,
     SATURATION_LAG_MS,

@@ -14,17 +14,13 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from apps.benchmarks import harness, selectors, terms
-from apps.benchmarks.harness import (
-    Client,
-    LevelSpec,
-    Scenario,
-    client_flag,
-    decode_too_short,
-    run_level,
-)
+from apps.benchmarks.harness.client import Client
+from apps.benchmarks.harness.levels import run_level
+from apps.benchmarks.harness.stats import client_flag, decode_too_short
+from apps.benchmarks.harness.types import LevelSpec, Scenario
 from apps.benchmarks.models import J, Job, Result
 from apps.benchmarks.reference import SEED_MODEL, SEED_TABLE
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.recipes.models import Recipe
 from sparkcli.compare import compare_table, decode_check
 from sparkdomain.presets import RECIPES

@@ -1,0 +1,217 @@
+"""Running one closed-loop level (`run_level`; the package docstring says how): the
+warm-up and measured phases, one streamed request (`_one_request`, where the send and
+receive times are taken) and its result (`_finish_request`), the event-loop lag ticker
+(`_tick`) and the callbacks' guard (`_call`). The numbers themselves are stats.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from apps.benchmarks.harness.client import Client
+from apps.benchmarks.harness.metrics import _server_delta, _try_scrape
+from apps.benchmarks.harness.prompts import build_payloads
+from apps.benchmarks.harness.stats import _aggregate, _diagnostics, stream_metrics
+from apps.benchmarks.harness.stream import StreamParser
+from apps.benchmarks.harness.transport import _Stream
+from apps.benchmarks.harness.types import (
+    SLO,
+    LevelResult,
+    LevelSpec,
+    PromptLengthError,
+    RequestResult,
+    Scenario,
+    level_refusal,
+)
+from vllm_adapter.endpoints import error_message as _error_text
+from vllm_adapter.sse import StreamError
+
+log = logging.getLogger("sparkpanel.benchmarks")
+
+TICK_S = 0.005  # event-loop lag ticker period
+
+
+async def run_level(
+    client: Client,
+    spec: LevelSpec,
+    slo: SLO | None = None,
+    *,
+    time_scale: float = 1.0,
+    on_progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> LevelResult:
+    """Run one closed-loop level (see the module docstring). Request failures are recorded
+    per request; a level that cannot start (prompts not buildable, server unreachable)
+    comes back with `error` set. `on_progress(done, total)` counts finished requests,
+    warm-up included (total = warmup + requests); `should_stop()` is checked before every
+    send and ends the level early (in-flight requests finish)."""
+    if time_scale <= 0:
+        raise ValueError("time_scale must be positive")
+    if spec.concurrency > client.max_connections:
+        raise ValueError(
+            f"concurrency {spec.concurrency} exceeds the client's {client.max_connections} "
+            "connections"
+        )
+    result = LevelResult(spec=spec, slo=slo, time_scale=time_scale, started=time.time())
+    total = spec.warmup + spec.requests
+    refusal = level_refusal(spec)
+    if refusal is not None:  # before a single prompt is built
+        result.error = f"could not prepare the prompts: {refusal}"
+        return result
+    try:
+        payloads = await build_payloads(client, spec, total)
+    except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
+        result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
+        return result
+    scenario = spec.scenario
+    results: list[RequestResult | None] = [None] * total
+    state = {"done": 0, "stopped": False}
+
+    async def phase(indices: range, warmup: bool) -> None:
+        queue = iter(indices)
+
+        async def worker() -> None:
+            for index in queue:
+                if should_stop is not None and _call(should_stop):
+                    state["stopped"] = True
+                    return
+                results[index] = await _one_request(
+                    client, payloads[index], index, warmup, scenario, time_scale
+                )
+                state["done"] += 1
+                if on_progress is not None:
+                    _call(on_progress, state["done"], total)
+
+        await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, len(indices)))))
+
+    await phase(range(spec.warmup), warmup=True)
+    before, before_error = await _try_scrape(client)
+    lags: list[float] = []
+    gc.collect()
+    gc.freeze()
+    ticker = asyncio.create_task(_tick(lags))
+    try:
+        if not state["stopped"]:
+            await phase(range(spec.warmup, total), warmup=False)
+    finally:
+        gc.unfreeze()
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    after, after_error = await _try_scrape(client)
+    result.stopped = state["stopped"]
+    measured = [r for r in results[spec.warmup :] if r is not None]
+    _aggregate(result, measured, slo, time_scale)
+    result.diagnostics = _diagnostics(lags, measured, spec.concurrency)
+    if before is None or after is None:
+        result.server = {"ok": False, "error": before_error or after_error}
+    else:
+        result.server = _server_delta(before, after, result.ttft.get("mean"), time_scale)
+    return result
+
+
+async def _one_request(
+    client: Client, payload: bytes, index: int, warmup: bool, scenario: Scenario, scale: float
+) -> RequestResult:
+    r = RequestResult(index=index, warmup=warmup, intended_prompt_tokens=scenario.prompt_tokens,
+                      intended_output_tokens=scenario.output_tokens)  # fmt: skip
+    parser = StreamParser()
+    monotonic = time.monotonic
+    sent: list[float] = []
+
+    async def trace(name: str, info: dict) -> None:
+        if name == "http11.send_request_body.complete":
+            sent.append(monotonic())
+
+    r.ready_at = monotonic()
+    try:
+        async with asyncio.timeout(client.request_timeout):
+            response = await client.open_stream(payload, None if client.stamped else trace)
+            try:
+                # On plain HTTP the connection itself knows when bytes went and came.
+                net = response.extensions.get("network_stream")
+                if isinstance(net, _Stream) and net.last_write_at is not None:
+                    sent.append(net.last_write_at)
+                else:
+                    net = None
+                r.first_byte_at = net.last_read_at if net is not None else monotonic()
+                r.status = response.status_code
+                if response.status_code != 200:
+                    text = _error_text(await response.aread())
+                    r.fail(f"http_{response.status_code}", f"HTTP {response.status_code}: {text}")
+                else:
+                    encoded = response.headers.get("content-encoding", "identity") != "identity"
+                    body = response.aiter_bytes() if encoded else response.stream
+                    async for data in body:
+                        parser.feed(data, net.last_read_at if net is not None else monotonic())
+                    parser.close(net.last_read_at if net is not None else None)
+            finally:
+                await response.aclose()
+    except StreamError as exc:
+        r.fail(exc.kind, str(exc))
+    except TimeoutError:
+        r.fail("timeout", f"no complete answer within {client.request_timeout:g} s")
+    except httpx.TimeoutException as exc:
+        r.fail("timeout", f"{type(exc).__name__}: {exc}")
+    except httpx.ConnectError as exc:
+        r.fail("connect", f"{type(exc).__name__}: {exc}")
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        r.fail("stream_broken", f"{type(exc).__name__}: {exc}")
+    except httpx.HTTPError as exc:
+        r.fail("http_error", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # recorded per request, never raised
+        r.fail("client_error", f"{type(exc).__name__}: {exc}")
+    r.end_at = monotonic()
+    _finish_request(r, parser, sent[0] if sent else r.ready_at, scale)
+    return r
+
+
+def _finish_request(r: RequestResult, parser: StreamParser, sent_at: float, scale: float) -> None:
+    r.sent_at = sent_at
+    r.schedule_lag_ms = (sent_at - r.ready_at) * 1000 if r.ready_at is not None else None
+    r.response_id = parser.response_id
+    r.finish_reason = parser.finish_reason
+    r.chunk_times, r.chunk_tokens = parser.times, parser.tokens
+    usage = parser.usage or {}
+    r.prompt_tokens = usage.get("prompt_tokens")
+    r.output_tokens = usage.get("completion_tokens", sum(parser.tokens) if parser.tokens else None)
+    if parser.times:
+        r.first_token_at, r.last_token_at = parser.times[0], parser.times[-1]
+        metrics = stream_metrics(sent_at, parser.times, parser.tokens, r.output_tokens or 0,
+                                 r.prompt_tokens, scale)  # fmt: skip
+        for key, value in metrics.items():
+            setattr(r, key, value)
+    if r.error_kind is None:
+        if not parser.times:
+            r.fail("no_tokens", "the stream carried no generated tokens")
+        elif not parser.done:
+            r.fail("stream_incomplete", "the stream ended without data: [DONE]")
+        else:
+            r.ok = True
+    r.prompt_mismatch = r.prompt_tokens is not None and r.prompt_tokens != r.intended_prompt_tokens
+    r.output_mismatch = r.ok and r.output_tokens != r.intended_output_tokens
+
+
+async def _tick(lags: list[float]) -> None:
+    """Wake every TICK_S and record how late each wake-up is (event-loop lag)."""
+    monotonic = time.monotonic
+    target = monotonic() + TICK_S
+    while True:
+        await asyncio.sleep(max(target - monotonic(), 0))
+        now = monotonic()
+        lags.append(max(now - target, 0.0))
+        target = now + TICK_S
+
+
+def _call(fn: Callable, *args):
+    try:
+        return fn(*args)
+    except Exception:  # a callback's bug must not abort the level
+        log.exception("benchmark callback %r failed", fn)
+        return None

@@ -1,0 +1,177 @@
+"""Exact-length prompts and the request bodies a level sends: `build_messages` finds chat
+messages whose chat-templated length (the server's own POST /tokenize) is exactly the
+scenario's, from a unique salt and filler words; `build_payloads` serialises one body per
+request (one for all with a warm prefix) before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import random
+import uuid
+from collections.abc import Sequence
+
+from apps.benchmarks.harness.client import Client
+from apps.benchmarks.harness.types import MAX_PROMPT_TOKENS, LevelSpec, PromptLengthError
+from vllm_adapter import endpoints
+
+PROMPT_BUILD_PARALLEL = 8
+# The filler words are drawn once, up to this many; longer prompts repeat them. (Held for
+# the life of the process: what a 50-million-token prompt once drew must not stay.)
+FILLER_CACHE_WORDS = 16_384
+
+
+# Common English words that are one token (with and without a leading space) in the usual
+# BPE vocabularies and in sparksim's; the salt and the filler are made of them, so each
+# added word adds exactly one token and the length search converges in one or two rounds.
+_WORD_TEXT = """
+the of and to in is it for on with as at by from that this be are was or an not but all can
+one more time use each new model token memory speed data load work step part test code rate
+user team file line page word note case plan task goal path node port unit size type form
+list rule core cache batch queue stream server client engine layer block prompt answer reply
+request result value number table graph chart metric report level range scale limit window
+length width height depth weight power energy light sound water river lake ocean wind rain
+snow cloud storm fire stone sand rock tree leaf root seed flower garden field farm forest
+mountain valley hill road bridge train car ship boat harbor coast island city town village
+house room door wall floor chair bed kitchen bread milk cheese rice soup fruit apple tea
+coffee sugar salt oil egg fish bird dog cat horse sheep cow bee song music book story paper
+letter name place world country state nation history art film game sport ball player market
+price money bank office shop store service system process program project product study
+science method theory idea reason example fact point question problem lesson class school
+student teacher friend family child people person group company government law spring summer
+autumn winter morning evening night day week month year hour minute second moment first last
+next early late small large long short high low fast slow hot cold warm cool dry wet green
+blue red white black gray brown golden silver quiet loud soft hard clear simple good great
+old young open close start stop read write build make take give find keep send show move
+turn help look walk talk play run
+"""
+_WORDS = tuple(dict.fromkeys(_WORD_TEXT.split()))
+_PAD_WORDS = ("a", "the", "of", "to", "and", "in", "is", "it", "on", "at")
+_filler: list[str] = []  # at most FILLER_CACHE_WORDS, drawn 4,096 at a time
+
+
+def _filler_words(n: int) -> list[str]:
+    """The first `n` filler words: always the same words for the same `n`, and each prefix
+    of a longer filler (the length search relies on both)."""
+    while len(_filler) < min(n, FILLER_CACHE_WORDS):
+        rng = random.Random(len(_filler) * 7919 + 17)  # noqa: S311 - text, not secrets
+        _filler.extend(rng.choice(_WORDS) for _ in range(4096))
+    if n <= len(_filler):
+        return _filler[:n]
+    return list(itertools.islice(itertools.cycle(_filler), n))
+
+
+def _salt_text(salt: str) -> str:
+    digest = hashlib.blake2b(salt.encode(), digest_size=8).digest()
+    return "Request " + " ".join(_WORDS[b % len(_WORDS)] for b in digest) + "."
+
+
+def _prompt(head: str, k: int, tail: Sequence[str] = ()) -> list[dict]:
+    words = [*_filler_words(k), *tail]
+    return [{"role": "user", "content": head + (" " + " ".join(words) if words else "")}]
+
+
+async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]:
+    """Chat messages whose chat-templated length (the server's `POST /tokenize` with
+    `add_generation_prompt`) is exactly `n_tokens`: a unique opening made from `salt`, then
+    filler words. The filler length that worked for `n_tokens` is remembered on the client,
+    so later salts usually cost one /tokenize round-trip (a check). Raises
+    PromptLengthError when no exact length is found."""
+    if n_tokens < 1:
+        raise PromptLengthError("a prompt needs at least one token")
+    if n_tokens > MAX_PROMPT_TOKENS:
+        raise PromptLengthError(
+            f"{n_tokens:,} prompt tokens: a prompt has at most {MAX_PROMPT_TOKENS:,}"
+        )
+    head = _salt_text(salt)
+    counts: dict[tuple[int, tuple[str, ...]], int] = {}
+
+    async def count(k: int, tail: tuple[str, ...] = ()) -> int:
+        if (k, tail) not in counts:
+            counts[k, tail] = await client.count_chat_tokens(_prompt(head, k, tail))
+        return counts[k, tail]
+
+    def done(k: int, tail: tuple[str, ...] = ()) -> list[dict]:
+        client._templates[n_tokens] = (k, tail)
+        return _prompt(head, k, tail)
+
+    known = client._templates.get(n_tokens)
+    if known is not None:
+        k, tail = known
+        got = await count(k, tail)
+        if got == n_tokens:
+            return done(k, tail)
+        k = max(k + n_tokens - got, 0)
+    else:
+        base = await count(0)
+        if base > n_tokens:
+            raise PromptLengthError(
+                f"{n_tokens} prompt tokens is shorter than the chat template and the salt "
+                f"({base} tokens)"
+            )
+        k = n_tokens - base
+    # Newton steps at ~one token per word...
+    for _ in range(6):
+        got = await count(k)
+        if got == n_tokens:
+            return done(k)
+        k_next = max(k + n_tokens - got, 0)
+        if (k_next, ()) in counts:
+            break
+        k = k_next
+    # ...then bisection between the longest filler below and the shortest above...
+    below = [k for (k, t), v in counts.items() if not t and v < n_tokens]
+    above = [k for (k, t), v in counts.items() if not t and v > n_tokens]
+    lo = max(below, default=0)
+    hi = min(above, default=lo + 64)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = await count(mid)
+        if got == n_tokens:
+            return done(mid)
+        lo, hi = (mid, hi) if got < n_tokens else (lo, mid)
+    # ...then, where one more word adds two tokens, short words one token at a time.
+    tail: tuple[str, ...] = ()
+    current = await count(lo)
+    while current < n_tokens and len(tail) < 16:
+        for word in _PAD_WORDS:
+            got = await count(lo, (*tail, word))
+            if got == n_tokens:
+                return done(lo, (*tail, word))
+            if got == current + 1:
+                tail, current = (*tail, word), got
+                break
+        else:
+            break
+    raise PromptLengthError(
+        f"could not build a prompt of exactly {n_tokens} tokens (closest: "
+        f"{sorted(counts.values(), key=lambda v: abs(v - n_tokens))[0]})"
+    )
+
+
+async def build_payloads(client: Client, spec: LevelSpec, total: int) -> list[bytes]:
+    scenario = spec.scenario
+    base = uuid.uuid4().hex[:12]
+
+    def body(messages: list[dict], salt: str | None = None) -> bytes:
+        return json.dumps(endpoints.chat_body(
+            client.model, messages, max_tokens=scenario.output_tokens, stream=True,
+            continuous_usage=True, min_tokens=scenario.output_tokens, ignore_eos=True,
+            temperature=0, cache_salt=salt,
+        )).encode()  # fmt: skip
+
+    if spec.warm_prefix:
+        return [body(await build_messages(client, scenario.prompt_tokens, base))] * total
+    gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
+
+    async def one(i: int) -> bytes:
+        salt = f"{base}-{i}"
+        async with gate:
+            messages = await build_messages(client, scenario.prompt_tokens, salt)
+        return body(messages, salt)
+
+    # The first one alone finds the template; the rest reuse it.
+    first = await one(0)
+    return [first, *await asyncio.gather(*(one(i) for i in range(1, total)))]

@@ -1,0 +1,189 @@
+"""What a level is and what it gives back: `Scenario`, `LevelSpec` and `SLO` in;
+`RequestResult` (one request) and `LevelResult` (one level; its `to_dict()` is what the
+benchmark app stores) out. Also the bounds a level must stay within (`level_refusal` and
+the MAX_* numbers the suite forms validate against)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from vllm_adapter import endpoints
+
+# Bounds on what a level may build, whatever a suite says (suites are validated against
+# them, and against the recipe's max_model_len, before a job is queued): no context vLLM
+# serves on a Spark holds more than a million tokens, and the prompts a level keeps ready
+# (one per request unless the prefix is warm) stay around a hundred MB.
+MAX_PROMPT_TOKENS = 1_000_000
+MAX_OUTPUT_TOKENS = 100_000
+MAX_LEVEL_PROMPT_TOKENS = 16_000_000
+ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
+
+
+@dataclass
+class Scenario:
+    name: str
+    prompt_tokens: int
+    output_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1 or self.output_tokens < 1:
+            raise ValueError("a scenario needs at least one prompt and one output token")
+
+
+@dataclass
+class LevelSpec:
+    """One closed-loop level. `warmup` is raised to `concurrency` when lower."""
+
+    scenario: Scenario
+    concurrency: int
+    requests: int
+    warmup: int
+    warm_prefix: bool = False
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.requests < 1:
+            raise ValueError("concurrency and requests must be at least 1")
+        self.warmup = max(int(self.warmup), self.concurrency)
+
+
+@dataclass
+class SLO:
+    """Goodput bounds, in (simulated) seconds."""
+
+    ttft_s: float
+    tpot_s: float
+
+
+@dataclass
+class RequestResult:
+    """One request. `*_at` are raw `time.monotonic()` wall times; durations are seconds
+    × time_scale; `chunk_times`/`chunk_tokens` are the raw receive times and token counts
+    of the token-bearing chunks (kept for ground-truth checks, left out of `to_dict`)."""
+
+    index: int
+    warmup: bool
+    intended_prompt_tokens: int
+    intended_output_tokens: int
+    ok: bool = False
+    error_kind: str | None = None
+    error: str | None = None
+    status: int | None = None
+    response_id: str | None = None
+    ready_at: float | None = None
+    sent_at: float | None = None
+    first_byte_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    end_at: float | None = None
+    schedule_lag_ms: float | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    tpot: float | None = None
+    decode_tok_s: float | None = None
+    prefill_tok_s: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    prompt_mismatch: bool = False
+    output_mismatch: bool = False
+    itl: list[float] = field(default_factory=list)
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+
+    def fail(self, kind: str, message: str) -> None:
+        if self.error_kind is None:  # the first failure is the cause
+            self.ok = False
+            self.error_kind, self.error = kind, message[:ERROR_TEXT_MAX]
+
+    def compact(self) -> dict:
+        return {
+            "ttft": _round(self.ttft),
+            "e2e": _round(self.e2e),
+            "tpot": _round(self.tpot),
+            "output_tokens": self.output_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "ok": self.ok,
+            "error": None if self.ok else f"{self.error_kind}: {self.error}",
+        }
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("chunk_times")
+        out.pop("chunk_tokens")
+        return out
+
+
+@dataclass
+class LevelResult:
+    spec: LevelSpec
+    slo: SLO | None
+    time_scale: float
+    started: float  # wall-clock time.time() of the start
+    error: str | None = None  # the level could not run at all (e.g. prompts not buildable)
+    stopped: bool = False  # should_stop() ended it early
+    sent: int = 0  # measured requests sent
+    ok: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    prompt_mismatches: int = 0
+    output_mismatches: int = 0
+    window_s: float | None = None
+    request_throughput: float | None = None  # ok requests / s
+    output_throughput: float | None = None  # output tok/s
+    total_throughput: float | None = None  # (prompt + output) tok/s
+    ttft: dict = field(default_factory=dict)
+    e2e: dict = field(default_factory=dict)
+    tpot: dict = field(default_factory=dict)
+    itl: dict = field(default_factory=dict)
+    decode_tok_s: dict = field(default_factory=dict)
+    prefill_tok_s: dict = field(default_factory=dict)
+    goodput: float | None = None  # requests / s meeting the SLO
+    goodput_fraction: float | None = None  # of the requests sent
+    decode_timed: bool = True  # False: too short to time (see decode_too_short)
+    diagnostics: dict = field(default_factory=dict)
+    server: dict = field(default_factory=dict)
+    requests: list[dict] = field(default_factory=list)  # compact, one per measured request
+    details: list[RequestResult] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready, without `details` (the full per-request records)."""
+        out = {}
+        for f in fields(self):
+            if f.name == "details":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
+        return out
+
+
+class PromptLengthError(ValueError):
+    """No prompt of exactly the requested chat-templated length could be built."""
+
+
+def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | None:
+    """Why this level must not run (None: it may): a prompt or answer beyond the absolute
+    bounds, prompt + answer beyond the served context (vLLM refuses every such request),
+    or more prompt tokens than a level keeps in memory."""
+    scenario = spec.scenario
+    prompt, output = scenario.prompt_tokens, scenario.output_tokens
+    if prompt > MAX_PROMPT_TOKENS:
+        return f"{prompt:,} prompt tokens: a prompt has at most {MAX_PROMPT_TOKENS:,}."
+    if output > MAX_OUTPUT_TOKENS:
+        return f"{output:,} generated tokens: an answer has at most {MAX_OUTPUT_TOKENS:,}."
+    if max_model_len is not None and prompt + output > max_model_len:
+        return (
+            f"{prompt:,} prompt + {output:,} generated tokens is more than the recipe's "
+            f"max_model_len ({max_model_len:,}): the server would refuse every request."
+        )
+    held = prompt * (1 if spec.warm_prefix else spec.warmup + spec.requests)
+    if held > MAX_LEVEL_PROMPT_TOKENS:
+        return (
+            f"{spec.warmup + spec.requests:,} requests of {prompt:,} prompt tokens are "
+            f"{held:,} prompt tokens to hold; a level holds at most "
+            f"{MAX_LEVEL_PROMPT_TOKENS:,} (fewer requests, shorter prompts or a warm prefix)."
+        )
+    return None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
