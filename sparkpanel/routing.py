@@ -4,7 +4,7 @@ from django.urls import path
 
 from apps.chat.consumers import ChatConsumer
 from apps.core.consumers import EventsConsumer
-from apps.telemetry.consumers import TelemetryConsumer
+from apps.overview.telemetry_sockets import TelemetryConsumer
 
 websocket_urlpatterns = [
     path("ws/events/", EventsConsumer.as_asgi()),

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.guard",
     "apps.chat",
     "apps.api",
+    "apps.overview",
 ]
 
 MIDDLEWARE = [

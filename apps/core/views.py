@@ -1,14 +1,13 @@
-from __future__ import annotations
+"""The core pages: the system status, the team notices, /healthz and the 403 page (the
+dashboard and the 500 page compose other apps: apps/overview/views.py)."""
 
-import sys
+from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.core.exceptions import PermissionDenied
-from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template import loader
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
@@ -18,30 +17,6 @@ from apps.core.forms import NoticeForm
 from apps.core.models import Notice
 from apps.core.selectors import system_status
 from apps.core.services import notice_delete, notice_post
-
-
-@require_GET
-def dashboard(request: HttpRequest) -> HttpResponse:
-    from apps.hosts.models import Host
-    from apps.runs.models import Run
-    from apps.telemetry.selectors import agent_state, backfill
-
-    hosts = [
-        {
-            "host": host,
-            "agent": agent_state(host),
-            "active": Run.objects.active().filter(host=host).select_related("recipe").first(),
-            "tele_id": f"tele-host-{host.pk}",
-            "backfill_id": f"tele-host-{host.pk}-data",
-            "backfill": backfill(host),
-        }
-        for host in Host.objects.all()
-    ]
-    return render(
-        request,
-        "core/dashboard.html",
-        {"notices": Notice.objects.recent(), "notice_form": NoticeForm(), "hosts": hosts},
-    )
 
 
 @require_GET
@@ -96,24 +71,3 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 def permission_denied(request: HttpRequest, exception=None) -> HttpResponse:
     return render(request, "403.html", status=403)
-
-
-DATABASE_ERRORS = (OperationalError, InterfaceError)
-
-
-def server_error(request: HttpRequest) -> HttpResponse:
-    """handler500. A database that is locked, restarting or unreachable is a 503 that says
-    so (nothing was half-saved: writes are transactions); anything else is the plain 500
-    page. Renders without touching the database or the session."""
-    error = sys.exc_info()[1]
-    if isinstance(error, DATABASE_ERRORS):
-        from apps.api.errors import DATABASE_UNAVAILABLE, json_error
-
-        if request.path.startswith("/api/"):
-            response = json_error(503, "database_unavailable", DATABASE_UNAVAILABLE)
-        else:
-            html = loader.get_template("503.html").render({"message": DATABASE_UNAVAILABLE})
-            response = HttpResponse(html, status=503)
-        response["Retry-After"] = "5"
-        return response
-    return HttpResponse(loader.get_template("500.html").render(), status=500)

@@ -112,7 +112,7 @@ def test_phase_timings_are_host_time_for_the_phases_the_server_paces(sim10, qwen
 
 def test_sim_label_names_the_clock_of_a_run_a_job_and_a_message(sim10, qwen):
     run = _run(sim10, qwen, facts={SCALE_FACT: 10.0})
-    html = Template("{{ 48.04|floatformat:1 }} tok/s{{ obj|sim_label }}")
+    html = Template("{% load hosts_tags %}{{ 48.04|floatformat:1 }} tok/s{{ obj|sim_label }}")
     shown = html.render(Context({"obj": run}))
     assert shown.startswith("48.0 tok/s <span") and ">simulated ×10</span>" in shown
     assert html.render(Context({"obj": Run(facts={SCALE_FACT: None})})) == "48.0 tok/s"

@@ -1,4 +1,5 @@
-"""Template filters every page can use (registered as builtins in settings)."""
+"""Template filters every page can use (registered as builtins in settings). The hosts'
+`sim_label` filter is in apps/hosts/templatetags/hosts_tags.py (`{% load hosts_tags %}`)."""
 
 from django import template
 
@@ -23,25 +24,6 @@ def duration(seconds) -> str:
 def split(value, sep: str = " ") -> list[str]:
     """ "a b c"|split → ["a", "b", "c"] (for lists written in templates)."""
     return [part for part in str(value).split(sep) if part]
-
-
-@register.filter
-def sim_label(obj) -> str:
-    """A "simulated ×10" tag after a figure in a simulated host's time (a run, host, benchmark
-    job, chat message or HostClock; apps/hosts/clock.py); nothing on a real host."""
-    from django.utils.html import format_html
-
-    from apps.hosts.clock import context_clock
-
-    clock = context_clock(obj)
-    if not clock.simulated:
-        return ""
-    return format_html(
-        ' <span class="tag sim-label" title="{}">{}</span>',
-        f"In the simulated Spark's time: sparksim runs {clock.scale:g}× faster than the wall "
-        "clock, and the panel shows what a real Spark would measure.",
-        clock.label,
-    )
 
 
 @register.filter

@@ -1,3 +1,7 @@
+"""The telemetry sockets: /ws/telemetry/host/<name>/ and /ws/telemetry/run/<id>/ (they look
+up the Host or the Run, so they live above both; the samples come from apps.telemetry's
+groups, sent there by the host agent)."""
+
 from __future__ import annotations
 
 import json
@@ -6,6 +10,8 @@ from channels.db import database_sync_to_async
 
 from apps.accounts.roles import VIEW_PANEL
 from apps.core.consumers import PanelSocket
+from apps.hosts.models import Host
+from apps.runs.models import Run
 from apps.telemetry.groups import host_group, run_group
 
 CLOSE_NOT_FOUND = 4404
@@ -29,9 +35,6 @@ class TelemetryConsumer(PanelSocket):
 
     @staticmethod
     def _group(kwargs: dict) -> str | None:
-        from apps.hosts.models import Host
-        from apps.runs.models import Run
-
         if "host" in kwargs:
             return (
                 host_group(kwargs["host"])

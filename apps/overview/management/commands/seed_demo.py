@@ -1,3 +1,5 @@
+"""seed_demo: a fresh panel's admin account and simulated host (make run, tools/run.sh)."""
+
 import os
 
 from django.contrib.auth import get_user_model
@@ -5,6 +7,7 @@ from django.core.management.base import BaseCommand
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create
+from apps.hosts.models import Host
 
 # The same name tools/devrun.py gives the simulated host's worker queue.
 DEMO_HOST = os.environ.get("DEMO_HOST", "local-sim")
@@ -35,7 +38,6 @@ class Command(BaseCommand):
                     f"    username: {admin_username}\n    password: {password}\n{bar}\n"
                 )
             )
-        from apps.hosts.models import Host
 
         host, created = Host.objects.get_or_create(
             name=DEMO_HOST,

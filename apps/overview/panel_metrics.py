@@ -1,4 +1,5 @@
-"""The panel's own Prometheus endpoint, for a team's existing Prometheus/Grafana."""
+"""The panel's own Prometheus endpoint (/metrics), for a team's existing Prometheus/Grafana:
+runs by state, benchmark jobs, host agents and workers, watchdog incidents."""
 
 from __future__ import annotations
 
@@ -6,16 +7,18 @@ import hmac
 import ipaddress
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required, permission_required
+from django.contrib.auth.decorators import login_not_required
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from apps.accounts.roles import VIEW_PANEL
+from apps.benchmarks.models import J, Job
+from apps.hosts.models import Host
+from apps.runs.models import Run, RunState
+from apps.telemetry.models import Incident
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -38,11 +41,6 @@ class PanelCollector:
     """Gauges read from the database at scrape time."""
 
     def collect(self):
-        from apps.benchmarks.models import J, Job
-        from apps.hosts.models import Host
-        from apps.runs.models import Run, RunState
-        from apps.telemetry.models import Incident
-
         runs = GaugeMetricFamily("sparkpanel_runs", "Runs by state.", labels=["state"])
         counts = dict(Run.objects.values_list("state").annotate(n=Count("pk")))
         for state in RunState.values:
@@ -91,27 +89,3 @@ def panel_metrics(request: HttpRequest) -> HttpResponse:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PanelCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
-
-
-@require_GET
-@never_cache
-@permission_required(VIEW_PANEL, raise_exception=True)
-def host_backfill(request: HttpRequest, name: str) -> JsonResponse:
-    """The last minutes of a host's telemetry, as the dashboard's charts show them on load:
-    fetched again by the page on every socket (re)connect, so a gap is filled."""
-    from apps.hosts.models import Host
-    from apps.telemetry.selectors import backfill
-
-    return JsonResponse(backfill(get_object_or_404(Host, name=name)))
-
-
-@require_GET
-@never_cache
-@permission_required(VIEW_PANEL, raise_exception=True)
-def run_backfill(request: HttpRequest, pk: int) -> JsonResponse:
-    """The last minutes of one run's telemetry (every phase, from queued on)."""
-    from apps.runs.models import Run
-    from apps.telemetry.selectors import backfill
-
-    run = get_object_or_404(Run.objects.select_related("host"), pk=pk)
-    return JsonResponse(backfill(run.host, run=run))
