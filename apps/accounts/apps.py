@@ -16,7 +16,10 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         # After every migrate the three role groups exist with exactly their permissions.
         post_migrate.connect(_sync_role_groups, sender=self, dispatch_uid="accounts.role_groups")
-        # Open sockets follow the account: sign-out, deactivation, role or password changes.
-        from apps.accounts import revoke
+        # Imported here: they import models, not loaded yet when Django imports this module.
+        from apps.accounts import revoke, views
 
+        # Open sockets follow the account: sign-out, deactivation, role or password changes.
         revoke.connect()
+        # The profile page's own card; apps above register theirs in their ready().
+        views.register_sections()

@@ -3,8 +3,9 @@ from django.urls import path
 
 from apps.accounts import views
 from apps.accounts.password import PasswordChangeView
-from apps.api import webhooks
 
+# The profile page's sections add their own URLs under profile/ (e.g. the API's tokens and
+# webhooks: apps/api/profile_urls.py, included under accounts/ in sparkpanel/urls.py).
 urlpatterns = [
     path(
         "login/",
@@ -16,8 +17,4 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", PasswordChangeView.as_view(), name="password-change"),
     path("profile/", views.profile, name="profile"),
-    path("profile/tokens/<int:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
-    path("profile/webhooks/", webhooks.webhook_add, name="webhook-add"),
-    path("profile/webhooks/<int:pk>/delete/", webhooks.webhook_delete, name="webhook-delete"),
-    path("profile/webhooks/<int:pk>/test/", webhooks.webhook_test, name="webhook-test"),
 ]

@@ -1,58 +1,40 @@
-"""The profile page: who you are, your role, your API tokens (and webhooks)."""
+"""The profile page (its sections: apps/accounts/profile.py): who you are and your role here;
+apps above add theirs (the API: tokens and webhooks, apps/api/profile_sections.py)."""
 
 from __future__ import annotations
 
-from django import forms
-from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.views.decorators.http import require_http_methods
 
+from apps.accounts.profile import Section, post_handler, register, render_profile
 from apps.accounts.roles import CAPABILITIES, perm
-from apps.api.models import ApiToken
-from apps.api.tokens import token_create, token_revoke
 
 
-class TokenForm(forms.Form):
-    name = forms.CharField(
-        max_length=100, help_text="What it is for, e.g. “nightly CI on the build server”."
-    )
-
-
-def _context(request: HttpRequest, **extra) -> dict:
-    from apps.api.webhooks import webhook_context
-
+def account_context(request: HttpRequest) -> dict:
+    """The first card: what the user's role allows."""
     user = request.user
     return {
-        "tokens": ApiToken.objects.filter(user=user),
-        "form": extra.pop("form", None) or TokenForm(),
-        "capabilities": [text for code, text in CAPABILITIES.items() if user.has_perm(perm(code))],
-        "current": "profile",
-        **webhook_context(request),
-        **extra,
+        "capabilities": [text for code, text in CAPABILITIES.items() if user.has_perm(perm(code))]
     }
+
+
+ACCOUNT_SECTION = Section(
+    name="account", template="accounts/partials/account.html", context=account_context, order=0
+)
+
+
+def register_sections() -> None:
+    """The accounts app's own sections (AccountsConfig.ready)."""
+    register(ACCOUNT_SECTION)
 
 
 @require_http_methods(["GET", "POST"])
 def profile(request: HttpRequest) -> HttpResponse:
-    """GET shows the page; POST creates a token and shows it this once (it is never stored
-    in clear, so a reload cannot show it again)."""
+    """GET shows the page; a POST goes to the section that answers the page's own form
+    (the API's token form: it shows a new token once)."""
     if request.method == "GET":
-        return render(request, "accounts/profile.html", _context(request))
-    form = TokenForm(request.POST)
-    if not form.is_valid():
-        return render(request, "accounts/profile.html", _context(request, form=form), status=400)
-    token, clear = token_create(user=request.user, name=form.cleaned_data["name"])
-    response = render(
-        request, "accounts/profile.html", _context(request, new_token=clear, new_token_row=token)
-    )
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-@require_POST
-def token_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
-    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    token_revoke(token=token)
-    messages.success(request, f"Token “{token.name}” revoked: it stops working at once.")
-    return redirect("profile")
+        return render_profile(request)
+    handler = post_handler()
+    if handler is None:
+        return HttpResponseNotAllowed(["GET"])
+    return handler(request)

@@ -1,5 +1,10 @@
 from django.apps import AppConfig
+from django.conf import settings
 from django.core import checks
+
+from apps.api.egress import parse_networks
+from apps.benchmarks.signals import job_finished
+from apps.telemetry.signals import incident_recorded
 
 
 class ApiConfig(AppConfig):
@@ -9,33 +14,23 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_webhook_networks)
+        # Imported here, not at the top: they import models, which are not loaded yet when
+        # Django imports this module.
+        from apps.api import profile_sections
+        from apps.api.webhooks import receivers
+
         # Webhooks hear of other apps' events through their signals (no model calls us).
-        from apps.benchmarks.signals import job_finished
-        from apps.telemetry.signals import incident_recorded
-
-        job_finished.connect(_job_finished, dispatch_uid="api.webhooks.job_finished")
-        incident_recorded.connect(_incident_recorded, dispatch_uid="api.webhooks.incident")
-
-
-def _job_finished(sender, job, **kwargs) -> None:
-    from apps.api import webhooks
-
-    webhooks.job_finished(job)
-
-
-def _incident_recorded(sender, incident, **kwargs) -> None:
-    from apps.api import webhooks
-
-    webhooks.incident_happened(incident)
+        job_finished.connect(receivers.on_job_finished, dispatch_uid="api.webhooks.job_finished")
+        incident_recorded.connect(
+            receivers.on_incident_recorded, dispatch_uid="api.webhooks.incident"
+        )
+        # The profile page (apps.accounts) shows the API's sections: tokens and webhooks.
+        profile_sections.register_sections()
 
 
 def check_webhook_networks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """A WEBHOOK_ALLOWED_NETWORKS entry that is not a network stops start-up (manage.py
     check, runserver, migrate) instead of failing every delivery."""
-    from django.conf import settings
-
-    from apps.api.egress import parse_networks
-
     try:
         parse_networks(getattr(settings, "WEBHOOK_ALLOWED_NETWORKS", []) or [])
     except ValueError as exc:

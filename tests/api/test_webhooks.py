@@ -91,13 +91,13 @@ def scheduled(monkeypatch, settings):
     saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
     app.conf.task_always_eager = app.conf.task_eager_propagates = True
     calls: list[tuple[int, float]] = []
-    original = webhooks._schedule
+    original = webhooks.delivery._schedule
 
     def spy(delivery_id, countdown):
         calls.append((delivery_id, countdown))
         original(delivery_id, countdown)
 
-    monkeypatch.setattr(webhooks, "_schedule", spy)
+    monkeypatch.setattr(webhooks.delivery, "_schedule", spy)
     yield calls
     app.conf.task_always_eager, app.conf.task_eager_propagates = saved
 
@@ -204,7 +204,7 @@ def test_redirects_and_refused_connections_are_failures_not_followed(
 def test_deliveries_go_to_the_light_default_queue_never_a_host_queue(monkeypatch, settings):
     sent = []
     monkeypatch.setattr(deliver, "apply_async", lambda **kw: sent.append(kw), raising=False)
-    webhooks._schedule(41, 10)
+    webhooks.delivery._schedule(41, 10)
     assert sent == [{"args": [41], "countdown": 10, "queue": "default"}]
     del settings.WEBHOOK_RETRY_DELAYS
     assert webhooks.retry_delays() == [10, 30, 90, 270, 810]  # six attempts in all
@@ -217,7 +217,7 @@ def test_deliveries_go_to_the_light_default_queue_never_a_host_queue(monkeypatch
 def recorded(monkeypatch):
     """Deliveries scheduled after commit, recorded instead of sent to the broker."""
     calls: list[int] = []
-    monkeypatch.setattr(webhooks, "_schedule", lambda pk, countdown: calls.append(pk))
+    monkeypatch.setattr(webhooks.delivery, "_schedule", lambda pk, countdown: calls.append(pk))
     return calls
 
 
@@ -315,7 +315,7 @@ def test_a_webhook_problem_never_breaks_the_job_move(
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(webhooks, "_create_delivery", broken)
+    monkeypatch.setattr(webhooks.delivery, "_create_delivery", broken)
     job = Job.objects.create(suite=quick_suite, recipe=qwen, host=sim_host, queued_by=member)
     assert job.move(J.QUEUED, J.FAILED, finished_at=timezone.now(), error="x")
     assert Job.objects.get(pk=job.pk).state == J.FAILED

@@ -95,7 +95,7 @@ def names(monkeypatch):
 @pytest.fixture
 def no_retry(monkeypatch):
     calls: list = []
-    monkeypatch.setattr(webhooks, "_schedule", lambda pk, countdown: calls.append(pk))
+    monkeypatch.setattr(webhooks.delivery, "_schedule", lambda pk, countdown: calls.append(pk))
     return calls
 
 
