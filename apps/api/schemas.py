@@ -178,7 +178,7 @@ class RecipeOut(Schema):
 
     @staticmethod
     def resolve_argv(obj) -> list[str]:
-        from apps.runs.services import default_argv
+        from apps.recipes.launch import default_argv
 
         return default_argv(obj)
 

@@ -84,12 +84,11 @@ def run_clock(run) -> HostClock:
 def record_run_clock(run) -> HostClock:
     """Record the host's speed in the run's facts when its server starts (once: a
     redelivered start keeps what the first start recorded). Returns the run's clock."""
-    from apps.runs.models import Run
-
     if SCALE_FACT not in (run.facts or {}):
         clock = host_clock(run.host)
         run.facts = {**(run.facts or {}), SCALE_FACT: clock.scale if clock.simulated else None}
-        Run.objects.filter(pk=run.pk).update(facts=run.facts)
+        # The run's own model class: an UPDATE of this one column, nothing else saved.
+        type(run).objects.filter(pk=run.pk).update(facts=run.facts)
     return run_clock(run)
 
 

@@ -18,10 +18,10 @@ from apps.recipes.forms import (
     YamlImportForm,
 )
 from apps.recipes.models import Recipe
+from apps.recipes.selectors import start_form_context
 from apps.recipes.services import plan_context
+from apps.recipes.signals import measured_checks, measured_corrections
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
-from apps.runs.calibration import host_corrections, recipe_check_rows
-from apps.runs.views import start_form_context
 from sparkdomain import calibration
 from sparkdomain.command import contract_problems, docker_run_argv, serve_argv, shell_line
 from vllm_adapter import contract as vllm_contract
@@ -80,10 +80,10 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),
             # Plan against measured: earlier starts of this image, per host.
-            "corrections": host_corrections(
+            "corrections": measured_corrections(
                 image=recipe.image, arch=recipe.architecture(), flags=recipe.flags(), recipe=recipe
             ),
-            "plan_checks": recipe_check_rows(recipe),
+            "plan_checks": measured_checks(recipe),
             "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
         },
     )
@@ -148,7 +148,7 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     from sparkdomain.planner import plan
 
     arch, flags = form.to_planner()
-    corrections = host_corrections(image=request.POST.get("image", ""), arch=arch, flags=flags)
+    corrections = measured_corrections(image=request.POST.get("image", ""), arch=arch, flags=flags)
     return render(
         request,
         "recipes/partials/plan.html",

@@ -20,7 +20,7 @@ from apps.accounts.roles import EDIT_RECIPES
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, ConfigJsonForm, PlanInputForm, RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.services import config_json_fields, plan_context
-from apps.runs.calibration import host_corrections
+from apps.recipes.signals import measured_corrections
 from sparkdomain import presets
 from sparkdomain.command import docker_run_argv, serve_argv, shell_line
 from sparkdomain.planner import plan
@@ -148,7 +148,7 @@ def _render(
     if plan_form.is_valid():
         arch, flags = plan_form.to_planner()
         plan_ctx = plan_context(plan(arch, flags))
-        plan_ctx["corrections"] = host_corrections(
+        plan_ctx["corrections"] = measured_corrections(
             image=data.get("image", ""), arch=arch, flags=flags
         )  # what vLLM measured on earlier starts of this image
     else:

@@ -13,6 +13,7 @@ import yaml
 from django.db import transaction
 
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, IDENTITY_FIELDS, RecipeForm
+from apps.recipes.launch import default_argv
 from apps.recipes.models import Recipe
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.flags import format_extra_args
@@ -59,8 +60,6 @@ def recipe_to_dict(recipe: Recipe) -> dict:
         if value in (None, "") and name not in IDENTITY_FIELDS[:4]:
             continue
         data[name] = value
-    from apps.runs.services import default_argv
-
     data["argv"] = default_argv(recipe)
     return data
 

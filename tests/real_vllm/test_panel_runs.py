@@ -38,9 +38,10 @@ from apps.hosts.engines import Handle, engine_for
 from apps.hosts.engines.base import State
 from apps.hosts.models import Host
 from apps.recipes.forms import RecipeForm
+from apps.recipes.launch import argv_on
 from apps.runs import runner
 from apps.runs.models import Run, RunState
-from apps.runs.services import argv_on, run_start
+from apps.runs.services import run_start
 from sparkpanel.asgi import application
 from tests.chat.conftest import ws_headers
 from tests.conftest import require_service, wait_for

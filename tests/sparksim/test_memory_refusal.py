@@ -291,10 +291,11 @@ def test_the_recipes_checkpoint_replaces_the_profiles_weights_and_kv_as_wholes()
 def test_the_runner_fails_the_run_with_cause_load_oom(sim_host, operator, member, client_as):
     """An operator's override lets a does-not-fit recipe start: sparksim refuses it as vLLM
     does, and the run fails with the load_oom cause and its advice."""
+    from apps.recipes.launch import argv_on
     from apps.recipes.models import Recipe
     from apps.runs import runner
     from apps.runs.models import Run, RunState
-    from apps.runs.services import _free_port, argv_on
+    from apps.runs.services import _free_port
 
     recipe = Recipe.objects.create(
         name="Llama 70B BF16 long", model_id=LLAMA_70B, gpu_memory_utilization=Decimal("0.80"),

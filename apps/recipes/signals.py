@@ -1,0 +1,38 @@
+"""What the recipes app asks of the apps above it (provider signals: each receiver
+returns a list, and the recipe pages show what every receiver returned, in order).
+
+The runs app answers both (``apps/runs/apps.py``), from the plan checks its starts
+recorded; with no receiver connected the pages simply show no measurements.
+
+- ``plan_corrections(sender=Recipe, image, arch, flags, recipe=None)``: for every host
+  with measured starts of ``image``, the plan for these inputs corrected by what vLLM
+  measured there (``apps.runs.calibration.HostCorrection`` items);
+- ``plan_checks(sender=Recipe, recipe, limit)``: the recipe's latest measured starts,
+  one row (a dict) per run.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+plan_corrections = Signal()
+plan_checks = Signal()
+
+
+def _gather(signal: Signal, **kwargs) -> list:
+    from apps.recipes.models import Recipe
+
+    out: list = []
+    for _receiver, answer in signal.send(sender=Recipe, **kwargs):
+        out.extend(answer or [])
+    return out
+
+
+def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
+    """What earlier starts of ``image`` measured, per host (see ``plan_corrections``)."""
+    return _gather(plan_corrections, image=image, arch=arch, flags=flags, recipe=recipe)
+
+
+def measured_checks(recipe, limit: int = 10) -> list[dict]:
+    """The recipe's latest measured starts (see ``plan_checks``)."""
+    return _gather(plan_checks, recipe=recipe, limit=limit)
