@@ -22,7 +22,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sparkdomain.planner import Plan, Verdict, kv_verdict
+from sparkdomain.planner.results import Plan, Verdict
+from sparkdomain.planner.verdict import kv_verdict
 from sparkdomain.spark import GIB
 
 KV_CACHE_GIB = "kv_cache_gib"
