@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from sparksim.server import Trace, TraceStore
+from sparksim.trace import Trace, TraceStore
 from tests.sparksim.conftest import NEMOTRON, NEMOTRON_FLAGS
 
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}

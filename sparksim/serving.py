@@ -1,0 +1,193 @@
+"""`python -m sparksim serve`: the HTTP server up at once (answering /health, and 503 on
+/v1/models while loading), the start-up, then the engine and its metrics until a signal
+stops the server; the simulated memory (and its meminfo file) throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+from pathlib import Path
+
+import uvicorn
+
+from sparkdomain.planner import HostSpec
+from sparkdomain.spark import GB
+from sparksim.corpus import TextStream
+from sparksim.engine import Clock, Engine
+from sparksim.facts import checkpoint_architecture, host_spec
+from sparksim.faults import Faults, parse_faults
+from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
+from sparksim.metrics import VllmMetrics
+from sparksim.profiles import Profile, resolve_profile
+from sparksim.server import App, ServerState
+from sparksim.startup import Plan, StartupFailed, startup
+from sparksim.tokenizer import DEFAULT_TOKENIZER
+from sparksim.vllm_errors import VllmErrors
+
+log = logging.getLogger("sparksim")
+
+
+async def serve(args) -> int:
+    faults = parse_faults(args.fault)
+    profile = resolve_profile(args.model, name=args.profile, quantization=args.quantization)
+    if args.jit_seconds is not None:
+        profile = dataclasses.replace(profile, jit_seconds=max(args.jit_seconds, 0.0))
+    if args.max_model_len is None:
+        args.max_model_len = 32768
+    names = args.served_model_name or [args.model]
+    state = ServerState(
+        model=args.model,
+        served_names=names,
+        max_model_len=args.max_model_len,
+        faults=faults,
+        reasoning=bool(args.reasoning_parser),
+        time_scale=args.time_scale,
+        vllm_version=args.vllm_version,
+    )
+    clock = Clock(args.time_scale)
+    try:
+        arch = checkpoint_architecture(profile.architecture)
+        host = host_spec()
+    except (ValueError, TypeError) as exc:
+        log.error("sparksim: %s", exc)
+        return 1
+    memory = _memory_model(host, faults)
+    tasks: list[asyncio.Task] = []
+    writer = _start_meminfo(args, memory, clock, tasks)
+    server = _QuietServer(_uvicorn_config(args, state))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # A stop is a clean shutdown with exit status 0, as an operator expects.
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    server_task = asyncio.create_task(server.serve())
+    try:
+        plan = await startup(args, profile, faults, memory, arch, host)
+    except StartupFailed as exc:
+        await _start_failed(exc, args, server, server_task, tasks)
+        _release_memory(memory, writer)
+        return 1
+    metrics = _metrics(args, names, plan)
+    engine = _engine(args, profile, metrics, clock, plan)
+    _warm_up()
+    tasks.append(asyncio.create_task(engine.run()))
+    state.metrics, state.engine, state.ready = metrics, engine, True
+    log.info("Application startup complete.")
+    await _quietly(server_task)
+    log.info("Shutting down")
+    for task in tasks:
+        task.cancel()
+    _release_memory(memory, writer)
+    return 0
+
+
+def _memory_model(host: HostSpec, faults: Faults) -> MemoryModel:
+    return MemoryModel(
+        physical_bytes=int(host.physical_memory_gb * GB),
+        os_bytes=int(host.os_reserve_gb * GB),
+        growth_bytes_per_s=gb_per_min_to_bytes_per_s(faults.mem_growth_gb_per_min)
+        if faults.mem_growth_gb_per_min
+        else 0.0,
+    )
+
+
+def _start_meminfo(
+    args, memory: MemoryModel, clock: Clock, tasks: list[asyncio.Task]
+) -> MeminfoWriter | None:
+    """With --meminfo-file: the file written now, then kept up to date by a task."""
+    if not args.meminfo_file:
+        return None
+    Path(args.meminfo_file).parent.mkdir(parents=True, exist_ok=True)
+    writer = MeminfoWriter(args.meminfo_file, memory, clock=clock.sim)
+    writer.write_once()
+    tasks.append(asyncio.create_task(writer.run()))
+    return writer
+
+
+def _uvicorn_config(args, state: ServerState) -> uvicorn.Config:
+    return uvicorn.Config(
+        App(state),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+    )
+
+
+async def _start_failed(
+    exc: StartupFailed, args, server: uvicorn.Server, server_task: asyncio.Task, tasks
+) -> None:
+    """vLLM's death at start-up: its log lines, then the server and its tasks stop."""
+    for line in exc.before:
+        log.error("%s", line)
+    # EngineCore's logger.exception and its traceback, then the API server's own error:
+    # one record, so a reader of the log never sees the first line without the cause.
+    errors = VllmErrors(args.vllm_version)
+    log.error("%s\n%s\n%s", errors.engine_core_failed(), exc, errors.engine_init_failed())
+    server.should_exit = True
+    await _quietly(server_task)
+    for task in tasks:
+        task.cancel()
+
+
+def _metrics(args, names: list[str], plan: Plan) -> VllmMetrics:
+    return VllmMetrics(
+        model_name=names[0],
+        max_model_len=args.max_model_len,
+        cache_config={
+            "block_size": 16,
+            "cache_dtype": args.kv_cache_dtype,
+            "enable_prefix_caching": args.enable_prefix_caching,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "num_gpu_blocks": plan.blocks,
+        },
+    )
+
+
+def _engine(args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Plan) -> Engine:
+    return Engine(
+        profile=profile,
+        architecture=profile.architecture,
+        metrics=metrics,
+        clock=clock,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        num_blocks=plan.blocks,
+        kv_cache_dtype=args.kv_cache_dtype,
+        enable_prefix_caching=args.enable_prefix_caching,
+        enforce_eager=args.enforce_eager,
+    )
+
+
+def _warm_up() -> None:
+    """Build the tokenizer's vocabulary and the corpus now: done lazily on the first
+    request it would delay that request's first token by tens of milliseconds."""
+    TextStream(0).next_ids(1)
+    TextStream(0, kind="reasoning").next_ids(1)
+    DEFAULT_TOKENIZER.decode(DEFAULT_TOKENIZER.encode("warm up"))
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's Server without its own signal handling (ours exits 0, uvicorn's re-raises)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _release_memory(memory: MemoryModel, writer: MeminfoWriter | None) -> None:
+    """A stopped server gives its memory back: the last meminfo written says so."""
+    memory.set_footprint(0)
+    memory.growth_bytes_per_s = 0.0
+    if writer is not None:
+        writer.write_once()
+
+
+async def _quietly(task: asyncio.Task) -> None:
+    with contextlib.suppress(asyncio.CancelledError, SystemExit, KeyboardInterrupt):
+        await task
