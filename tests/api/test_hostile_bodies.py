@@ -130,7 +130,7 @@ def test_an_unreadable_body_is_a_400_that_says_why_on_every_operation(
             elapsed = time.monotonic() - started
         error = assert_error(response, 400, "bad_request")
         assert words in error["message"], (method, template, error)
-        assert elapsed < 5, (method, template, elapsed)  # ~10 ms; a ceiling, not a timing
+        assert elapsed < 30, (method, template, elapsed)  # ~10 ms; a ceiling, not a timing
         _assert_one_quiet_line(caplog)
 
 

@@ -149,7 +149,9 @@ def test_a_real_agent_process_pushes_live_samples_over_a_websocket(
         stop_process(agent)
     for received_at, sample in host_samples + run_samples:
         assert sample["host"] == sim_host.name and sample["run"] == run.pk
-        assert 0 <= received_at - sample["t"] < 2.0  # scrape → browser socket within 2 s
+        # Scrape → browser socket: the agent's clock against this test's, two processes that
+        # a busy machine can each hold off the CPU for seconds; a stale sample is older.
+        assert 0 <= received_at - sample["t"] < 10.0
         assert sample["mem_available"] is not None
     wait_for(lambda: not Host.objects.get(pk=sim_host.pk).agent_live, 10, "the agent shows stale")
     runner.stop(run.pk)

@@ -28,8 +28,11 @@ def test_a_run_starts_loads_warms_up_is_ready_and_stops(engine_host, qwen, opera
     assert {"starting", "loading", "compiling", "warming"} <= set(run.phase_seconds())
     assert run.facts["kv_cache_tokens"] > 100_000 and run.facts["max_concurrency"] > 1
     assert run.facts["sim_time_scale"] == engine_host.sim_time_scale  # its clock, recorded
-    # The first request paid the JIT compile (12 s simulated for this profile).
-    assert run.cold_ttft_s > 10 and run.warm_ttft_s < 1
+    # The first request paid the JIT compile (12 s simulated for this profile), the last did
+    # not. Against the cold one, not a figure: at 50× a 1 s warm TTFT is 20 wall ms, which
+    # a busy machine's scheduler can take away (warm-up repeats until two agree, so one
+    # stalled request is not the last).
+    assert run.cold_ttft_s > 10 and run.warm_ttft_s < run.cold_ttft_s / 2
     assert httpx.get(f"http://127.0.0.1:{run.port}/v1/models").status_code == 200
 
     runner.stop(run.pk)

@@ -210,7 +210,7 @@ def test_stop_interrupts_a_throttled_download():
         received = len(next(chunks))
         began = time.monotonic()
         reg.stop()
-        assert time.monotonic() - began < 5
+        assert time.monotonic() - began < 10  # the 1 MiB at 64 KiB/s would take 16 s
         with pytest.raises(httpx.RemoteProtocolError):
             for chunk in chunks:
                 received += len(chunk)

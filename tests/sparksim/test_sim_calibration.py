@@ -37,6 +37,20 @@ def assert_within(
         )
 
 
+def within_once(take, expected: dict, keys=("ttft", "prefill", "decode"), tries=3) -> None:
+    """`take(seed_offset)` measures once. A busy machine that holds sparksim or this client
+    off the CPU for tens of ms skews one measurement past the 10 %; a miscalibrated profile
+    skews every one. So up to three measurements (fresh prompts: no prefix-cache hit), and
+    one within the tolerance passes; the last one's miss is the failure."""
+    for attempt in range(tries):
+        try:
+            assert_within(take(1000 * attempt), expected, keys)
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
+
+
 @pytest.fixture(scope="module")
 def realtime(tmp_path_factory):
     from tests.sparksim.conftest import launch
@@ -57,28 +71,32 @@ def scaled(tmp_path_factory):
 
 @pytest.mark.parametrize("scenario", [(58, 2), (1834, 32)])
 def test_short_scenarios_match_the_seed_in_real_time(realtime, scenario):
+    # 1,834/32's total is SPEC's corrected 2.4 s (SEED), held too.
+    keys = ("ttft", "prefill", "decode") + (("total",) if scenario == (1834, 32) else ())
     with realtime.client() as client:
-        measured = measure(client, *scenario, scale=1, seed=sum(scenario))
-    assert_within(measured, SEED[scenario])
-    if scenario == (1834, 32):
-        assert abs(measured["total"] / 2.4 - 1) <= 0.10
+        within_once(lambda k: measure(client, *scenario, scale=1, seed=sum(scenario) + k),
+                    SEED[scenario], keys)  # fmt: skip
 
 
 @pytest.mark.parametrize("scenario", [(7234, 32), (1834, 108), (7234, 124)])
 def test_long_scenarios_match_the_seed_at_ten_times_speed(scaled, scenario):
     with scaled.client() as client:
-        measured = measure(client, *scenario, scale=10, seed=sum(scenario))
-    assert_within(measured, SEED[scenario], keys=("ttft", "prefill", "decode", "total"))
+        within_once(lambda k: measure(client, *scenario, scale=10, seed=sum(scenario) + k),
+                    SEED[scenario], keys=("ttft", "prefill", "decode", "total"))  # fmt: skip
 
 
 def test_scaling_does_not_change_the_ratios(realtime, scaled):
-    with realtime.client() as a, scaled.client() as b:
-        slow = measure(a, 1834, 32, scale=1, seed=11)
-        fast = measure(b, 1834, 32, scale=10, seed=11)
     # The client's own fixed wall-clock cost (sending, tokenizing: a few ms) is multiplied
-    # by the scale too, which adds 2–5 % to a 1.1 s TTFT at 10×: allow 8 %.
-    for key in ("ttft", "decode"):
-        assert abs(fast[key] / slow[key] - 1) <= 0.08, key
+    # by the scale too, which adds 2–5 % to a 1.1 s TTFT at 10×: allow 8 %. A busy machine
+    # can skew one pair of measurements past it (see within_once): up to three pairs.
+    for attempt in range(3):
+        with realtime.client() as a, scaled.client() as b:
+            slow = measure(a, 1834, 32, scale=1, seed=11 + 1000 * attempt)
+            fast = measure(b, 1834, 32, scale=10, seed=11 + 1000 * attempt)
+        off = [key for key in ("ttft", "decode") if abs(fast[key] / slow[key] - 1) > 0.08]
+        if not off:
+            break
+    assert not off, (off, slow, fast)
 
 
 def test_concurrent_streams_share_bandwidth(scaled):
