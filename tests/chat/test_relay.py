@@ -82,7 +82,9 @@ def test_an_answer_streams_in_ordered_batches_and_is_saved_with_its_numbers(
     # ceiling the panel prints for this model on a Spark (~160 tok/s), not the ~1,000
     # tokens per wall second it streams at (apps/hosts/clock.py).
     assert done["clock_label"] == "simulated ×20"
-    assert saved.tok_s < 160
+    # ~50 here; 500 because the rate is timed from the relay's receive times, which a busy
+    # machine that delays the first chunk squeezes together (unscaled it would be ~1,000).
+    assert saved.tok_s < 500
     assert saved.run_id == run.pk
     conversation.refresh_from_db()
     assert conversation.title == "Explain KV caches."

@@ -52,7 +52,8 @@ def test_stall_pauses_a_stream_after_its_nth_token(start_sim):
                 stamps.append(time.monotonic())
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert len(stamps) == 6
-    assert gaps[2] >= 0.95 and max(gaps[:2] + gaps[3:]) < 0.1
+    # The other gaps are ~11 ms; 0.5 s leaves room for a busy machine's pauses.
+    assert gaps[2] >= 0.95 and max(gaps[:2] + gaps[3:]) < 0.5
 
 
 def test_http500_fault_fails_requests_with_vllms_error_shape(start_sim):

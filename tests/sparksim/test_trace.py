@@ -45,8 +45,11 @@ def test_a_streamed_chat_has_one_trace_entry_per_token_chunk_written_before_it_a
     assert trace["first_token_at"] == emitted[0] and trace["last_token_at"] == emitted[-1]
     assert trace["started_at"] <= emitted[0]
     # Same machine, same CLOCK_MONOTONIC: written before received, and not long before.
+    # sparksim stamps right after its write and this client right after its read: a busy
+    # machine that preempts either process between the two moves them apart by a time
+    # slice or more (tens of ms; seconds, rarely, for the reader), hence the room.
     for got, sent in zip(received, emitted, strict=True):
-        assert -0.001 <= got - sent < 0.05
+        assert -0.05 <= got - sent < 5
 
 
 def test_completions_are_traced_and_many_ids_come_back_at_once(fast_sim):
