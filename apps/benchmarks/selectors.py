@@ -1,11 +1,19 @@
-"""What the job and comparison pages show, computed from stored results."""
+"""What the benchmark pages show, read-only: a job's place in its host's queue and what
+the queue form would meet, and, computed from stored results, the job and comparison
+pages' tables, charts and exports."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.db.models import Count, Min, Q
+from django.utils import timezone
+
+from apps.accounts.roles import OPERATE_RUNS
 from apps.benchmarks import harness
-from apps.benchmarks.models import Job, Result
+from apps.benchmarks.models import J, Job, Result, Suite
 from apps.benchmarks.reference import (
     SEED_SOURCE,
     has_reference_shape,
@@ -14,7 +22,188 @@ from apps.benchmarks.reference import (
     seed_notes,
 )
 from apps.core.csvsafe import csv_text
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+from apps.runs.services import Occupancy, RunRefused, fit_check
+from apps.runs.signals import Claim
 from sparkdomain.planner import roofline_check
+
+# --- the queue ------------------------------------------------------------------------
+
+
+def suite_plan(suite: Suite) -> dict:
+    """The suite as it is now: a queued job keeps this copy, whatever edits follow."""
+    return suite.plan()
+
+
+def can_cancel(job: Job, user) -> bool:
+    return job.is_active and (job.queued_by_id == user.pk or user.has_perm(OPERATE_RUNS))
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    job: Job
+    position: int  # 0 = running now
+    estimated_start: datetime | None
+    estimate_s: float | None
+
+
+def _estimate_seconds(job: Job) -> float | None:
+    """The median duration of recent finished jobs like this one (same suite and recipe,
+    else same suite)."""
+    done = Job.objects.filter(
+        state=J.DONE, suite_id=job.suite_id, started_at__isnull=False, finished_at__isnull=False
+    )
+    for qs in (done.filter(recipe_id=job.recipe_id, host_id=job.host_id), done):
+        durations = [j.duration_seconds() for j in qs.order_by("-finished_at")[:5]]
+        if durations:
+            return statistics.median(durations)
+    return None
+
+
+def host_queue_entries(host: Host) -> list[QueueEntry]:
+    """The host's active jobs in execution order: the one running, then FIFO."""
+    jobs = list(
+        Job.objects.active()
+        .filter(host=host)
+        .select_related("recipe", "suite", "queued_by")
+        .order_by("queued_at", "pk")
+    )
+    running = [j for j in jobs if j.state != J.QUEUED]
+    queued = [j for j in jobs if j.state == J.QUEUED]
+    now = timezone.now()
+    entries: list[QueueEntry] = []
+    clock: datetime | None = now
+    # Queued jobs mostly share a suite and recipe: one estimate per kind, not per job (a
+    # queue of hundreds would otherwise cost hundreds of queries on every page and push).
+    estimates: dict[tuple[int, int, int], float | None] = {}
+
+    def estimate_seconds(job: Job) -> float | None:
+        key = (job.suite_id, job.recipe_id, job.host_id)
+        if key not in estimates:
+            estimates[key] = _estimate_seconds(job)
+        return estimates[key]
+
+    for job in running:
+        estimate = estimate_seconds(job)
+        entries.append(QueueEntry(job, 0, job.started_at, estimate))
+        if clock is not None:
+            if estimate is None:
+                clock = None
+            else:
+                elapsed = (now - job.started_at).total_seconds() if job.started_at else 0
+                clock = clock + timedelta(seconds=max(estimate - elapsed, 0))
+    for position, job in enumerate(queued, start=1):
+        estimate = estimate_seconds(job)
+        entries.append(QueueEntry(job, position, clock, estimate))
+        if clock is not None:
+            clock = None if estimate is None else clock + timedelta(seconds=estimate)
+    return entries
+
+
+def queue_entry(job: Job) -> QueueEntry | None:
+    """Where an active job stands in its host's queue (None once it has finished)."""
+    if not job.is_active:
+        return None
+    return next((e for e in host_queue_entries(job.host) if e.job.pk == job.pk), None)
+
+
+def host_claims(host: Host, *, ahead_of: Job | None = None) -> list[Claim]:
+    """What the host's active jobs reserve it for (run admission asks, through
+    apps/runs/signals.py::host_claims): one claim per recipe, oldest first. For the worker
+    running `ahead_of`, only the jobs ahead of it count."""
+    jobs = Job.objects.active().filter(host=host)
+    if ahead_of is not None:
+        job = ahead_of
+        jobs = jobs.exclude(pk=job.pk).filter(
+            Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
+        )
+    # One row per recipe however long the queue (hundreds of jobs on a busy Spark).
+    groups = list(
+        jobs.order_by().values("recipe_id").annotate(n=Count("pk"), first=Min("queued_at"))
+    )
+    groups.sort(key=lambda g: g["first"])
+    recipes = Recipe.objects.in_bulk([g["recipe_id"] for g in groups])
+    return [
+        Claim(recipes[g["recipe_id"]], g["n"], g["first"], noun="benchmark job") for g in groups
+    ]
+
+
+def jobs_on_run(run: Run) -> list[dict]:
+    """The jobs a stop or restart of the run would interrupt or leave waiting (its confirm
+    page, through apps/runs/signals.py::stop_impact): those measuring it, and those queued
+    for its recipe on its host; {"pk", "user", "state", "suite"} each, oldest first."""
+    jobs = (
+        Job.objects.active()
+        .filter(Q(run=run) | Q(run__isnull=True, host_id=run.host_id, recipe_id=run.recipe_id))
+        .select_related("queued_by", "suite")
+        .order_by("pk")
+    )
+    return [
+        {
+            "pk": job.pk,
+            "user": job.queued_by.get_username() if job.queued_by else "someone",
+            "state": job.get_state_display(),
+            "suite": job.suite.name,
+        }
+        for job in jobs
+    ]
+
+
+NEVER_OVERRIDES = (
+    " A benchmark job never overrides the planner: an operator can start the run from the "
+    "Runs page with the typed confirmation, and a job then reuses it."
+)
+
+
+def queue_hints(hosts, recipes) -> list[dict]:
+    """For the queue form, before anything is submitted: each host's state and, for every
+    recipe, what queueing it there would meet — the words `services.job_admission` would
+    refuse with (busy, image, does not fit), or what the job will do. Memory is measured
+    only when a job is really queued."""
+    hints = []
+    for host in hosts:
+        occupancy = Occupancy.of(host)
+        if occupancy.active is not None:
+            active = occupancy.active
+            state = f"runs “{active.recipe}” ({active.get_state_display().lower()})"
+        elif occupancy.reserved:
+            first = occupancy.reserved[0]
+            count = first.count
+            state = f"reserved for “{first.recipe}” by {count} job{'s' if count != 1 else ''}"
+        else:
+            state = "idle"
+        if not host.online:
+            state += " · no worker seen lately (jobs wait in its queue)"
+        per_recipe = {}
+        for recipe in recipes:
+            busy = occupancy.refusal(recipe.pk, reuse=True)
+            reuse = occupancy.reusable(recipe.pk)
+            if busy is not None:
+                per_recipe[str(recipe.pk)] = {"ok": False, "text": busy}
+            elif not host.image_allowed(recipe.image):
+                text = f"{host.name} does not allow the image {recipe.image}."
+                per_recipe[str(recipe.pk)] = {"ok": False, "text": text}
+            elif reuse is not None:
+                text = f"The job reuses run {reuse.pk} of “{recipe}” on {host.name}."
+                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
+            else:
+                try:
+                    fit_check(recipe=recipe, host=host)
+                except RunRefused as exc:
+                    per_recipe[str(recipe.pk)] = {"ok": False, "text": str(exc) + NEVER_OVERRIDES}
+                    continue
+                text = (
+                    f"The job starts “{recipe}” on {host.name} first (a first load can take "
+                    "15 minutes on a real Spark)."
+                )
+                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
+        hints.append({"id": str(host.pk), "name": host.name, "state": state, "recipes": per_recipe})
+    return hints
+
+
+# --- a job's results ------------------------------------------------------------------
 
 
 def decode_ceiling(job: Job) -> float | None:

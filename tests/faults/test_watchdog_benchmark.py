@@ -15,7 +15,7 @@ from apps.hosts.models import Host
 from apps.runs.models import RunState
 from apps.telemetry.models import Incident
 from tests.conftest import stop_process, wait_for
-from tests.telemetry.test_agent import _agent_process
+from tests.guard.test_agent import _agent_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
