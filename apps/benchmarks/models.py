@@ -310,10 +310,10 @@ class Job(models.Model):
 
 def _push_job_changed(job_id: int) -> None:
     """Every state change (queue, cancel, start, finish, fail, interrupt), whoever made it,
-    reaches open pages once committed (apps/core/live.py)."""
+    reaches open pages once committed (apps/benchmarks/live.py)."""
     from django.db import transaction
 
-    from apps.core import live
+    from apps.benchmarks import live  # imports this module (it renders jobs)
 
     transaction.on_commit(lambda: live.push_job(job_id))
 

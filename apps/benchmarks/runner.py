@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from apps.benchmarks import harness, selectors
 from apps.benchmarks.harness import SLO, LevelSpec
+from apps.benchmarks.live import push_progress
 from apps.benchmarks.models import J, Job, Result, plan_levels, plan_refusal
-from apps.core import live
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
@@ -32,14 +32,6 @@ class JobFailed(Exception):
     pass
 
 
-def push(job: Job, *, results: bool = False, progress_only: bool = False) -> None:
-    """Live progress (and, after a level, the results) for every open page, rendered from
-    the database as it is now, with a version (apps/core/live.py). `progress_only` (the
-    twice-a-second ticks) leaves out what only changes with the state or a level: the
-    Cancel button and the host's queue, which every open page would fetch again."""
-    live.push_job(job.pk, results=results, personal=not progress_only)
-
-
 def run_job(job_id: int) -> None:
     job = Job.objects.select_related("recipe", "host", "suite").get(pk=job_id)
     if job.state in (J.PREPARING, J.RUNNING, J.CANCELLING):
@@ -49,7 +41,7 @@ def run_job(job_id: int) -> None:
     if job.state != J.QUEUED or not job.move(J.QUEUED, J.PREPARING, started_at=timezone.now()):
         return  # cancelled (or already handled)
     _progress(job, step="Preparing the model")
-    push(job)
+    push_progress(job)
     try:
         check_plan(job)
         run = _ensure_run(job)
@@ -72,7 +64,7 @@ def run_job(job_id: int) -> None:
         ):
             _finish_cancelled(job)
             return
-        push(job)
+        push_progress(job)
         stopped = _measure(job, run)
     except JobFailed as exc:
         _finish(job, J.FAILED, error=str(exc))
@@ -97,7 +89,7 @@ def interrupt(job: Job) -> bool:
     )
     if moved:
         _summarise(job)
-        push(job, results=True)
+        push_progress(job, results=True)
     return moved
 
 
@@ -133,7 +125,7 @@ def _ensure_run(job: Job) -> Run:
         _progress(job, step=f"Starting run {active.pk} (a first load can take 15 minutes)")
     else:
         _progress(job, step=f"Waiting for run {active.pk} to be ready")
-    push(job)
+    push_progress(job)
     if active.state in STARTING_STATES:
         run_runner.start(active.pk)  # idempotent: adopts a server already starting
     active.refresh_from_db()
@@ -204,7 +196,7 @@ class _Monitor(threading.Thread):
         Job.objects.filter(pk=self.job.pk).update(progress=progress)
         self.job.progress = progress
         self.job.state = state or self.job.state
-        push(self.job, progress_only=True)
+        push_progress(self.job, progress_only=True)
 
 
 def _measure(job: Job, run: Run) -> bool:
@@ -250,7 +242,7 @@ def _measure(job: Job, run: Run) -> bool:
             if result.sent:
                 _store(job, kind, result, cut_short=interrupted)
                 job.refresh_from_db(fields=["progress"])
-                push(job, results=True)
+                push_progress(job, results=True)
             if result.stopped or interrupted:
                 return True
     finally:
@@ -333,7 +325,7 @@ def _finish(job: Job, state: str, error: str = "") -> None:
     )
     job.refresh_from_db()
     _summarise(job)
-    push(job, results=True)
+    push_progress(job, results=True)
 
 
 def _finish_cancelled(job: Job) -> None:

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from apps.benchmarks import live
 from apps.benchmarks.models import J, Job, Suite, plan_refusal
-from apps.core import live
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 

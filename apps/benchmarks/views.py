@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
 from apps.benchmarks import selectors
 from apps.benchmarks.forms import JobQueueForm, SuiteForm
+from apps.benchmarks.live import job_context
 from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
 from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
 from apps.benchmarks.services import (
@@ -17,7 +18,6 @@ from apps.benchmarks.services import (
     host_queue_entries,
     job_cancel,
     job_queue,
-    queue_entry,
     queue_hints,
 )
 from apps.core.redirects import safe_next
@@ -77,26 +77,6 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "benchmarks/job.html",
         {**job_context(job), "can_cancel": can_cancel(job, request.user)},
     )
-
-
-def job_context(job: Job) -> dict:
-    rows = selectors.scenario_rows(job)
-    return {
-        "job": job,
-        "entry": queue_entry(job),
-        "scenario_rows": rows,
-        "reference_note": selectors.reference_note(job, rows),
-        "seed_footnotes": selectors.seed_footnotes(rows),
-        "sweep": selectors.sweep_results(job),
-        "capacity": selectors.capacity_answer(job),
-        "ceiling": selectors.decode_ceiling(job),
-        "scenario_chart": selectors.scenario_chart(job),
-        "curve_chart": selectors.curve_chart([job]),
-        "ttft_chart": selectors.ttft_chart([job]),
-        "scenario_chart_id": f"job-{job.pk}-scenarios",
-        "curve_chart_id": f"job-{job.pk}-curve",
-        "ttft_chart_id": f"job-{job.pk}-ttft",
-    }
 
 
 @require_POST

@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from apps.core import live
+from apps.guard import live
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
@@ -269,7 +269,7 @@ class HostAgent:
         return incident
 
     def _banner(self, level: str, message: str) -> None:
-        # The guard's state for this host: every page renders it (apps/core/live.py).
+        # The guard's state for this host: every page renders it (apps/guard/live.py).
         live.set_banner(self.host.name, level, message)
 
     # --- metrics, heartbeat and history ---------------------------------------------------

@@ -10,3 +10,7 @@ class GuardConfig(AppConfig):
     name = "apps.guard"
     label = "guard"
     verbose_name = "Memory guard and host agent"
+
+    def ready(self) -> None:
+        # The guard's banners, a live element on every page (apps/guard/live.py).
+        from apps.guard import live  # noqa: F401

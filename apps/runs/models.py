@@ -45,11 +45,11 @@ SERVER_PACED_STATES = frozenset(s.value for s in (S.STARTING, S.LOADING, S.COMPI
 
 def _push_run_changed(run_id: int, host_id: int) -> None:
     """Every state change, whoever made it (web, API, CLI, worker, watchdog), reaches open
-    pages once committed: the run's elements and its host's (apps/core/live.py)."""
+    pages once committed: the run's elements and its host's (apps/runs/live.py)."""
     from django.db import transaction
 
-    from apps.core import live
     from apps.hosts.models import Host
+    from apps.runs import live  # imports this module (it renders runs)
 
     def push() -> None:
         live.push_run(run_id)

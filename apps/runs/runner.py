@@ -13,11 +13,11 @@ from collections import deque
 import httpx
 from django.utils import timezone
 
-from apps.core import live
 from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.runs.calibration import plan_check_record
+from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
@@ -26,7 +26,6 @@ from vllm_adapter.logparse import LogFollower, Phase
 log = logging.getLogger(__name__)
 S = RunState
 POLL_S = 0.25
-PUSH_EVERY_S = 0.5
 # Generous limits per phase, in real seconds on a Spark (a first load can take 15 minutes);
 # a simulated host divides them by its time scale.
 PHASE_TIMEOUT_S = {S.STARTING: 600, S.LOADING: 1800, S.COMPILING: 1200, S.WARMING: 600}
@@ -43,23 +42,6 @@ class StartFailed(Exception):
     def __init__(self, reason: str, *, advice: str = "", log_lines: list[str] | None = None):
         super().__init__(reason)
         self.reason, self.advice, self.log_lines = reason, advice, log_lines or []
-
-
-class _Pusher:
-    """Live progress for every open page; best effort and throttled."""
-
-    def __init__(self, run: Run):
-        self.run = run
-        self.last = 0.0
-
-    def push(self, *, force: bool = False, lines: list[str] | None = None) -> None:
-        now = time.monotonic()
-        if not (force or lines) and now - self.last < PUSH_EVERY_S:
-            return
-        self.last = now
-        # Rendered from the database as it is now, with a version (apps/core/live.py).
-        # Progress and log lines; the buttons change with the state (Run.transition).
-        live.push_run(self.run.pk, lines=lines, actions=False)
 
 
 def _scaled(run: Run, seconds: float) -> float:
@@ -87,7 +69,7 @@ def start(run_id: int) -> None:
     if run.state not in STARTING_STATES:
         log.info("run %s is %s: nothing to start", run.pk, run.state)
         return
-    pusher = _Pusher(run)
+    pusher = RunPusher(run)
     engine: Engine | None = None
     handle: Handle | None = None
     try:
@@ -137,7 +119,7 @@ def _size(n: int) -> str:
     return f"{n / GB:.2f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
 
 
-def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: _Pusher) -> None:
+def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: RunPusher) -> None:
     """Pull the image with live progress (layers and bytes); a stop ends the pull."""
     if run.state == S.QUEUED:
         run.transition(S.PULLING, step=f"Pulling {engine.image_for(spec)}", percent=0)
@@ -177,7 +159,7 @@ def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: _Pusher) -> None:
     _check_stop(run)
 
 
-def _follow(run: Run, engine: Engine, handle: Handle, pusher: _Pusher) -> None:
+def _follow(run: Run, engine: Engine, handle: Handle, pusher: RunPusher) -> None:
     follower = LogFollower()
     cursor = 0  # re-read from the start: the follower rebuilds its state
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
@@ -246,7 +228,7 @@ def _models_ready(run: Run) -> bool:
         return False
 
 
-def _warm_up(run: Run, pusher: _Pusher) -> None:
+def _warm_up(run: Run, pusher: RunPusher) -> None:
     """Tiny requests until the time to first token settles: the first after a start pays
     the JIT compile (~25 s on Nemotron-3-Super), so a run is ready only after it."""
     body = endpoints.chat_body(run.served_name, [{"role": "user", "content": "Hi"}], max_tokens=2)
@@ -272,7 +254,12 @@ def _warm_up(run: Run, pusher: _Pusher) -> None:
 
 
 def _fail(
-    run: Run, reason: str, pusher: _Pusher, *, advice: str = "", log_lines: list[str] | None = None
+    run: Run,
+    reason: str,
+    pusher: RunPusher,
+    *,
+    advice: str = "",
+    log_lines: list[str] | None = None,
 ) -> None:
     run.refresh_from_db()
     if run.state in (S.FAILED, S.STOPPED):
@@ -287,7 +274,7 @@ def stop(run_id: int) -> None:
         return
     if run.state != S.STOPPING:
         run.transition(S.STOPPING, step="Stopping")
-    pusher = _Pusher(run)
+    pusher = RunPusher(run)
     pusher.push(force=True)
     if run.handle:
         engine = engine_for(run.host)
@@ -312,7 +299,7 @@ def restart(run_id: int, user_id: int | None) -> int | None:
         new = run_start(recipe=old.recipe, host=old.host, user=user, restart_of=old)
     except RunRefused as exc:
         _save(old, step=f"Restart refused: {exc}"[:200])
-        _Pusher(old).push(force=True)
+        RunPusher(old).push(force=True)
         return None
     return new.pk
 
@@ -342,7 +329,7 @@ def reconcile(host_id: int) -> list[int]:
             continue
         lines = engine.tail(handle, LOG_TAIL_LINES)
         reason, advice = _why_it_ended(f"{status.describe()} while ready", lines)
-        _fail(run, reason, _Pusher(run), advice=advice, log_lines=lines[-40:])
+        _fail(run, reason, RunPusher(run), advice=advice, log_lines=lines[-40:])
         engine.remove(handle)
         failed.append(run.pk)
     for run in Run.objects.filter(host=host, state__in=STARTING_STATES).exclude(state=S.QUEUED):

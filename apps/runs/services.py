@@ -9,9 +9,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.core import live
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
+from apps.runs import live
 from apps.runs.models import STARTING_STATES, Run, RunState
 from sparkdomain import planner
 from sparkdomain.command import UnsafeCommand, contract_problems, serve_argv

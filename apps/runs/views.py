@@ -11,10 +11,9 @@ from apps.core.redirects import safe_next
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.forms import RunStartForm
+from apps.runs.live import log_tail
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_restart, run_start, run_stop
-
-LOG_TAIL_BYTES = 20_000
 
 
 def start_form_context(selected_recipe: int | None = None) -> dict:
@@ -61,22 +60,10 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "runs/detail.html",
-        {"run": run, "log_tail": _log_tail(run), "tele_id": f"tele-run-{run.pk}",
+        {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
          "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
          "ws_path": f"/ws/telemetry/run/{run.pk}/"},
     )  # fmt: skip
-
-
-def _log_tail(run: Run) -> str:
-    from django.conf import settings
-
-    path = settings.VAR_DIR / "runs" / str(run.pk) / "server.log"
-    try:  # a local server's log file, live
-        with path.open("rb") as fh:
-            fh.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:  # a container's log lives on its Spark: the lines its worker saw
-        return run.log_tail
 
 
 @require_POST

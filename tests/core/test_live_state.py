@@ -1,4 +1,4 @@
-"""Live state (apps/core/live.py): every live element is rendered again from current state
+"""Live state (apps/core/live.py, and each app's live.py): every live element is rendered again from current state
 at /live/…, with a version taken before the state is read; pushes carry the same versions;
 personal elements are pushed as "changed" stubs, never rendered for one user and sent to all.
 Real Redis, real Channels layer, real database."""
@@ -17,11 +17,15 @@ from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
+from apps.benchmarks.live import push_job
 from apps.benchmarks.models import J, Job
-from apps.benchmarks.services import job_queue, suite_plan
+from apps.benchmarks.selectors import suite_plan
+from apps.benchmarks.services import job_queue
 from apps.core import live
 from apps.core.models import Notice
 from apps.core.services import notice_post
+from apps.guard.live import set_banner
+from apps.runs.live import push_run
 from apps.runs.models import Run, RunState
 from sparkpanel.asgi import application
 
@@ -114,6 +118,16 @@ def test_unknown_elements_and_objects_are_404(member, client_as, sim_host):
                 "/live/job-progress/999999/", "/live/host-line/no-such-host/",
                 "/live/queue-host/%3Cscript%3E/"):  # fmt: skip
         assert c.get(url).status_code == 404, url
+
+
+def test_a_kind_belongs_to_one_app_and_hosts_elements_are_pushed_together():
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured):
+        live.register("notices", live.ELEMENTS["notices"])
+    # A run's change pushes its host's line and, from the app above, the host's queue.
+    assert live.elements_about("host", "spark-1") == [("host-line", "spark-1"),
+                                                      ("queue-host", "spark-1")]  # fmt: skip
 
 
 def test_post_is_refused(member, client_as):
@@ -290,13 +304,13 @@ def test_a_run_state_change_pushes_its_elements_and_its_host_line(member, sim_ho
 
 def test_log_lines_are_pushed_with_a_version_for_the_log_container(member, sim_host, qwen):
     run = _busy_run(sim_host, qwen)
-    messages = _collect(member, lambda: live.push_run(run.pk, lines=["INFO loading weights"]),
+    messages = _collect(member, lambda: push_run(run.pk, lines=["INFO loading weights"]),
                         until=lambda ms: any("loading weights" in m["html"] for m in ms))  # fmt: skip
     assert f'data-swap="beforeend:run-{run.pk}-log"' in messages[-1]["html"]
     # Progress pushes during a load do not make every page fetch its buttons again.
     messages = _collect(
         member,
-        lambda: live.push_run(run.pk, actions=False),
+        lambda: push_run(run.pk, actions=False),
         until=lambda ms: any(f'id="run-{run.pk}-progress"' in m["html"] for m in ms),
     )
     assert f"run-{run.pk}-actions" not in messages[-1].get("changed", [])
@@ -315,7 +329,7 @@ def test_notices_and_banners_are_on_every_page_from_current_state(operator, memb
         Notice.objects.filter(pk=gone.pk).update(
             expires_at=timezone.now() - dt.timedelta(minutes=1)
         )
-    live.set_banner("spark-1", "warn", "MemAvailable 7.0 GiB is below the warn line")
+    set_banner("spark-1", "warn", "MemAvailable 7.0 GiB is below the warn line")
     c = client_as(member)
     for url in ("/runs/", "/recipes/", "/benchmarks/", "/hosts/"):
         html = c.get(url).content.decode()
@@ -326,7 +340,7 @@ def test_notices_and_banners_are_on_every_page_from_current_state(operator, memb
     dashboard = c.get("/").content.decode()
     assert "Swapping spark-1 at 14:00" in dashboard and 'id="banner-spark-1"' in dashboard
     # A "back to normal" replaces the host's banner.
-    live.set_banner("spark-1", "ok", "memory back to normal")
+    set_banner("spark-1", "ok", "memory back to normal")
     html = c.get("/live/banners/").content.decode()
     assert "back to normal" in html and "below the warn line" not in html
     # A removed host's last banner is not shown any more.
@@ -346,7 +360,7 @@ def test_a_posted_notice_is_pushed_as_the_strip_and_a_stub_for_the_personal_list
 def test_a_push_with_redis_down_never_breaks_its_caller(settings, member, sim_host, qwen):
     run = _busy_run(sim_host, qwen)
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    assert live.push_run(run.pk) is None
+    assert push_run(run.pk) is None
     run.mark_failed("still saved")  # the state change itself is not affected
     run.refresh_from_db()
     assert run.state == RunState.FAILED
@@ -386,7 +400,7 @@ def test_benchmark_progress_ticks_push_no_stubs_but_state_changes_do(
     job = _job(quick_suite, qwen, sim_host, member)
     messages = _collect(
         member,
-        lambda: live.push_job(job.pk, personal=False),
+        lambda: push_job(job.pk, personal=False),
         until=lambda ms: any(f'id="job-{job.pk}-progress"' in m["html"] for m in ms),
     )
     assert not messages[-1].get("changed")
@@ -404,7 +418,7 @@ def test_an_account_without_a_role_sees_no_notices_or_banners(operator, outsider
 
     Host.objects.get_or_create(name="spark-1", defaults={"simulated": True})
     notice_post(author=operator, message="For the team only")
-    live.set_banner("spark-1", "warn", "MemAvailable low on spark-1")
+    set_banner("spark-1", "warn", "MemAvailable low on spark-1")
     response = client_as(outsider).get("/runs/")
     assert response.status_code == 403  # the "no role yet" page
     html = response.content.decode()

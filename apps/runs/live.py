@@ -1,0 +1,114 @@
+"""A run's live elements (its progress, timings, server log and buttons) and its host's
+dashboard line, and what pushes them: every state change (Run.transition, once
+committed) and the start task's progress and log lines (`RunPusher`). The mechanism —
+versions, `push`, the /live/ endpoint — is apps/core/live.py; docs/live-updates.md."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.http import Http404
+from django.template.loader import render_to_string
+
+from apps.core import live
+from apps.core.live import Element
+from apps.hosts.live import host_or_404
+from apps.runs.models import Run
+
+# The start task pushes its progress at most this often (log lines and forced pushes at once).
+PUSH_EVERY_S = 0.5
+LOG_TAIL_BYTES = 20_000
+
+
+def run_or_404(key: str) -> Run:
+    try:
+        return Run.objects.select_related("recipe", "host", "started_by").get(pk=int(key))
+    except (ValueError, Run.DoesNotExist):
+        raise Http404("no such run") from None
+
+
+def log_tail(run: Run) -> str:
+    """The end of a run's server log: a local server's log file, live; a container's log
+    lives on its Spark, so the lines its worker saw."""
+    path = settings.VAR_DIR / "runs" / str(run.pk) / "server.log"
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return run.log_tail
+
+
+def _run_context(key: str, request) -> dict:
+    return {"run": run_or_404(key)}
+
+
+def _run_log_context(key: str, request) -> dict:
+    run = run_or_404(key)
+    return {"run": run, "log_tail": log_tail(run)}
+
+
+def _host_line_context(key: str, request) -> dict:
+    host = host_or_404(key)
+    active = Run.objects.active().filter(host=host).select_related("recipe").first()
+    return {"host": host, "active": active}
+
+
+live.register(
+    "run-progress",
+    Element(lambda k: f"run-{k}-progress", "runs/partials/progress.html", _run_context),
+)
+live.register(
+    "run-details", Element(lambda k: f"run-{k}-details", "runs/partials/details.html", _run_context)
+)
+live.register(
+    "run-log", Element(lambda k: f"run-{k}-log", "runs/partials/log.html", _run_log_context)
+)
+live.register(
+    "run-actions",
+    Element(
+        lambda k: f"run-{k}-actions", "runs/partials/actions.html", _run_context, personal=True
+    ),
+)
+# A host's line on the dashboard: its active run, so it changes with the runs.
+live.register("host-line", Element(lambda k: f"host-{k}-line", "core/partials/host_line.html",
+                                   _host_line_context, subject="host"))  # fmt: skip
+
+
+def push_run(run_id: int, *, lines: list[str] | None = None, actions: bool = True) -> int | None:
+    """A run's progress, details and (unless `actions` is False: its buttons only change
+    with its state) actions; `lines` (new log lines) are appended to its log on every open
+    page whose log is older than this version. Never raises."""
+    key = str(run_id)
+    extra = ""
+    if lines:
+        extra = render_to_string("runs/partials/log_lines.html", {"run": {"pk": run_id},
+                                                                    "lines": lines})  # fmt: skip
+    elements = [("run-progress", key), ("run-details", key)]
+    if actions:
+        elements.append(("run-actions", key))
+    return live.push(elements, extra_html=extra)
+
+
+def push_host(host_name: str) -> int | None:
+    """Everything that shows the host: its line on the dashboard and what other apps
+    registered about it (the benchmark queue's section, apps/benchmarks/live.py)."""
+    return live.push(live.elements_about("host", host_name))
+
+
+class RunPusher:
+    """The start task's live progress for every open page; best effort and throttled."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.last = 0.0
+
+    def push(self, *, force: bool = False, lines: list[str] | None = None) -> None:
+        now = time.monotonic()
+        if not (force or lines) and now - self.last < PUSH_EVERY_S:
+            return
+        self.last = now
+        # Rendered from the database as it is now, with a version.
+        # Progress and log lines; the buttons change with the state (Run.transition).
+        push_run(self.run.pk, lines=lines, actions=False)
