@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.benchmarks import signals
-from apps.benchmarks.harness import (
+from apps.benchmarks.harness.types import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
     LevelSpec,
@@ -228,7 +228,12 @@ class JobState(models.TextChoices):
 
 
 J = JobState
-ACTIVE_JOB_STATES = [J.QUEUED, J.PREPARING, J.RUNNING, J.CANCELLING]
+# A worker has the job: preparing the model, measuring, or stopping after a cancel. A job
+# in one of these states whose worker is gone (killed, restarted, lost) is interrupted,
+# never run twice (apps/benchmarks/lifecycle.py).
+WORKING_JOB_STATES = [J.PREPARING, J.RUNNING, J.CANCELLING]
+# Queued or working: the job holds its place in the host's queue (and reserves the host).
+ACTIVE_JOB_STATES = [J.QUEUED, *WORKING_JOB_STATES]
 FINISHED_JOB_STATES = [J.DONE, J.CANCELLED, J.INTERRUPTED, J.FAILED]
 
 

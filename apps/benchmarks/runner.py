@@ -8,24 +8,23 @@ import asyncio
 import logging
 import threading
 
+import httpx
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from apps.benchmarks import harness, selectors
-from apps.benchmarks.harness import SLO, LevelSpec
+from apps.benchmarks import harness
+from apps.benchmarks.harness.types import SLO, LevelSpec
+from apps.benchmarks.lifecycle import finish, finish_cancelled, interrupt
 from apps.benchmarks.live import push_progress
-from apps.benchmarks.models import J, Job, Result, plan_levels, plan_refusal
+from apps.benchmarks.models import WORKING_JOB_STATES, J, Job, Result, plan_levels, plan_refusal
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
+from apps.runs.services import RunRefused, busy_refusal, run_create
 from vllm_adapter import endpoints
 
 log = logging.getLogger(__name__)
 MONITOR_EVERY_S = 0.5
-INTERRUPTED = (
-    "Interrupted: the worker running this job stopped in the middle (killed, restarted or "
-    "lost). The levels measured before that are kept; queue the job again for the rest."
-)
 
 
 class JobFailed(Exception):
@@ -34,7 +33,7 @@ class JobFailed(Exception):
 
 def run_job(job_id: int) -> None:
     job = Job.objects.select_related("recipe", "host", "suite").get(pk=job_id)
-    if job.state in (J.PREPARING, J.RUNNING, J.CANCELLING):
+    if job.state in WORKING_JOB_STATES:
         # Delivered again: the worker that had it died mid-job. Never run it twice.
         interrupt(job)
         return
@@ -62,52 +61,26 @@ def run_job(job_id: int) -> None:
         if not job.move(
             J.PREPARING, J.RUNNING, run=run, context=context, image_digest=run.image_digest
         ):
-            _finish_cancelled(job)
+            finish_cancelled(job)
             return
         push_progress(job)
         stopped = _measure(job, run)
     except JobFailed as exc:
-        _finish(job, J.FAILED, error=str(exc))
+        finish(job, J.FAILED, error=str(exc))
         return
     except Exception as exc:  # never leave a job "running" forever
         log.exception("benchmark job %s crashed", job.pk)
-        _finish(job, J.FAILED, error=f"the job crashed: {type(exc).__name__}: {exc}")
+        finish(job, J.FAILED, error=f"the job crashed: {type(exc).__name__}: {exc}")
         return
     if stopped:
-        _finish_cancelled(job)
+        finish_cancelled(job)
     else:
-        _finish(job, J.DONE)
-
-
-def interrupt(job: Job) -> bool:
-    """Mark a job whose worker died as interrupted (its results stay)."""
-    moved = job.move(
-        [J.PREPARING, J.RUNNING, J.CANCELLING],
-        J.INTERRUPTED,
-        finished_at=timezone.now(),
-        error=INTERRUPTED,
-    )
-    if moved:
-        _summarise(job)
-        push_progress(job, results=True)
-    return moved
-
-
-def reap(host) -> list[int]:
-    """On the host's own queue no job of this host can be running now: any job still
-    marked running there lost its worker."""
-    reaped = []
-    for job in Job.objects.filter(host=host, state__in=[J.PREPARING, J.RUNNING, J.CANCELLING]):
-        if interrupt(job):
-            reaped.append(job.pk)
-    return reaped
+        finish(job, J.DONE)
 
 
 def _ensure_run(job: Job) -> Run:
     """A ready run of the recipe on the host, reused; else start one here (on the host's
     queue, so it cannot wait for a start task queued behind this job)."""
-    from apps.runs.services import RunRefused, busy_refusal, run_create
-
     # The same admission as the queue form and the API (which refused this up front; the
     # host may have changed while the job waited).
     busy = busy_refusal(job.host, job.recipe, reuse=True, job=job)
@@ -136,8 +109,6 @@ def _ensure_run(job: Job) -> Run:
 
 
 def _server_version(run: Run) -> str:
-    import httpx
-
     try:
         response = httpx.get(endpoints.url(run.local_endpoint, endpoints.VERSION), timeout=5)
         return endpoints.server_version(response.json())
@@ -306,27 +277,3 @@ def _store(job: Job, kind: str, level: harness.LevelResult, cut_short: bool = Fa
 def _progress(job: Job, **values) -> None:
     job.progress = {**job.progress, **values}
     Job.objects.filter(pk=job.pk).update(progress=job.progress)
-
-
-def _summarise(job: Job) -> None:
-    summary = selectors.summary_of(selectors.capacity_answer(job))
-    Job.objects.filter(pk=job.pk).update(summary=summary)
-    job.summary = summary
-
-
-def _finish(job: Job, state: str, error: str = "") -> None:
-    steps = {J.DONE: "Finished", J.FAILED: "Failed", J.CANCELLED: "Cancelled"}
-    job.move(
-        [J.PREPARING, J.RUNNING, J.CANCELLING],
-        state,
-        finished_at=timezone.now(),
-        error=error,
-        progress={**job.progress, "step": steps.get(state, state)},
-    )
-    job.refresh_from_db()
-    _summarise(job)
-    push_progress(job, results=True)
-
-
-def _finish_cancelled(job: Job) -> None:
-    _finish(job, J.CANCELLED, error="Cancelled: the levels measured before the cancel are kept.")

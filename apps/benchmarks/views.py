@@ -11,15 +11,9 @@ from apps.benchmarks import selectors
 from apps.benchmarks.forms import JobQueueForm, SuiteForm
 from apps.benchmarks.live import job_context
 from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
+from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_hints
 from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
-from apps.benchmarks.services import (
-    JobRefused,
-    can_cancel,
-    host_queue_entries,
-    job_cancel,
-    job_queue,
-    queue_hints,
-)
+from apps.benchmarks.services import JobRefused, job_cancel, job_queue
 from apps.core.redirects import safe_next
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe

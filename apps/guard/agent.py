@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.benchmarks import lifecycle
 from apps.guard import live
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
@@ -249,14 +250,10 @@ class HostAgent:
         self._banner(ACT, f"{decision.message}. {action[0].upper()}{action[1:]}.")
 
     def _interrupt_jobs(self, decision: Decision) -> None:
-        from apps.benchmarks.models import J, Job
-
-        for job in Job.objects.filter(host=self.host, state__in=[J.PREPARING, J.RUNNING,
-                                                                 J.CANCELLING]):  # fmt: skip
-            job.move([J.PREPARING, J.RUNNING, J.CANCELLING], J.INTERRUPTED,
-                     finished_at=timezone.now(),
-                     error=f"Interrupted by the memory watchdog: {decision.message}. The "
-                     "levels measured before that are kept.")  # fmt: skip
+        # Their worker lives on: it stores the level in flight, cut short, and settles them.
+        reason = (f"Interrupted by the memory watchdog: {decision.message}. The levels "
+                  "measured before that are kept.")  # fmt: skip
+        lifecycle.interrupt_working(self.host, reason, settle=False)
 
     def _incident(self, kind: str, message: str, run: Run | None, action: str = "") -> Incident:
         curve = [[round(t, 1), v] for t, v in self.watchdog.history()]

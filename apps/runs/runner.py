@@ -16,9 +16,11 @@ from django.utils import timezone
 from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
+from apps.hosts.models import Host
 from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from apps.runs.signals import host_worker_free
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
 from vllm_adapter.logparse import LogFollower, Phase
@@ -317,8 +319,6 @@ def reconcile(host_id: int) -> list[int]:
 
     Returns the runs it marked failed.
     """
-    from apps.hosts.models import Host
-
     host = Host.objects.get(pk=host_id)
     failed = []
     engine = engine_for(host)
@@ -338,9 +338,9 @@ def reconcile(host_id: int) -> list[int]:
         if Run.objects.filter(pk=run.pk, state=S.FAILED).exists():
             failed.append(run.pk)
     _sweep(host, engine)
-    from apps.benchmarks.runner import reap
-
-    reap(host)  # jobs marked running here lost their worker: interrupted, results kept
+    # Nothing else runs on this queue now: jobs marked running here lost their worker
+    # (the benchmarks app interrupts them, results kept).
+    host_worker_free.send(sender=Host, host=host)
     return failed
 
 

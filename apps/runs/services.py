@@ -6,15 +6,17 @@ import socket
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
+from apps.accounts.roles import OPERATE_RUNS
 from apps.hosts.models import Host
+from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
 from apps.runs import live
 from apps.runs.models import STARTING_STATES, Run, RunState
+from apps.runs.signals import Claim, host_claims
 from sparkdomain import planner
-from sparkdomain.command import UnsafeCommand, contract_problems, serve_argv
+from sparkdomain.command import UnsafeCommand, contract_problems
 from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.spark import GB, GIB
@@ -50,61 +52,29 @@ def _free_port(host: Host) -> int:
     )
 
 
-def _bind_address(host: Host) -> str:
-    # In a container with its own network vLLM listens on all of the container's
-    # interfaces (Docker publishes the port); a local process, or a container on the host's
-    # network, listens only where the panel reaches it.
-    bridged = host.engine == Host.Engine.DOCKER and host.docker_network == Host.DockerNetwork.BRIDGE
-    return "0.0.0.0" if bridged else host.advertise_host  # noqa: S104
-
-
-def argv_on(recipe: Recipe, host: Host, port: int | None = None) -> list[str]:
-    """The exact `vllm serve` vector the panel runs for a recipe on a host (the port is the
-    first of the host's range unless the run got another)."""
-    return serve_argv(recipe, host=_bind_address(host), port=port or host.port_min)
-
-
-def default_argv(recipe: Recipe) -> list[str]:
-    """The vector for the default host (what the API and the YAML export show); without
-    any host, the vector an engine would complete with its own address and port."""
-    host = Host.objects.default()
-    try:
-        return argv_on(recipe, host) if host is not None else serve_argv(recipe)
-    except UnsafeCommand:
-        return []
-
-
 @dataclass
 class Occupancy:
-    """What holds a host now: its active run and its active benchmark jobs (FIFO). One
-    model at a time per Spark: `refusal` is the one answer run admission, the jobs API,
-    the queue form (for every recipe at once) and the worker give."""
+    """What holds a host now: its active run and what other apps claim it for (their
+    answers to apps/runs/signals.py::host_claims: the benchmark jobs queued or running
+    there, FIFO). One model at a time per Spark: `refusal` is the one answer run
+    admission, the jobs API, the queue form (for every recipe at once) and the worker give."""
 
     host: Host
     active: Run | None
-    # The recipes its active jobs are for, in queue order: (recipe, how many jobs).
-    reserved: list[tuple[Recipe, int]]
+    # The recipes the host is claimed for, oldest claim first.
+    reserved: list[Claim]
 
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
-        """For the worker running `job`, only the jobs ahead of it count."""
-        from django.db.models import Count, Min
-
-        from apps.benchmarks.models import Job
-
+        """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
         active = Run.objects.active().filter(host=host).select_related("recipe").first()
-        jobs = Job.objects.active().filter(host=host)
-        if job is not None:
-            jobs = jobs.exclude(pk=job.pk).filter(
-                Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
-            )
-        # One row per recipe however long the queue (hundreds of jobs on a busy Spark).
-        groups = list(
-            jobs.order_by().values("recipe_id").annotate(n=Count("pk"), first=Min("queued_at"))
-        )
-        groups.sort(key=lambda g: g["first"])
-        recipes = Recipe.objects.in_bulk([g["recipe_id"] for g in groups])
-        return cls(host, active, [(recipes[g["recipe_id"]], g["n"]) for g in groups])
+        claims = [
+            claim
+            for _receiver, answer in host_claims.send(sender=cls, host=host, job=job)
+            for claim in answer or []
+        ]
+        claims.sort(key=lambda claim: claim.since)
+        return cls(host, active, claims)
 
     def reusable(self, recipe_id: int) -> Run | None:
         """The active run a benchmark job for this recipe would reuse."""
@@ -125,14 +95,13 @@ class Occupancy:
                 f"({active.get_state_display().lower()}): stop it first — one model at a time "
                 "per Spark."
             )
-        others = [(recipe, n) for recipe, n in self.reserved if recipe.pk != recipe_id]
+        others = [claim for claim in self.reserved if claim.recipe.pk != recipe_id]
         if others:
-            first, count = others[0]
-            jobs = "a benchmark job" if count == 1 else f"{count} benchmark jobs"
+            first = others[0]
             return (
-                f"{host.name} is reserved for “{first}”: {jobs} queued or running for "
-                "it will start it. Wait until they finish (or cancel them) — one model at a "
-                "time per Spark."
+                f"{host.name} is reserved for “{first.recipe}”: {first.words()} queued or "
+                "running for it will start it. Wait until they finish (or cancel them) — one "
+                "model at a time per Spark."
             )
         return None
 
@@ -140,16 +109,15 @@ class Occupancy:
 def busy_refusal(host: Host, recipe: Recipe, *, reuse: bool = False, job=None) -> str | None:
     """Why the host cannot take this recipe now (None when it can). An active run makes it
     busy (unless `reuse`: a benchmark job for the recipe already running there reuses that
-    run); so do benchmark jobs queued or running for another recipe: they reserve the host
-    for theirs (for the worker running `job`, only the jobs ahead of it)."""
+    run); so do claims for another recipe (`Occupancy`: benchmark jobs queued or running
+    for it reserve the host for theirs; for the worker running `job`, only the jobs ahead
+    of it)."""
     return Occupancy.of(host, job=job).refusal(recipe.pk, reuse=reuse)
 
 
 def can_override_fit(user) -> bool:
     """Operators (and admins) may start a recipe the planner says does not fit; members
     never (they cannot start runs, and a benchmark job never overrides)."""
-    from apps.accounts.roles import OPERATE_RUNS
-
     return user is not None and user.is_authenticated and user.has_perm(OPERATE_RUNS)
 
 
@@ -280,7 +248,7 @@ def run_start(
     *, recipe: Recipe, host: Host, user, restart_of: Run | None = None, fit_confirmation: str = ""
 ) -> Run:
     """Admit and queue a run: the host's own worker starts it."""
-    from apps.runs.tasks import start_run
+    from apps.runs.tasks import start_run  # here: tasks → runner → this module
 
     run = run_create(
         recipe=recipe, host=host, user=user, restart_of=restart_of,
@@ -293,7 +261,7 @@ def run_start(
 def run_stop(*, run: Run) -> Run:
     """Ask a run to stop. While it starts, its start task sees the state and stops it; a
     ready run is stopped by a task on the host's queue."""
-    from apps.runs.tasks import stop_run
+    from apps.runs.tasks import stop_run  # here: tasks → runner → this module
 
     run.refresh_from_db()
     if not run.is_active or run.state == RunState.STOPPING:
@@ -308,7 +276,7 @@ def run_stop(*, run: Run) -> Run:
 def run_restart(*, run: Run, user) -> Run:
     """Restart a run: an active one is stopped and its recipe started again as a new run by
     a task on the host's queue; a finished one is simply started again (admission applies)."""
-    from apps.runs.tasks import restart_run
+    from apps.runs.tasks import restart_run  # here: tasks → runner → this module
 
     run.refresh_from_db()
     if not run.is_active:

@@ -20,7 +20,7 @@ import sparkcli
 from apps.api.models import ApiToken
 from apps.api.tokens import token_create
 from apps.benchmarks.models import Job, Result, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.hosts.models import Host
 from sparkcli import client
 from sparkcli.compare import compare_table, decode_check

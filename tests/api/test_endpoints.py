@@ -30,7 +30,7 @@ def suite(db):
 
 
 def _job(suite, recipe, host, user, **fields) -> Job:
-    from apps.benchmarks.services import suite_plan
+    from apps.benchmarks.selectors import suite_plan
 
     return Job.objects.create(suite=suite, recipe=recipe, host=host, queued_by=user,
                               plan=suite_plan(suite), **fields)  # fmt: skip

@@ -15,7 +15,7 @@ from apps.api import webhooks
 from apps.api.models import Webhook, WebhookDelivery
 from apps.api.tasks import deliver
 from apps.benchmarks.models import J, Job, Result, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.telemetry.models import Incident
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from apps.benchmarks import runner, selectors
 from apps.benchmarks.models import J, Job, Result
-from apps.benchmarks.services import JobRefused, host_queue_entries, job_cancel, job_queue
+from apps.benchmarks.selectors import host_queue_entries
+from apps.benchmarks.services import JobRefused, job_cancel, job_queue
 from apps.recipes.models import Recipe
 from apps.runs import runner as run_runner
 from apps.runs.models import Run, RunState

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from apps.benchmarks.models import J, Job
-from apps.benchmarks.services import host_queue_entries, suite_plan
+from apps.benchmarks.selectors import host_queue_entries, suite_plan
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 STORED_JOB = """
 from apps.benchmarks import selectors
 from apps.benchmarks.models import J, Job, Result, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from django.contrib.auth import get_user_model

@@ -36,7 +36,7 @@ SEED_JOBS = """
 import json
 from django.utils import timezone
 from apps.benchmarks.models import Job, Result, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 suite = Suite.objects.first()

@@ -20,7 +20,7 @@ SETUP = """
 import json
 from django.contrib.auth import get_user_model
 from apps.benchmarks.models import Job, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run

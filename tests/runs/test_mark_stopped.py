@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.benchmarks.models import Job, JobState, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.hosts.engines import engine_for
 from apps.hosts.engines.base import LaunchSpec
 from apps.hosts.models import Host

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.api.tokens import token_create
 from apps.benchmarks.models import Job, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.runs.confirm import run_impact
 from apps.runs.models import Run, RunState

@@ -13,7 +13,7 @@ from django.utils import timezone
 from apps.api.models import Webhook
 from apps.api.tokens import token_create
 from apps.benchmarks.models import Job, JobState, Result, Suite
-from apps.benchmarks.services import suite_plan
+from apps.benchmarks.selectors import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.core.models import Notice
 from apps.hosts.models import Host

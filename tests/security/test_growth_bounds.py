@@ -32,7 +32,8 @@ from django.urls import reverse
 from apps.benchmarks.forms import SuiteForm
 from apps.benchmarks.harness import Client, LevelSpec, Scenario, build_messages, run_level
 from apps.benchmarks.models import Job, Suite
-from apps.benchmarks.services import JobRefused, job_queue, suite_plan
+from apps.benchmarks.selectors import suite_plan
+from apps.benchmarks.services import JobRefused, job_queue
 from apps.recipes.models import Recipe
 from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 from tests.api.conftest import assert_error

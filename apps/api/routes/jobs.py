@@ -17,8 +17,9 @@ from apps.api.routes.common import get_or_404, get_or_422
 from apps.api.schemas import CompareOut, JobDetailOut, JobOut, JobQueueIn, SuiteOut
 from apps.benchmarks import selectors
 from apps.benchmarks.models import ACTIVE_JOB_STATES, Job, JobState, Suite
+from apps.benchmarks.selectors import queue_entry
 from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
-from apps.benchmarks.services import JobRefused, job_cancel, job_queue, queue_entry
+from apps.benchmarks.services import JobRefused, job_cancel, job_queue
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 

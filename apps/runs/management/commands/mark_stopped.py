@@ -14,6 +14,11 @@ import contextlib
 
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.hosts.engines import engine_for
+from apps.hosts.models import Host
+from apps.runs.models import InvalidTransition, Run, RunState
+from apps.runs.signals import host_worker_free
+
 STOP_TIMEOUT_S = 3.0
 STEP = "Stopped: the panel's `make run` was stopped (Ctrl-C)"
 
@@ -21,10 +26,6 @@ STEP = "Stopped: the panel's `make run` was stopped (Ctrl-C)"
 def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[int], list[int]]:
     """Stop the host's managed servers, mark its active runs stopped and its jobs in
     progress interrupted. Returns (servers stopped, run ids marked, job ids interrupted)."""
-    from apps.benchmarks.runner import reap
-    from apps.hosts.engines import engine_for
-    from apps.runs.models import InvalidTransition, Run, RunState
-
     engine = engine_for(host)
     servers = 0
     for item in engine.list_managed():
@@ -39,8 +40,10 @@ def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[in
                 run.transition(RunState.STOPPING, step=STEP)
             run.transition(RunState.STOPPED, step=STEP)
             marked.append(run.pk)
-    # Their worker is gone too: a job it was running would say "running" forever.
-    return servers, marked, reap(host)
+    # Their worker is gone too: a job it was running would say "running" forever (the
+    # benchmarks app interrupts them and answers their ids).
+    answers = host_worker_free.send(sender=Host, host=host)
+    return servers, marked, [pk for _receiver, ids in answers for pk in ids or []]
 
 
 class Command(BaseCommand):
@@ -52,8 +55,6 @@ class Command(BaseCommand):
                             help="seconds a server gets after SIGTERM before SIGKILL")  # fmt: skip
 
     def handle(self, *args, **options):
-        from apps.hosts.models import Host
-
         if options["host"]:
             hosts = list(Host.objects.filter(name__in=options["host"]))
             missing = set(options["host"]) - {h.name for h in hosts}
