@@ -7,5 +7,25 @@ class RunsConfig(AppConfig):
     verbose_name = "Runs"
 
     def ready(self) -> None:
+        # The recipe pages ask for what starts measured (apps/recipes/signals.py).
+        from apps.recipes import signals as recipe_signals
+
         # The run's live elements and the hosts' dashboard lines (models are loaded now).
         from apps.runs import live  # noqa: F401
+
+        recipe_signals.plan_corrections.connect(
+            _plan_corrections, dispatch_uid="runs.calibration.plan_corrections"
+        )
+        recipe_signals.plan_checks.connect(_plan_checks, dispatch_uid="runs.calibration.checks")
+
+
+def _plan_corrections(sender, *, image, arch, flags, recipe=None, **kwargs) -> list:
+    from apps.runs.calibration import host_corrections
+
+    return host_corrections(image=image, arch=arch, flags=flags, recipe=recipe)
+
+
+def _plan_checks(sender, *, recipe, limit, **kwargs) -> list[dict]:
+    from apps.runs.calibration import recipe_check_rows
+
+    return recipe_check_rows(recipe, limit)

@@ -8,21 +8,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.core.redirects import safe_next
-from apps.hosts.models import Host
-from apps.recipes.models import Recipe
+from apps.recipes.selectors import start_form_context
 from apps.runs.forms import RunStartForm
 from apps.runs.live import log_tail
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_restart, run_start, run_stop
-
-
-def start_form_context(selected_recipe: int | None = None) -> dict:
-    return {
-        "start_recipes": Recipe.objects.all(),
-        "start_hosts": Host.objects.all(),
-        "selected_recipe": selected_recipe,
-    }
-
 
 LIST_LIMIT = 100
 
