@@ -8,6 +8,7 @@ from ninja import Field, Schema
 from pydantic import ConfigDict, StringConstraints
 
 from apps.recipes.forms import number_bound
+from apps.recipes.launch import default_argv
 
 
 class Strict(Schema):
@@ -178,8 +179,6 @@ class RecipeOut(Schema):
 
     @staticmethod
     def resolve_argv(obj) -> list[str]:
-        from apps.recipes.launch import default_argv
-
         return default_argv(obj)
 
     @staticmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -316,8 +316,6 @@ class Job(models.Model):
 def _push_job_changed(job_id: int) -> None:
     """Every state change (queue, cancel, start, finish, fail, interrupt), whoever made it,
     reaches open pages once committed (apps/benchmarks/live.py)."""
-    from django.db import transaction
-
     from apps.benchmarks import live  # imports this module (it renders jobs)
 
     transaction.on_commit(lambda: live.push_job(job_id))

@@ -24,8 +24,10 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from apps.accounts.roles import USE_CHAT
+from apps.chat.models import Conversation, Message
 from apps.core.consumers import CLOSE_FORBIDDEN, PanelSocket
 from apps.hosts.clock import HostClock, run_clock
+from apps.runs.models import Run, RunState
 from vllm_adapter import endpoints, sse
 
 COALESCE_S = 0.04
@@ -80,8 +82,6 @@ class ChatConsumer(PanelSocket):
         await self.accept()
 
     def _owner(self) -> int | None:
-        from apps.chat.models import Conversation
-
         return (
             Conversation.objects.filter(pk=self.conversation_id)
             .values_list("user_id", flat=True)
@@ -322,9 +322,6 @@ def _take(event: bytes, state: _StreamState) -> bool:
 
 
 def _prepare(conversation_id: int, content: str) -> dict:
-    from apps.chat.models import Conversation, Message
-    from apps.runs.models import RunState
-
     conv = Conversation.objects.select_related("run", "run__recipe", "run__host").get(
         pk=conversation_id
     )
@@ -365,16 +362,12 @@ def _prepare(conversation_id: int, content: str) -> dict:
 
 
 def _cut_short(run_id: int) -> str:
-    from apps.runs.models import Run
-
     run = Run.objects.filter(pk=run_id).first()
     where = f" (run {run_id} is {run.get_state_display().lower()})" if run else ""
     return f"the model's server ended the answer early{where}"
 
 
 def _finish(message_id: int, state: _StreamState, status: str, error: str, stats: dict) -> dict:
-    from apps.chat.models import Message
-
     fields = {
         "content": "".join(state.content),
         "reasoning": "".join(state.reasoning),

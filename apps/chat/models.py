@@ -7,6 +7,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 
+from apps.hosts.clock import REAL, run_clock
+
 
 class Conversation(models.Model):
     user = models.ForeignKey(
@@ -99,6 +101,4 @@ class Message(models.Model):
 
     def clock(self):
         """The clock of this answer's TTFT and tok/s: its run's (apps/hosts/clock.py)."""
-        from apps.hosts.clock import REAL, run_clock
-
         return run_clock(self.run) if self.run_id else REAL

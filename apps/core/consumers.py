@@ -32,6 +32,15 @@ from importlib import import_module
 from channels.db import aclose_old_connections, database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+    load_backend,
+)
+from django.utils.crypto import constant_time_compare
 
 from apps.accounts.revoke import account_group, session_group
 from apps.accounts.roles import VIEW_PANEL
@@ -91,16 +100,6 @@ def _session_verdict(session_key: str | None, user_id: int, permission: str) -> 
     """None while the session still signs `user_id` in and the user has `permission`;
     else the close code. Django's own session check (django.contrib.auth.get_user), read
     only: it never flushes or cycles the browser's session."""
-    from django.conf import settings
-    from django.contrib.auth import (
-        BACKEND_SESSION_KEY,
-        HASH_SESSION_KEY,
-        SESSION_KEY,
-        get_user_model,
-        load_backend,
-    )
-    from django.utils.crypto import constant_time_compare
-
     if not session_key:
         return CLOSE_UNAUTHENTICATED
     session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import datetime as dt
 
 from django import forms
+from django.core.exceptions import ImproperlyConfigured
+from django.core.validators import MaxValueValidator
 from django.utils import timezone
 
 from apps.core.models import Notice
@@ -122,8 +124,6 @@ _BOUNDED = {
 def model_max(db_field):
     """The upper bound a model field declares itself (a MaxValueValidator it was given),
     not the database's integer range Django adds."""
-    from django.core.validators import MaxValueValidator
-
     for validator in [*db_field.default_validators, *db_field._validators]:
         if isinstance(validator, MaxValueValidator):
             return validator.limit_value
@@ -134,7 +134,6 @@ def bounded_formfields(bounds: dict[str, float]):
     """A ModelForm `Meta.formfield_callback`: each number field of the model becomes a
     bounded one, its bound from `bounds` or the model field's own MaxValueValidator. A
     number field with neither is a programming error, raised when the form is defined."""
-    from django.core.exceptions import ImproperlyConfigured
 
     def callback(db_field, **kwargs):
         field = db_field.formfield(**kwargs)

@@ -2,6 +2,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.accounts.roles import POST_NOTICES
+
 
 class NoticeQuerySet(models.QuerySet):
     def current(self, now=None):
@@ -51,8 +53,6 @@ class Notice(models.Model):
 
     def can_delete(self, user) -> bool:
         """The author, operators (who may post notices) and admins may delete a notice."""
-        from apps.accounts.roles import POST_NOTICES
-
         if not getattr(user, "is_authenticated", False):
             return False
         return user.pk == self.author_id or user.is_superuser or user.has_perm(POST_NOTICES)

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from apps.hosts.models import Host
+from apps.telemetry.selectors import agent_state, recent_incidents
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.spark import GB, GIB
 
@@ -75,8 +76,6 @@ def telemetry_view(host: Host) -> list[dict]:
 
 @require_GET
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    from apps.telemetry.selectors import agent_state, recent_incidents
-
     host = get_object_or_404(Host, name=name)
     runs = host.runs.select_related("recipe", "started_by").order_by("-created_at", "-pk")
     context = {

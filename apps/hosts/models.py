@@ -17,6 +17,7 @@ from sparkdomain import planner, spark
 from sparkdomain.flags import IMAGE
 from sparkdomain.meminfo import Memory, read_meminfo
 from sparkdomain.spark import GB, GIB
+from sparksim.faults import FaultSpecError, parse_faults
 from vllm_adapter import contract as vllm_contract
 
 HOST_NAME = RegexValidator(
@@ -174,8 +175,6 @@ class Host(models.Model):
 
     def clean(self) -> None:
         if self.sim_faults:
-            from sparksim.faults import FaultSpecError, parse_faults
-
             try:
                 parse_faults(self.fault_specs())
             except FaultSpecError as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from apps.core.selectors import workers_state
 from apps.hosts.models import Host
 
 
@@ -12,8 +13,6 @@ def hosts_check_workers(timeout: float = 2.0) -> dict[str, str]:
     Workers answer control messages even while their one task slot is busy with a
     15-minute model load, so a loading Spark still shows as online.
     """
-    from apps.core.selectors import workers_state
-
     consumers: dict[str, str] = {}
     for worker, queues in workers_state(timeout=timeout).items():
         for queue in queues:

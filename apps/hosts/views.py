@@ -3,14 +3,13 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from apps.hosts.models import Host
+from apps.telemetry.selectors import agent_state, recent_incidents
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.spark import GB
 
 
 @require_GET
 def host_list(request: HttpRequest) -> HttpResponse:
-    from apps.telemetry.selectors import agent_state, recent_incidents
-
     rows = []
     for host in Host.objects.all():
         row = {

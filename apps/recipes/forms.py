@@ -5,6 +5,7 @@ from decimal import Decimal
 from django import forms
 
 from apps.core.forms import BoundedFloatField, BoundedIntegerField, bounded_formfields, model_max
+from apps.hosts.models import Host
 from apps.recipes.models import Recipe, WeightFormat, validate_utilization
 from sparkdomain import planner, spark
 from sparkdomain.command import contract_problems
@@ -132,7 +133,6 @@ class RecipeForm(forms.ModelForm):
         start checks again against its own host's)."""
         if self.vllm_version:
             return self.vllm_version
-        from apps.hosts.models import Host
 
         host = Host.objects.default()
         return host.contract_version if host is not None else vllm_contract.latest_version()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 from sparkdomain.planner import Plan, Severity, Verdict
 from sparkdomain.spark import GB
 
@@ -69,8 +70,6 @@ def _tps(value: float | None) -> str | None:
 
 def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[str], str | None]:
     """Architecture fields from a pasted/uploaded config.json: (fields, notes, error)."""
-    from sparkdomain.hf_config import ConfigImportError, parse_hf_config
-
     try:
         result = parse_hf_config(config_text, quant_text or None)
     except ConfigImportError as exc:

@@ -9,6 +9,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES
+from apps.hosts.models import Host
 from apps.recipes.forms import (
     ARCH_FIELDS,
     FLAG_FIELDS,
@@ -18,12 +19,14 @@ from apps.recipes.forms import (
     YamlImportForm,
 )
 from apps.recipes.models import Recipe
+from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.selectors import start_form_context
 from apps.recipes.services import plan_context
 from apps.recipes.signals import measured_checks, measured_corrections
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
 from sparkdomain.command import contract_problems, docker_run_argv, serve_argv, shell_line
+from sparkdomain.planner import plan
 from vllm_adapter import contract as vllm_contract
 
 
@@ -53,8 +56,6 @@ def recipe_list(request: HttpRequest) -> HttpResponse:
 def vllm_check(recipe: Recipe) -> dict:
     """Whether the default host's vLLM accepts the recipe today (a host's version may have
     changed since the recipe was saved)."""
-    from apps.hosts.models import Host
-
     host = Host.objects.default()
     version = host.contract_version if host else vllm_contract.latest_version()
     return {
@@ -140,12 +141,9 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     """The live re-plan behind every recipe and wizard input (htmx, debounced)."""
     form = PlanInputForm(request.POST)
     if not form.is_valid():
-        from apps.recipes.plan_labels import labelled_errors
-
         return render(
             request, "recipes/partials/plan.html", {"plan_errors": labelled_errors(form.errors)}
         )
-    from sparkdomain.planner import plan
 
     arch, flags = form.to_planner()
     corrections = measured_corrections(image=request.POST.get("image", ""), arch=arch, flags=flags)

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 from apps.accounts.roles import EDIT_RECIPES
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, ConfigJsonForm, PlanInputForm, RecipeForm
 from apps.recipes.models import Recipe
+from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.services import config_json_fields, plan_context
 from apps.recipes.signals import measured_corrections
 from sparkdomain import presets
@@ -152,8 +153,6 @@ def _render(
             image=data.get("image", ""), arch=arch, flags=flags
         )  # what vLLM measured on earlier starts of this image
     else:
-        from apps.recipes.plan_labels import labelled_errors
-
         plan_ctx = {"plan_errors": labelled_errors(plan_form.errors)}
     commands = None
     if step == 3 and plan_form.is_valid() and "model_id" in form.cleaned_data:

@@ -17,6 +17,7 @@ from apps.recipes.launch import default_argv
 from apps.recipes.models import Recipe
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.flags import format_extra_args
+from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
 
 FORMAT_VERSION = 1
 # What an import answers is bounded like what it reads: each message cut to a readable
@@ -71,8 +72,6 @@ def recipes_to_yaml(recipes) -> str:
 
 def _entries(doc) -> tuple[list[dict], list[str], list[EntryErrors]]:
     """The recipe mappings in a document, whatever its shape."""
-    from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
-
     notes: list[str] = []
     if isinstance(doc, dict) and "recipes" in doc:
         extra = set(doc) - {"recipes", "sparkpanel"}

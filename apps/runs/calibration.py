@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from apps.hosts.models import Host
 from apps.runs.models import PlanCheck, Run
 from sparkdomain import calibration as calc
 from sparkdomain.planner import Architecture, Flags, plan
@@ -96,8 +97,6 @@ def host_corrections(
 ) -> list[HostCorrection]:
     """For every host that has measured starts of `image`, the plan for these inputs on
     that host with what vLLM measured there."""
-    from apps.hosts.models import Host
-
     if not image:
         return []
     out = []

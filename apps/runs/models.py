@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
+
+from apps.hosts.clock import run_clock
+from apps.hosts.models import Host
 
 
 class InvalidTransition(Exception):
@@ -46,9 +51,7 @@ SERVER_PACED_STATES = frozenset(s.value for s in (S.STARTING, S.LOADING, S.COMPI
 def _push_run_changed(run_id: int, host_id: int) -> None:
     """Every state change, whoever made it (web, API, CLI, worker, watchdog), reaches open
     pages once committed: the run's elements and its host's (apps/runs/live.py)."""
-    from django.db import transaction
 
-    from apps.hosts.models import Host
     from apps.runs import live  # imports this module (it renders runs)
 
     def push() -> None:
@@ -203,8 +206,6 @@ class Run(models.Model):
     def remaining_seconds(self) -> float | None:
         """An estimate for the phases whose progress is a real percentage (pulling and
         loading weights): the phase's pace so far. None when there is no honest estimate."""
-        from datetime import datetime
-
         if self.state not in (RunState.PULLING, RunState.LOADING) or not 3 <= self.percent < 100:
             return None
         span = self.timings.get(self.state)
@@ -225,10 +226,6 @@ class Run(models.Model):
         paces (starting to warming) run N× faster on an N× simulated host, so their wall
         seconds are scaled by its clock (apps/hosts/clock.py); queueing, pulling an image
         and stopping take as long as they took."""
-        from datetime import datetime
-
-        from apps.hosts.clock import run_clock
-
         clock = run_clock(self)
         out = {}
         for state, span in self.timings.items():
@@ -249,8 +246,6 @@ class Run(models.Model):
 
     def facts_clock(self):
         """This run's clock (the speed its server started with): apps/hosts/clock.py."""
-        from apps.hosts.clock import run_clock
-
         return run_clock(self)
 
 

@@ -11,6 +11,7 @@ import time
 from collections import deque
 
 import httpx
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from apps.hosts.clock import record_run_clock, run_clock
@@ -20,6 +21,7 @@ from apps.hosts.models import Host
 from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from apps.runs.services import RunRefused, run_start
 from apps.runs.signals import host_worker_free
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
@@ -290,10 +292,6 @@ def stop(run_id: int) -> None:
 def restart(run_id: int, user_id: int | None) -> int | None:
     """Stop the run, then start its recipe again on the same host as a new run (on the
     host's queue, so the old server is gone before the new one is admitted)."""
-    from django.contrib.auth import get_user_model
-
-    from apps.runs.services import RunRefused, run_start
-
     stop(run_id)
     old = Run.objects.select_related("host", "recipe").get(pk=run_id)
     user = get_user_model().objects.filter(pk=user_id).first()
@@ -357,8 +355,6 @@ def _why_it_ended(reason: str, lines: list[str]) -> tuple[str, str]:
 
 def _sweep(host, engine: Engine) -> None:
     """Stop leftovers of finished runs; record what the panel did not start."""
-    from apps.hosts.models import Host
-
     finished = set(
         Run.objects.filter(host=host, state__in=[S.STOPPED, S.FAILED]).values_list("pk", flat=True)
     )

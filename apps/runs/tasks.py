@@ -1,5 +1,6 @@
 from celery import shared_task
 
+from apps.hosts.models import Host
 from apps.runs import runner
 
 # Container starts and benchmarks on one Spark run one at a time on its own queue
@@ -30,7 +31,5 @@ def reconcile(host_id: int) -> list[int]:
 def reconcile_all() -> None:
     """Periodic (beat): each host's reconcile runs on that host's own queue, where its
     servers are."""
-    from apps.hosts.models import Host
-
     for host in Host.objects.all():
         reconcile.apply_async(args=[host.pk], queue=host.queue)

@@ -9,10 +9,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from apps.accounts.roles import OPERATE_RUNS
 from apps.core.redirects import safe_next
 from apps.recipes.selectors import start_form_context
+from apps.runs.confirm import REAL_RESTART_MINUTES, run_impact
 from apps.runs.forms import RunStartForm
 from apps.runs.live import log_tail
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_restart, run_start, run_stop
+from apps.telemetry.selectors import backfill
 
 LIST_LIMIT = 100
 
@@ -45,7 +47,6 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(
         Run.objects.select_related("recipe", "host", "started_by", "fit_override_by"), pk=pk
     )
-    from apps.telemetry.selectors import backfill
 
     return render(
         request,
@@ -88,8 +89,6 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
 
 def _confirm_page(request: HttpRequest, run: Run, action: str, status: int = 200) -> HttpResponse:
     """The page that says what a stop or restart interrupts, with the confirming button."""
-    from apps.runs.confirm import REAL_RESTART_MINUTES, run_impact
-
     return render(
         request,
         "runs/confirm.html",
