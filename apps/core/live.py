@@ -29,11 +29,9 @@ down: logged and dropped — the next fetch on reconnect shows the truth).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -45,6 +43,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from apps.accounts.roles import VIEW_PANEL
+from apps.core import redisconn
 from apps.core.events import BROADCAST_GROUP
 from apps.core.models import Notice
 
@@ -73,23 +72,8 @@ class LiveUnavailable(Exception):
     """Redis cannot be reached: no version can be taken."""
 
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
-
-
-def _redis() -> redis.Redis:
-    url = settings.REDIS_URL
-    with _clients_lock:
-        client = _clients.get(url)
-        if client is None:
-            client = redis.Redis.from_url(
-                url,
-                socket_connect_timeout=REDIS_TIMEOUT_S,
-                socket_timeout=REDIS_TIMEOUT_S,
-                decode_responses=True,
-            )
-            _clients[url] = client
-    return client
+def _redis():
+    return redisconn.shared_client(settings.REDIS_URL, timeout=REDIS_TIMEOUT_S)
 
 
 def _prefix() -> str:
@@ -101,7 +85,7 @@ def next_version() -> int:
     """A version newer than every one taken before (also across Redis restarts)."""
     try:
         return int(_redis().eval(_NEXT_VERSION, 1, f"{_prefix()}:seq"))
-    except redis.RedisError as exc:
+    except redisconn.RedisError as exc:
         raise LiveUnavailable(str(exc)) from exc
 
 
@@ -110,7 +94,7 @@ def shared_hash(name: str) -> dict[str, str]:
     banners, apps/guard/live.py). Raises LiveUnavailable."""
     try:
         return _redis().hgetall(f"{_prefix()}:{name}")
-    except redis.RedisError as exc:
+    except redisconn.RedisError as exc:
         raise LiveUnavailable(str(exc)) from exc
 
 
@@ -118,7 +102,7 @@ def shared_hash_set(name: str, field: str, value: str) -> None:
     """Set one field of such a hash. Raises LiveUnavailable."""
     try:
         _redis().hset(f"{_prefix()}:{name}", field, value)
-    except redis.RedisError as exc:
+    except redisconn.RedisError as exc:
         raise LiveUnavailable(str(exc)) from exc
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import redis
 from celery import current_app  # the project's app (sparkpanel/celery.py)
 from django.conf import settings
 from django.db import DatabaseError, connection
+
+from apps.core import redisconn
 
 
 @dataclass
@@ -38,16 +39,10 @@ def database_state() -> ServiceState:
 
 
 def redis_state(timeout: float = 0.5) -> ServiceState:
-    client = redis.Redis.from_url(
-        settings.REDIS_URL, socket_connect_timeout=timeout, socket_timeout=timeout
-    )
-    try:
-        client.ping()
+    problem = redisconn.ping(settings.REDIS_URL, timeout=timeout)
+    if problem is None:
         return ServiceState(True, "reachable")
-    except redis.RedisError as exc:
-        return ServiceState(False, f"unreachable ({exc})")
-    finally:
-        client.close()
+    return ServiceState(False, f"unreachable ({problem})")
 
 
 def workers_state(timeout: float = 1.0) -> dict[str, list[str]]:
