@@ -14,6 +14,9 @@ COPY pyproject.toml README.md ./
 COPY sparkpanel ./sparkpanel
 COPY apps ./apps
 COPY sparkcli ./sparkcli
+COPY sparkdomain ./sparkdomain
+COPY sparksim ./sparksim
+COPY vllm_adapter ./vllm_adapter
 RUN pip install '.[postgres]'
 COPY . .
 RUN useradd --system --home-dir /var/lib/sparkpanel --create-home sparkpanel \
