@@ -172,7 +172,7 @@ def test_error_pages_show_no_secret(world, secrets, admin_user, member, client_a
 
         return settings.REDIS_URL
 
-    monkeypatch.setattr("apps.telemetry.selectors.recent_incidents", boom)
+    monkeypatch.setattr("apps.hosts.views.recent_incidents", boom)  # the name the view calls
     crashing = Client(raise_request_exception=False)
     crashing.force_login(admin_user)
     logging.getLogger("django.request").disabled = True  # the traceback is expected here
