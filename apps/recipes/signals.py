@@ -15,24 +15,20 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
+from apps.core.hooks import gathered
+from apps.recipes.models import Recipe
+
 plan_corrections = Signal()
 plan_checks = Signal()
 
 
-def _gather(signal: Signal, **kwargs) -> list:
-    from apps.recipes.models import Recipe
-
-    out: list = []
-    for _receiver, answer in signal.send(sender=Recipe, **kwargs):
-        out.extend(answer or [])
-    return out
-
-
 def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
     """What earlier starts of ``image`` measured, per host (see ``plan_corrections``)."""
-    return _gather(plan_corrections, image=image, arch=arch, flags=flags, recipe=recipe)
+    return gathered(
+        plan_corrections, sender=Recipe, image=image, arch=arch, flags=flags, recipe=recipe
+    )
 
 
 def measured_checks(recipe, limit: int = 10) -> list[dict]:
     """The recipe's latest measured starts (see ``plan_checks``)."""
-    return _gather(plan_checks, recipe=recipe, limit=limit)
+    return gathered(plan_checks, sender=Recipe, recipe=recipe, limit=limit)

@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
+from apps.core.hooks import gathered
 from apps.hosts.models import Host
 from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
@@ -68,11 +69,7 @@ class Occupancy:
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
         active = Run.objects.active().filter(host=host).select_related("recipe").first()
-        claims = [
-            claim
-            for _receiver, answer in host_claims.send(sender=cls, host=host, job=job)
-            for claim in answer or []
-        ]
+        claims = gathered(host_claims, sender=cls, host=host, job=job)
         claims.sort(key=lambda claim: claim.since)
         return cls(host, active, claims)
 

@@ -14,6 +14,7 @@ import contextlib
 
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.core.hooks import gathered
 from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.runs.models import InvalidTransition, Run, RunState
@@ -42,8 +43,7 @@ def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[in
             marked.append(run.pk)
     # Their worker is gone too: a job it was running would say "running" forever (the
     # benchmarks app interrupts them and answers their ids).
-    answers = host_worker_free.send(sender=Host, host=host)
-    return servers, marked, [pk for _receiver, ids in answers for pk in ids or []]
+    return servers, marked, gathered(host_worker_free, sender=Host, host=host)
 
 
 class Command(BaseCommand):
