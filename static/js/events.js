@@ -11,7 +11,8 @@
 // a pushed child inserted into a container (data-swap="beforeend:<id>") is skipped when
 // the container already shows that version or a newer one. `changed` names personal
 // elements (buttons with CSRF tokens, a Cancel only some may use): each page fetches its
-// own copy. Plain-HTML pushes (no version) are still swapped as before.
+// own copy. Plain-HTML pushes (no version) are still swapped as before. A fetch or push whose
+// HTML is the one the element was built from keeps the element (focus, charts) as it is.
 //
 // On every open the page dispatches "sparkpanel:socket-open" on document, so other live
 // parts (the telemetry charts) can fetch what they missed too. The badge in the top bar
@@ -43,12 +44,41 @@
     return Number.isFinite(value) ? value : 0;
   }
 
+  // The HTML each live element on the page was built from, before any script (a chart, htmx)
+  // changed it: the server's page for those it rendered, a fetch or push for the others.
+  // A fetch that answers the same HTML is the same state, so the element is kept as it is —
+  // keyboard focus, a hover, an open <details>, a drawn chart survive every socket open.
+  // CSRF tokens are masked anew on every render and say nothing about state: ignored.
+  const builtFrom = new Map();
+  // A version says nothing about state either.
+  const CSRF_VALUE = /(name="csrfmiddlewaretoken" value=")[^"]*"/g;
+  const SEQ_ATTR = / data-live-seq="[^"]*"/g;
+  function stateOf(html) {
+    return html.replace(CSRF_VALUE, '$1"').replace(SEQ_ATTR, "");
+  }
+  // An htmx swap changes the page without telling this map: forget it all, so the next
+  // fetch replaces (as it always did) instead of trusting a stale record.
+  document.addEventListener("htmx:afterSwap", function () {
+    builtFrom.clear();
+  });
+  // Deferred scripts run in document order once the page is parsed and events.js is the
+  // first of them: nothing has changed the page's live elements yet.
+  document.querySelectorAll("[data-live-src][id]").forEach(function (el) {
+    builtFrom.set(el.id, stateOf(el.outerHTML));
+  });
+
   // Put `el` (parsed from the server) in place of the element with its id, or into its
   // data-swap container. `seq` is its version (null: an unversioned push).
   function place(el, seq) {
     const existing = el.id ? document.getElementById(el.id) : null;
     if (existing) {
       if (seq !== null && shownSeq(existing) >= seq) return false;
+      const state = stateOf(el.outerHTML);
+      if (seq !== null && builtFrom.get(el.id) === state) {
+        existing.dataset.liveSeq = String(seq); // newer version, same state: keep the DOM
+        return false;
+      }
+      builtFrom.set(el.id, state);
       if (seq !== null) el.dataset.liveSeq = String(seq);
       existing.replaceWith(el);
       activate(el);

@@ -92,6 +92,43 @@ def live(page) -> None:
     expect(page.locator("#live-status")).to_have_text("live")
 
 
+# Records every live element that leaves the page (a replaced element is removed), from
+# before the page's own scripts run.
+WATCH_REPLACED = """
+window.__liveReplaced = [];
+new MutationObserver((records) => {
+  for (const record of records) for (const node of record.removedNodes)
+    if (node.nodeType === 1 && node.id && node.hasAttribute("data-live-src"))
+      window.__liveReplaced.push(node.id);
+}).observe(document, {childList: true, subtree: true});
+"""
+ALL_FETCHED = "() => [...document.querySelectorAll('[data-live-src][id]')].every(e => e.dataset.liveSeq)"
+
+
+def test_opening_a_page_keeps_what_did_not_change_and_the_keyboard_focus_on_it(
+    new_page, busy_demo_host
+):
+    """The socket's open fetches every live element; those whose state did not change since
+    the page was rendered (her Cancel button too: only its CSRF token differs) are kept,
+    so the focus stays where she put it. A real change still replaces."""
+    server, ids = busy_demo_host
+    page = new_page()
+    page.add_init_script(WATCH_REPLACED)
+    login(page, "mia")
+    page.goto(f"/benchmarks/jobs/{ids['job']}/")
+    cancel = page.get_by_role("button", name="Cancel")
+    cancel.focus()
+    live(page)
+    wait_for(lambda: page.evaluate(ALL_FETCHED), timeout=15, what="every live element fetched")
+    assert page.evaluate("window.__liveReplaced") == []
+    expect(cancel).to_be_focused()
+
+    server.manage("shell", "-c", CANCEL.format(job=ids["job"]))
+    progress = page.locator(f"#job-{ids['job']}-progress")
+    expect(progress.locator(".state-badge")).to_have_text("Cancelled", timeout=30_000)
+    assert f"job-{ids['job']}-progress" in page.evaluate("window.__liveReplaced")
+
+
 def test_a_job_that_fails_while_its_page_is_open_shows_it_without_a_reload(
     new_page, busy_demo_host
 ):
