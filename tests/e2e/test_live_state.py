@@ -102,7 +102,9 @@ new MutationObserver((records) => {
       window.__liveReplaced.push(node.id);
 }).observe(document, {childList: true, subtree: true});
 """
-ALL_FETCHED = "() => [...document.querySelectorAll('[data-live-src][id]')].every(e => e.dataset.liveSeq)"
+ALL_FETCHED = (
+    "() => [...document.querySelectorAll('[data-live-src][id]')].every(e => e.dataset.liveSeq)"
+)
 
 
 def test_opening_a_page_keeps_what_did_not_change_and_the_keyboard_focus_on_it(
