@@ -17,6 +17,7 @@ COPY sparkcli ./sparkcli
 COPY sparkdomain ./sparkdomain
 COPY sparksim ./sparksim
 COPY vllm_adapter ./vllm_adapter
+COPY hubsim ./hubsim
 RUN pip install '.[postgres]'
 COPY . .
 RUN useradd --system --home-dir /var/lib/sparkpanel --create-home sparkpanel \

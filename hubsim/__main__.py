@@ -1,0 +1,5 @@
+import sys
+
+from hubsim.cli import main
+
+sys.exit(main())
