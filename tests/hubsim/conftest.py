@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,17 +42,25 @@ def _up(url: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def serve_hub(root: Path, log_dir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m hubsim serve` on a free port of 127.0.0.1 (its CDN on 127.0.0.2)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "hubsim", "serve", "--root", str(root), "--port", str(port)]
+    log = (log_dir / "hubsim.log").open("w")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(url), 30, "hubsim answers", proc=proc)
+        yield url, proc
+    finally:
+        stop_process(proc)
+        log.close()
+
+
 @pytest.fixture
 def hub(tmp_path):
     root = tmp_path / "hub"
     root.mkdir()
-    port = free_port()
-    log = tmp_path / "hubsim.log"
-    argv = [sys.executable, "-m", "hubsim", "serve", "--root", str(root), "--port", str(port)]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _up(url), 30, "hubsim answers", proc=proc)
+    with serve_hub(root, tmp_path) as (url, proc):
         yield Hub(root=root, url=url, proc=proc)
-    finally:
-        stop_process(proc)
