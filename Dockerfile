@@ -17,6 +17,7 @@ COPY sparkcli ./sparkcli
 COPY sparkdomain ./sparkdomain
 COPY sparksim ./sparksim
 COPY vllm_adapter ./vllm_adapter
+COPY hf_adapter ./hf_adapter
 COPY hubsim ./hubsim
 RUN pip install '.[postgres]'
 COPY . .

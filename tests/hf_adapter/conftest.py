@@ -1,0 +1,3 @@
+"""The local hub (hubsim) the adapter downloads from."""
+
+from tests.hubsim.conftest import hub  # noqa: F401
