@@ -56,7 +56,7 @@ def _serve(args) -> int:
         sock.bind((host, args.port))
         sockets.append(sock)
     cdn = f"http://{args.cdn_host}:{args.port}" if args.cdn_host else None
-    config = uvicorn.Config(App(args.root, cdn=cdn), log_level="warning", lifespan="on")
+    config = uvicorn.Config(App(args.root, cdn=cdn), log_level="warning", lifespan="off")
     uvicorn.Server(config).run(sockets=sockets)
     return 0
 

@@ -68,10 +68,7 @@ class App:
         self.cdn = cdn.rstrip("/") if cdn else None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # served with lifespan off: nothing to start or stop
             return
         record = {"method": scope["method"], "path": scope["path"], "status": None, "sent": 0,
                   "range": _header(scope, b"range")}  # fmt: skip
@@ -344,13 +341,3 @@ async def _read_body(receive, limit: int) -> bytes:
             raise HubError(413, None, f"body over {limit} bytes")
         if not message.get("more_body"):
             return body
-
-
-async def _lifespan(receive, send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
