@@ -22,6 +22,9 @@ unless rule 1 or 3 picked them.
 
 `tests/sparkdomain/test_weights.py` checks the choice against real vLLM's own download
 code run on a local hub.
+
+`disk_refusal` is the admission rule for the bytes still missing: refused, with the
+numbers, unless they fit on the cache's volume with `DISK_RESERVE_BYTES` left free.
 """
 
 from __future__ import annotations
@@ -129,3 +132,27 @@ def _no_weights(files: list[RepoFile]) -> str:
     kinds = ", ".join(sorted({posixpath.splitext(f.path)[1] or f.path for f in files})[:10])
     return ("no weights vLLM can load (*.safetensors, *.bin or *.pt at the top level, or "
             f"consolidated*.safetensors); the repository has: {kinds or 'nothing'}")  # fmt: skip
+
+
+# --- disk admission -----------------------------------------------------------------------
+
+# Left free on the cache's volume after a download: a Spark's cache usually shares the
+# system disk, and a full root filesystem stops the machine, not just the download.
+DISK_RESERVE_BYTES = 10 * 10**9
+
+
+def gb(n: int) -> str:
+    return f"{n / 10**9:.1f} GB"
+
+
+def disk_refusal(
+    missing_bytes: int, free_bytes: int, host: str, reserve_bytes: int = DISK_RESERVE_BYTES
+) -> str | None:
+    """Why a download may not start on `host`, in numbers — or None when it fits with the
+    reserve left over. Asked before the first byte, so a full disk never fails it halfway."""
+    if missing_bytes <= 0 or missing_bytes + reserve_bytes <= free_bytes:
+        return None
+    return (
+        f"needs {gb(missing_bytes)}, {gb(free_bytes)} free on {host} (keeping "
+        f"{gb(reserve_bytes)} free for the system) — delete cached models to make room"
+    )
