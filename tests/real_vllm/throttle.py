@@ -4,10 +4,10 @@ The engine-death test must kill vLLM's EngineCore while a chat and a benchmark a
 streaming, so no answer may end before the kill however slowly a busy machine relays. It
 freezes the engine (SIGSTOP) and lets it run only in short slices. That cannot be done
 from the test's own process: the chat relay and the benchmark harness stream there on
-threads of their own, and a thread doing many small socket reads keeps re-taking the GIL
-(CPython's convoy effect) — measured on two busy cores, the test's main thread waited up
-to 4.5 s between 0.1 s polls while a 1900-token answer streamed, so a 10 ms slice could
-last seconds. So the throttle is this small helper process, real-time scheduled where it
+threads of their own, and while a 1900-token answer streamed, the test's main thread was
+measured waiting up to 4.5 s between 0.1 s polls on two busy cores (the streaming threads
+keep taking the GIL back: most likely CPython's convoy effect), so a 10 ms slice could last
+seconds. So the throttle is this small helper process, real-time scheduled where it
 may be (else at nice -10), driven over a pipe: it times each slice itself, and its timing
 does not depend on the test process getting the GIL. (The freeze before the measured
 answer is asked for by the harness's own thread as it opens that stream: see the test.)
