@@ -15,6 +15,7 @@ A file is in the cache when its snapshot link resolves to a blob of the file's s
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,3 +121,18 @@ def write_ref(cache: Path, repo_id: str, revision: str, commit: str) -> None:
     tmp = ref.with_name(ref.name + ".tmp")
     tmp.write_text(commit)
     os.replace(tmp, ref)
+
+
+def partials_bytes(cache: Path, repo_id: str) -> int:
+    """All of a model's downloads under way or interrupted."""
+    blobs = repo_dir(cache, repo_id) / "blobs"
+    return sum(p.stat().st_size for p in blobs.glob("*" + INCOMPLETE))
+
+
+def volume_usage(path: Path):
+    """`shutil.disk_usage` of the filesystem `path` is on, or will be on once created (its
+    nearest existing folder)."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path)

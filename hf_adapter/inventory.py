@@ -41,7 +41,7 @@ class Inventory:
 
 def scan(hub_cache: Path) -> Inventory:
     hub_cache = Path(hub_cache)
-    usage = shutil.disk_usage(_existing(hub_cache))
+    usage = cache.volume_usage(hub_cache)
     try:
         info = scan_cache_dir(hub_cache)
     except CacheNotFound:
@@ -60,7 +60,7 @@ def scan(hub_cache: Path) -> Inventory:
             )
             for r in sorted(repo.revisions, key=lambda r: -r.last_modified)
         )
-        partial = sum(p.stat().st_size for p in (repo.repo_path / "blobs").glob("*.incomplete"))
+        partial = cache.partials_bytes(hub_cache, repo.repo_id)
         models.append(CachedModel(repo_id=repo.repo_id, size_on_disk=repo.size_on_disk,
                                   partial_bytes=partial, last_accessed=repo.last_accessed,
                                   revisions=revisions))  # fmt: skip
@@ -85,13 +85,6 @@ def delete(hub_cache: Path, repo_id: str, commits: list[str] | None = None) -> i
     freed = strategy.expected_freed_size
     strategy.execute()
     if commits is None:
-        folder = cache.repo_dir(hub_cache, repo_id)
-        freed += sum(p.stat().st_size for p in folder.glob("blobs/*.incomplete"))
-        shutil.rmtree(folder, ignore_errors=True)
+        freed += cache.partials_bytes(hub_cache, repo_id)
+        shutil.rmtree(cache.repo_dir(hub_cache, repo_id), ignore_errors=True)
     return freed
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

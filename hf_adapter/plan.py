@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,11 +60,8 @@ class DownloadPlan:
         return self.missing_bytes == 0
 
     def free_bytes(self) -> int:
-        """Free space of the cache's filesystem (its nearest existing folder)."""
-        folder = self.cache
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        return shutil.disk_usage(folder).free
+        """Free space of the cache's filesystem."""
+        return cache.volume_usage(self.cache).free
 
 
 def check_names(repo_id: str, revision: str) -> None:
@@ -99,8 +95,8 @@ def plan_download(
     for f in selection.files:
         entry = cache.Entry(repo_id=repo_id, commit=commit, path=f.path, size=f.size,
                             etag=etags[f.path])  # fmt: skip
-        there = cache.is_complete(hub_cache, entry) or cache.has_blob(hub_cache, entry)
-        have = f.size if there else cache.partial_bytes(hub_cache, entry)
+        # The blob, linked into this commit's snapshot or not yet (another commit's).
+        have = f.size if cache.has_blob(hub_cache, entry) else cache.partial_bytes(hub_cache, entry)
         planned.append(PlannedFile(entry=entry, have=have))
     return DownloadPlan(repo_id=repo_id, revision=revision, commit=commit, endpoint=endpoint,
                         cache=Path(hub_cache), files=planned, selection=selection)  # fmt: skip

@@ -18,6 +18,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from hubsim import store
 
@@ -74,14 +75,12 @@ def test_model_info_and_the_tree_give_sizes_without_a_download(hub):
     assert lfs["config.json"] is None
 
     tree = list(api.list_repo_tree(REPO, recursive=True))
-    files = {
-        e.path: e.size for e in tree if hasattr(e, "size") and e.__class__.__name__ == "RepoFile"
-    }
+    files = {e.path: e.size for e in tree if isinstance(e, RepoFile)}
     assert files == {
         **{p: len(c) for p, c in FILES.items()},
         "model-00002-of-00002.safetensors": big,
     }
-    assert "original" in {e.path for e in tree if e.__class__.__name__ == "RepoFolder"}
+    assert "original" in {e.path for e in tree if isinstance(e, RepoFolder)}
     top = {e.path for e in api.list_repo_tree(REPO)}
     assert "original/consolidated.pth" not in top and "original" in top
     # Nothing was downloaded to answer this.
