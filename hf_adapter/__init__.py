@@ -11,3 +11,11 @@ here and nowhere else in the panel.
 
 Django-free: the worker calls it with the host's cache path, the endpoint and the token.
 """
+
+from huggingface_hub.utils import _detect_agent
+
+# huggingface_hub 2.x fetches `{HF_ENDPOINT as it was at import}/api/agent-harnesses` the
+# first time it formats a terminal message (to tell whether an AI agent runs it). A Spark's
+# worker talks to no hub but the configured one (a mirror, an offline LAN): an empty
+# registry, set before any call (tests/hf_adapter: no name but the hub's is looked up).
+_detect_agent._registry = _detect_agent._EMPTY_REGISTRY

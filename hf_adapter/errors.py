@@ -6,6 +6,8 @@ happened with the numbers; `advice` says what to do. A token is never part of ei
 
 from __future__ import annotations
 
+import errno
+
 import httpx2
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -16,11 +18,18 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+# Worth another try after a pause: the network or the hub, not the request.
+RETRYABLE = frozenset({"network", "hub_http", "busy"})
+
 
 class HubError(Exception):
     def __init__(self, kind: str, message: str, advice: str = "") -> None:
         super().__init__(message)
         self.kind, self.message, self.advice = kind, message, advice
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
 
     def __str__(self) -> str:
         return f"{self.message} {self.advice}".strip()
@@ -29,6 +38,13 @@ class HubError(Exception):
 def translate(exc: BaseException, repo_id: str, revision: str, endpoint: str) -> HubError:
     """huggingface_hub's and the network's exceptions, in the panel's words."""
     page = f"{endpoint.rstrip('/')}/{repo_id}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return HubError(
+            "disk_full",
+            f"The Spark's disk filled up while downloading {repo_id}.",
+            "Delete cached models (the host's page lists them) and start again: what was "
+            "fetched is kept and resumed.",
+        )
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, GatedRepoError) and status == 401:
         return HubError(

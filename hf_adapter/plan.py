@@ -20,10 +20,10 @@ from huggingface_hub.hf_api import RepoFile as HubFile
 
 from hf_adapter import cache
 from hf_adapter.errors import HubError, translate
+from sparkdomain import flags as weights_flags
 from sparkdomain import weights
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 INDEX_MAX_BYTES = 16 * 1024 * 1024  # a weight map is kilobytes; this bounds a hostile one
 
 
@@ -67,7 +67,7 @@ class DownloadPlan:
 def check_names(repo_id: str, revision: str) -> None:
     if not REPO_ID.match(repo_id) or ".." in repo_id:
         raise HubError("bad_repo_id", f"{repo_id!r} is not a model id (org/name).")
-    if not REVISION.match(revision) or ".." in revision.split("/"):
+    if not revision or weights_flags.validate_revision(revision):
         raise HubError("bad_revision", f"{revision!r} is not a branch, tag or commit name.")
 
 

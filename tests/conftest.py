@@ -28,11 +28,13 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from sparkdomain.presets import RECIPES
 
-pytest_plugins = ["tests.real_vllm.fixtures"]  # the shared real-vLLM server (real_vllm)
+# The shared real-vLLM server (real_vllm) and the local Hugging Face hub (hub, serve_hub).
+pytest_plugins = ["tests.real_vllm.fixtures", "tests.hubsim.fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PASSWORD = "correct-horse-battery-staple-42"
+NO_HUB = "http://127.0.0.1:9"
 
 
 def pytest_configure(config) -> None:
@@ -40,6 +42,11 @@ def pytest_configure(config) -> None:
     # on a busy 2-core machine) would cost minutes. Signing in with the real hasher is still
     # tested: the browser tests' live server runs with the production settings.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # No test reaches the real Hugging Face Hub: a host with a cache downloads from here (a
+    # closed loopback port: refused at once) unless its test serves hubsim; the panel's
+    # subprocesses inherit it. Retries pause briefly (their pacing is not what is tested).
+    settings.HF_ENDPOINT = os.environ["HF_ENDPOINT"] = NO_HUB
+    settings.WEIGHTS_RETRY_PAUSE_S = 0.05
 
 
 def require_service(available: bool, what: str) -> None:

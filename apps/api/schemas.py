@@ -102,6 +102,7 @@ class RecipeFields(ArchitectureFields):
     slug: str | None = None
     description: str | None = None
     model_id: str | None = None
+    revision: str | None = Field(None, description="Branch, tag or commit; blank: the default.")
     served_model_name: str | None = None
     image: str | None = None
     gpu_memory_utilization: Decimal | None = Field(
@@ -138,6 +139,7 @@ class RecipeOut(Schema):
     name: str
     description: str
     model_id: str
+    revision: str
     served_model_name: str
     image: str
     gpu_memory_utilization: float
@@ -280,7 +282,24 @@ class RunOut(_RecipeOnHost):
         description="Who started it although the planner said it does not fit."
     )
     fit_override_at: datetime | None
+    weights: dict | None = Field(
+        description="The model this run serves: repo, revision as asked, the commit it "
+        "resolved to and served (--revision), total and downloaded bytes, files — or, "
+        'with "by": "vllm", why vLLM read the weights itself.'
+    )
+    download: dict | None = Field(
+        description="While downloading: total_bytes, done_bytes, rate_bps, eta_s, files "
+        "(path, done, size, active), files_left, attempt and a note after a failed try."
+    )
     url: str
+
+    @staticmethod
+    def resolve_weights(obj) -> dict | None:
+        return obj.facts.get("weights")
+
+    @staticmethod
+    def resolve_download(obj) -> dict | None:
+        return obj.facts.get("download") if obj.state == "downloading" else None
 
     @staticmethod
     def resolve_state_label(obj) -> str:
@@ -477,3 +496,55 @@ class PlanOut(Schema):
     budget: list[BudgetOut]
     warnings: list[PlanWarningOut]
     unknowns: list[str]
+
+
+# --- model weights ------------------------------------------------------------------------
+
+
+class CachedRevisionOut(Schema):
+    commit: str
+    refs: list[str]
+    size: int = Field(description="Bytes on disk (blobs shared with other revisions counted).")
+    files: int
+    last_modified: float = Field(description="Unix time.")
+
+
+class CachedModelOut(Schema):
+    repo: str
+    size: int = Field(description="Bytes on disk, shared blobs once.")
+    partial: int = Field(description="Bytes of unfinished downloads (resumed by the next).")
+    last_accessed: float = Field(description="Unix time.")
+    revisions: list[CachedRevisionOut]
+    recipes: list[str] = Field(description="Slugs of the recipes serving this model.")
+    in_use: str | None = Field(description="Why it cannot be deleted now, or null.")
+
+
+class PrefetchOut(Schema):
+    id: int
+    host: str
+    recipe: str
+    repo: str
+    revision: str
+    commit: str
+    state: str = Field(description="queued, downloading, done, failed or cancelled.")
+    progress: dict
+    error: str
+    advice: str
+    requested_by: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class HostCacheOut(Schema):
+    host: str
+    path: str = Field(description="The host's Hugging Face home (blank: none set).")
+    free_bytes: int | None
+    total_bytes: int | None
+    scanned_at: datetime | None
+    error: str
+    models: list[CachedModelOut]
+    downloads: list[PrefetchOut] = Field(description="The newest downloads (Download now).")
+
+
+class DownloadIn(Schema):
+    host: str = Field(description="The host's name.", max_length=63)

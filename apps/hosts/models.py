@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.core.queues import host_queue
 from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
 from sparkdomain import planner, spark
-from sparkdomain.flags import IMAGE
+from sparkdomain.flags import IMAGE, is_hub_model
 from sparkdomain.meminfo import Memory, read_meminfo
 from sparkdomain.spark import GB, GIB
 from sparksim.faults import FaultSpecError, parse_faults
@@ -112,8 +112,11 @@ class Host(models.Model):
     )  # fmt: skip
     hf_cache_path = models.CharField(
         "Hugging Face cache on the host", max_length=300, blank=True,
-        help_text="Mounted into vLLM containers at /root/.cache/huggingface. Set by an admin; "
-        "recipes can never add mounts.",
+        help_text="The Hugging Face home on this Spark (it holds hub/): its worker downloads a "
+        "recipe's weights here before the start, with progress, and vLLM reads them offline "
+        "(mounted into containers at /root/.cache/huggingface; a local server's HF_HOME). "
+        "Blank: vLLM downloads them itself, inside the load. Set by an admin; recipes can "
+        "never add mounts.",
     )  # fmt: skip
     image_allowlist = models.JSONField(
         default=list, blank=True, validators=[validate_image_patterns],
@@ -159,6 +162,11 @@ class Host(models.Model):
     unmanaged = models.JSONField(default=list, blank=True)
     inventory_at = models.DateTimeField(null=True, blank=True)
     inventory_error = models.CharField(max_length=300, blank=True)
+    # What the Spark's Hugging Face cache holds, as its worker's last scan saw it
+    # (apps/runs/weights.py: models, revisions, sizes, the volume's free space).
+    weights_cache = models.JSONField(default=dict, blank=True)
+    weights_cache_at = models.DateTimeField(null=True, blank=True)
+    weights_cache_error = models.CharField(max_length=300, blank=True)
 
     objects = HostQuerySet.as_manager()
 
@@ -262,6 +270,23 @@ class Host(models.Model):
         if self.agent_live and sample.get("mem_total") and sample.get("mem_available") is not None:
             return Memory(int(sample["mem_total"]), int(sample["mem_available"])), "agent"
         return self.memory(), "panel"
+
+    def weights_not_downloaded(self, model_id: str) -> str | None:
+        """Why the panel does not download this model before a start here (vLLM then reads
+        a local path, or downloads inside the server) — None when it does (docs/weights.md)."""
+        if not is_hub_model(model_id):
+            return "the model is a path inside the server, not a Hugging Face id"
+        if not self.hf_cache_path:
+            return (
+                f"{self.name} has no Hugging Face cache set (an admin sets it on the host): "
+                "vLLM downloads the weights itself, inside the load, without progress"
+            )
+        return None
+
+    def cached_model(self, model_id: str) -> dict | None:
+        """The last cache scan's entry for a model, or None."""
+        models_ = (self.weights_cache or {}).get("models", [])
+        return next((m for m in models_ if m.get("repo") == model_id), None)
 
     def fault_specs(self) -> list[str]:
         return [spec.strip() for spec in self.sim_faults.split(",") if spec.strip()]

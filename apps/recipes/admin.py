@@ -22,7 +22,7 @@ class RecipeAdmin(admin.ModelAdmin):
     readonly_fields = ["created_by", "created_at", "updated_at"]
     fieldsets = [
         (None, {"fields": [
-            "name", "slug", "description", "model_id", "served_model_name", "image",
+            "name", "slug", "description", "model_id", "revision", "served_model_name", "image",
             "is_preset"]}),
         ("vLLM flags", {"fields": [
             "gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype",

@@ -22,7 +22,9 @@ FLAG_FIELDS = [
     "enable_prefix_caching", "enforce_eager", "max_num_batched_tokens",
     "tensor_parallel_size", "reasoning_parser", "tool_call_parser",
 ]  # fmt: skip
-IDENTITY_FIELDS = ["name", "slug", "description", "model_id", "served_model_name", "image"]
+IDENTITY_FIELDS = [
+    "name", "slug", "description", "model_id", "revision", "served_model_name", "image",
+]  # fmt: skip
 
 # Upper bounds of the architecture numbers (the flags' are the model's own validators):
 # generous for any real checkpoint (DeepSeek-V3: 671 B, 61 layers, kv_lora_rank 512), small

@@ -18,6 +18,7 @@ from sparkdomain.flags import (
     validate_extra_args,
     validate_image,
     validate_model_id,
+    validate_revision,
 )
 
 
@@ -26,6 +27,12 @@ def validate_utilization(value) -> None:
         check_utilization(value)
     except FlagError as exc:
         raise ValidationError(str(exc), code="utilization") from None
+
+
+def validate_revision_field(value: str) -> None:
+    message = validate_revision(value)
+    if message:
+        raise ValidationError(message)
 
 
 def validate_model_id_field(value: str) -> None:
@@ -96,6 +103,11 @@ class Recipe(models.Model):
         validators=[validate_model_id_field],
         help_text="Hugging Face id (organisation/model) or an absolute path inside the container.",
     )
+    revision = models.CharField(
+        max_length=200, blank=True, validators=[validate_revision_field],
+        help_text="A branch, tag or commit of the model's repository; blank = its default "
+        "branch. Each run downloads and records the commit this resolves to, and serves that.",
+    )  # fmt: skip
     served_model_name = models.CharField(
         max_length=128, blank=True, validators=[validate_served_name],
         help_text="Name clients use in requests; blank = the model id.",

@@ -13,3 +13,14 @@ def start_form_context(selected_recipe: int | None = None) -> dict:
         "start_hosts": Host.objects.all(),
         "selected_recipe": selected_recipe,
     }
+
+
+def weights_on_hosts(recipe: Recipe) -> list[dict]:
+    """Each host with what its cache holds of the recipe's model (its last scan), and why
+    nothing would be downloaded there, for the recipe page's weights card."""
+    rows = []
+    for host in Host.objects.all():
+        cached = host.cached_model(recipe.model_id)
+        rows.append({"host": host, "cached": cached,
+                     "why_not": host.weights_not_downloaded(recipe.model_id)})  # fmt: skip
+    return rows

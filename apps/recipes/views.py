@@ -20,7 +20,7 @@ from apps.recipes.forms import (
 )
 from apps.recipes.models import Recipe
 from apps.recipes.plan_labels import labelled_errors
-from apps.recipes.selectors import start_form_context
+from apps.recipes.selectors import start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
 from apps.recipes.signals import measured_checks, measured_corrections
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
@@ -77,6 +77,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "serve_line": shell_line(serve_argv(recipe)),
             "docker_line": shell_line(docker_run_argv(recipe)),
             "runs": recipe.runs.select_related("host")[:20],
+            "weights_hosts": weights_on_hosts(recipe),
             "vllm_check": vllm_check(recipe),
             **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),

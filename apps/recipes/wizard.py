@@ -28,7 +28,7 @@ from sparkdomain.planner import plan
 from sparkdomain.spark import DEFAULT_IMAGE
 
 STEPS = {
-    1: ("Model", ["model_id", "served_model_name", *ARCH_FIELDS]),
+    1: ("Model", ["model_id", "revision", "served_model_name", *ARCH_FIELDS]),
     2: ("Workload", [*FLAG_FIELDS, "extra_args"]),
     3: ("Review and save", ["name", "slug", "description", "image"]),
 }

@@ -15,6 +15,7 @@ from apps.core import live
 from apps.core.live import Element
 from apps.hosts.live import host_or_404
 from apps.runs.models import Run
+from apps.runs.weights import cache_context
 
 # The start task pushes its progress at most this often (log lines and forced pushes at once).
 PUSH_EVERY_S = 0.5
@@ -74,6 +75,23 @@ live.register(
 # A host's line on the dashboard: its active run, so it changes with the runs.
 live.register("host-line", Element(lambda k: f"host-{k}-line", "core/partials/host_line.html",
                                    _host_line_context, subject="host"))  # fmt: skip
+
+
+def _host_weights_context(key: str, request) -> dict:
+    return cache_context(host_or_404(key))
+
+
+# A host's model cache (its page) and the downloads under way there; a run's state changes
+# what may be deleted, so it is about the host too.
+live.register(
+    "host-weights",
+    Element(lambda k: f"host-{k}-weights", "runs/partials/host_weights.html",
+            _host_weights_context, subject="host", personal=True),
+)  # fmt: skip
+
+
+def push_host_weights(host_name: str) -> int | None:
+    return live.push([("host-weights", host_name)])
 
 
 def push_run(run_id: int, *, lines: list[str] | None = None, actions: bool = True) -> int | None:

@@ -19,6 +19,7 @@ class InvalidTransition(Exception):
 class RunState(models.TextChoices):
     QUEUED = "queued", "Queued"
     PULLING = "pulling", "Pulling image"
+    DOWNLOADING = "downloading", "Downloading weights"
     STARTING = "starting", "Starting"
     LOADING = "loading", "Loading weights"
     COMPILING = "compiling", "Compiling and capturing graphs"
@@ -31,8 +32,9 @@ class RunState(models.TextChoices):
 
 S = RunState
 TRANSITIONS: dict[str, set[str]] = {
-    S.QUEUED: {S.PULLING, S.STARTING, S.STOPPING, S.FAILED},
-    S.PULLING: {S.STARTING, S.STOPPING, S.FAILED},
+    S.QUEUED: {S.PULLING, S.DOWNLOADING, S.STARTING, S.STOPPING, S.FAILED},
+    S.PULLING: {S.DOWNLOADING, S.STARTING, S.STOPPING, S.FAILED},
+    S.DOWNLOADING: {S.STARTING, S.STOPPING, S.FAILED},
     S.STARTING: {S.LOADING, S.COMPILING, S.WARMING, S.STOPPING, S.FAILED},
     S.LOADING: {S.COMPILING, S.WARMING, S.STOPPING, S.FAILED},
     S.COMPILING: {S.WARMING, S.STOPPING, S.FAILED},
@@ -43,7 +45,9 @@ TRANSITIONS: dict[str, set[str]] = {
     S.FAILED: set(),
 }
 ACTIVE_STATES = [s for s in RunState.values if s not in (S.STOPPED, S.FAILED)]
-STARTING_STATES = [S.QUEUED, S.PULLING, S.STARTING, S.LOADING, S.COMPILING, S.WARMING]
+STARTING_STATES = [
+    S.QUEUED, S.PULLING, S.DOWNLOADING, S.STARTING, S.LOADING, S.COMPILING, S.WARMING,
+]  # fmt: skip
 # The phases the model server itself paces (a simulated one N× faster than a real Spark).
 SERVER_PACED_STATES = frozenset(s.value for s in (S.STARTING, S.LOADING, S.COMPILING, S.WARMING))
 
@@ -205,7 +209,11 @@ class Run(models.Model):
 
     def remaining_seconds(self) -> float | None:
         """An estimate for the phases whose progress is a real percentage (pulling and
-        loading weights): the phase's pace so far. None when there is no honest estimate."""
+        loading weights): the phase's pace so far; a download's own ETA (its rate over the
+        last seconds). None when there is no honest estimate."""
+        if self.state == RunState.DOWNLOADING:
+            eta = (self.facts.get("download") or {}).get("eta_s")
+            return float(eta) if isinstance(eta, int | float) else None
         if self.state not in (RunState.PULLING, RunState.LOADING) or not 3 <= self.percent < 100:
             return None
         span = self.timings.get(self.state)
@@ -247,6 +255,56 @@ class Run(models.Model):
     def facts_clock(self):
         """This run's clock (the speed its server started with): apps/hosts/clock.py."""
         return run_clock(self)
+
+
+class Prefetch(models.Model):
+    """A recipe's weights downloaded to a host's cache without starting it ("Download
+    now"); the same download a run does before its start (apps/runs/weights.py)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        DOWNLOADING = "downloading", "Downloading"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE = (State.QUEUED, State.DOWNLOADING)
+
+    recipe = models.ForeignKey(
+        "recipes.Recipe", on_delete=models.CASCADE, related_name="prefetches"
+    )
+    host = models.ForeignKey("hosts.Host", on_delete=models.CASCADE, related_name="prefetches")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="prefetches"
+    )
+    repo_id = models.CharField(max_length=200)
+    revision = models.CharField(max_length=200, blank=True)  # as asked
+    commit = models.CharField(max_length=64, blank=True)  # what it resolved to
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    progress = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    advice = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            # One download of a model at a time on a host (they would share the partials).
+            models.UniqueConstraint(
+                fields=["host", "repo_id"],
+                condition=Q(state__in=["queued", "downloading"]),
+                name="one_active_prefetch_per_host_model",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id} on {self.host} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
 
 
 class PlanCheck(models.Model):

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
+from datetime import timedelta
 
 import httpx
 from django.contrib.auth import get_user_model
@@ -18,11 +19,13 @@ from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.hosts.models import Host
+from apps.runs import weights
 from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 from apps.runs.services import RunRefused, run_start
 from apps.runs.signals import host_worker_free
+from hf_adapter.transfer import DownloadStopped
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
 from vllm_adapter.logparse import LogFollower, Phase
@@ -36,6 +39,7 @@ PHASE_TIMEOUT_S = {S.STARTING: 600, S.LOADING: 1800, S.COMPILING: 1200, S.WARMIN
 WARMUP_MAX_REQUESTS = 6
 LOG_TAIL_LINES = 200
 PHASE_STATE = {Phase.LOADING: S.LOADING, Phase.COMPILING: S.COMPILING}
+CACHE_SCAN_EVERY = timedelta(minutes=10)
 
 
 class StopRequested(Exception):
@@ -86,7 +90,12 @@ def start(run_id: int) -> None:
                           host_facts=dataclasses.asdict(run.host.spec()))  # fmt: skip
         if run.state in (S.QUEUED, S.PULLING) and engine.needs_pull(spec):
             _pull(run, engine, spec, pusher)
-        if run.state in (S.QUEUED, S.PULLING):
+        if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
+            _download(run, pusher)
+            spec = dataclasses.replace(spec, argv=list(run.argv))  # pinned to its commit
+        if (run.facts.get("weights") or {}).get("by") == "panel":
+            spec.env["HF_HUB_OFFLINE"] = "1"  # vLLM never downloads behind the panel's back
+        if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
             run.transition(S.STARTING, step="Starting the server", percent=0)
             pusher.push(force=True)
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
@@ -160,6 +169,50 @@ def _pull(run: Run, engine: Engine, spec: LaunchSpec, pusher: RunPusher) -> None
             advice="Check the image name and tag, and that this Spark can reach the registry "
             "(`docker pull` on the Spark shows the same error).",
         ) from None
+    _check_stop(run)
+
+
+def _download(run: Run, pusher: RunPusher) -> None:
+    """The recipe's weights into the host's cache before the start, with live progress
+    (apps/runs/weights.py); the run then serves exactly the commit it downloaded. Without a
+    cache on the host, or for a local path, vLLM reads the model itself (said on the page)."""
+    recipe, host = run.recipe, run.host
+    why_not = weights.why_not_downloaded(recipe.model_id, host)
+    if why_not is not None:
+        _save(run, facts={**run.facts, "weights": {"by": "vllm", "why": why_not}})
+        return
+    if run.state != S.DOWNLOADING:
+        run.transition(S.DOWNLOADING, step=f"Downloading {recipe.model_id}: planning", percent=0)
+        pusher.push(force=True)
+    last_check = 0.0
+    stop_seen = False
+
+    def progress(report: dict) -> None:
+        step, percent = weights.progress_line(report)
+        _save(run, step=step[:200], percent=percent if report.get("total_bytes") else run.percent,
+              facts={**run.facts, "download": report})  # fmt: skip
+        pusher.push()
+
+    def should_stop() -> bool:
+        nonlocal last_check, stop_seen
+        if not stop_seen and time.monotonic() - last_check >= PUSH_EVERY_S:
+            last_check = time.monotonic()
+            state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
+            stop_seen = state == S.STOPPING
+        return stop_seen
+
+    try:
+        fetched = weights.fetch(host, recipe.model_id, recipe.revision, on_progress=progress,
+                                should_stop=should_stop)  # fmt: skip
+    except DownloadStopped:
+        run.state = S.STOPPING
+        raise StopRequested from None
+    except weights.WeightsFailed as exc:
+        raise StartFailed(exc.reason, advice=exc.advice) from None
+    facts = {k: v for k, v in run.facts.items() if k != "download"}
+    facts["weights"] = fetched.as_facts()
+    _save(run, facts=facts, argv=weights.pinned_argv(list(run.argv), fetched.commit))
+    weights.scan(host)  # the Hosts page shows what the download added
     _check_stop(run)
 
 
@@ -336,6 +389,10 @@ def reconcile(host_id: int) -> list[int]:
         if Run.objects.filter(pk=run.pk, state=S.FAILED).exists():
             failed.append(run.pk)
     _sweep(host, engine)
+    if host.hf_cache_path and (
+        host.weights_cache_at is None or timezone.now() - host.weights_cache_at > CACHE_SCAN_EVERY
+    ):
+        weights.scan(host)  # what the Hosts page shows of its cache, at most this old
     # Nothing else runs on this queue now: jobs marked running here lost their worker
     # (the benchmarks app interrupts them, results kept).
     host_worker_free.send(sender=Host, host=host)

@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from apps.hosts.models import Host
-from apps.runs import runner
+from apps.runs import live, runner, weights
 
 # Container starts and benchmarks on one Spark run one at a time on its own queue
 # (host.<name>, concurrency 1); these tasks are routed there by the services.
@@ -33,3 +33,27 @@ def reconcile_all() -> None:
     servers are."""
     for host in Host.objects.all():
         reconcile.apply_async(args=[host.pk], queue=host.queue)
+
+
+# The model cache lives on the Spark: its worker scans, deletes and downloads (weights.py).
+@shared_task(name="runs.weights_scan")
+def weights_scan(host_id: int) -> None:
+    weights.scan(Host.objects.get(pk=host_id))
+    live.push_host_weights(Host.objects.get(pk=host_id).name)
+
+
+@shared_task(name="runs.weights_delete")
+def weights_delete(host_id: int, repo_id: str, commits: list[str] | None) -> dict:
+    host = Host.objects.get(pk=host_id)
+    try:
+        return {"freed_bytes": weights.delete(host, repo_id, commits)}
+    except weights.WeightsFailed as exc:
+        weights.record_refusal(host, exc)
+        return {"error": exc.reason, "advice": exc.advice}
+    finally:
+        live.push_host_weights(host.name)
+
+
+@shared_task(name="runs.prefetch", acks_late=True)
+def prefetch(prefetch_id: int) -> None:
+    weights.prefetch(prefetch_id, changed=live.push_host_weights)

@@ -33,12 +33,13 @@ _OTHER_ENGINE_COMMANDS = (
     (re.compile(r"^(?:trtllm-serve|mpirun\b.*trtllm)"), "trtllm"),
 )
 
-TOP_LEVEL_MAPPED = ("model", "container", "runtime", "name", "description", "defaults", "metadata")
+TOP_LEVEL_MAPPED = (
+    "model", "model_revision", "container", "runtime", "name", "description", "defaults",
+    "metadata",
+)  # fmt: skip
 TOP_LEVEL_IGNORED: dict[str, str] = {
     "command": "",  # read for its flags below
     "env": "",  # its sentence names the variables
-    "model_revision": "SparkPanel serves the model's default branch; the pinned revision "
-    "is not imported.",
     "sparkrun_version": "sparkrun's format version; nothing to import.",
     "recipe_version": "sparkrun's format version; nothing to import.",
     "runtime_version": "sparkrun's runtime version; the container image decides it here.",
@@ -101,6 +102,10 @@ def parse_sparkrun(doc: Mapping[str, object], *, name_hint: str = "") -> Sparkru
 
     fields_["name"] = recipe_name(doc, metadata, name_hint, model, recipe)
     fields_["model_id"] = model
+    if doc.get("model_revision") not in (None, ""):
+        revision = read_text(doc["model_revision"], "model_revision", recipe)
+        if revision:
+            fields_["revision"] = revision
     if "container" in doc:
         image = read_text(doc["container"], "container", recipe)
         if image:

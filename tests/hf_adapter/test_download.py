@@ -222,3 +222,42 @@ def test_a_revision_is_pinned_to_its_commit(hub, tmp_path):
     assert inventory.delete(hub_cache, REPO) == latest.total_bytes
     assert inventory.scan(hub_cache).models == ()
     assert not cache.repo_dir(hub_cache, REPO).exists()
+
+
+NAMES_SCRIPT = textwrap.dedent(
+    """
+    import json, os, socket, sys
+    from pathlib import Path
+    os.environ.pop("HF_ENDPOINT", None)  # huggingface_hub's default: huggingface.co
+    looked_up = []
+    real = socket.getaddrinfo
+    def getaddrinfo(host, *args, **kwargs):
+        looked_up.append(str(host))
+        return real(host, *args, **kwargs)
+    socket.getaddrinfo = getaddrinfo
+    from hf_adapter.plan import plan_download
+    from hf_adapter.transfer import download
+    from huggingface_hub.utils import ANSI
+    planned = plan_download("org/tiny", "main", hub_cache=Path(sys.argv[2]),
+                            endpoint=sys.argv[1], token=None)
+    download(planned, token=None)
+    ANSI.bold("a terminal message")  # what made huggingface_hub ask its default hub
+    print(json.dumps(sorted(set(looked_up))))
+    """
+)
+
+
+def test_a_download_looks_up_no_name_but_the_configured_hubs(hub, tmp_path):
+    """huggingface_hub 2.x asks huggingface.co for an "agent harnesses" registry when it
+    first formats a terminal message; a Spark on a LAN with a mirror must not (the empty
+    registry set in hf_adapter/__init__.py)."""
+    store.publish(hub.root, REPO, {"config.json": b"{}", "model.safetensors": b"w" * 4096})
+    env = {k: v for k, v in os.environ.items() if k != "HF_ENDPOINT"}
+    env["HF_HOME"] = str(tmp_path / "home")  # no registry cached from an earlier run
+    out = subprocess.run(
+        [sys.executable, "-c", NAMES_SCRIPT, hub.url, str(tmp_path / "hub-cache")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = json.loads(out.stdout.strip().splitlines()[-1])
+    assert names and set(names) <= {"127.0.0.1", "127.0.0.2"}, names

@@ -17,7 +17,7 @@ from apps.benchmarks.selectors import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.core.models import Notice
 from apps.hosts.models import Host
-from apps.runs.models import Run, RunState
+from apps.runs.models import Prefetch, Run, RunState
 from sparkdomain.command import serve_argv
 from tests.conftest import free_port
 
@@ -73,7 +73,17 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         events=[Webhook.Event.JOB_FINISHED],
     )  # fmt: skip
     notice = Notice.objects.create(author=operator, message="Maintenance at 14:00")
+    # A model in the host's cache that nothing uses (deletable), and a queued download.
+    host.weights_cache = {"path": "/srv/hf-cache", "free_bytes": 10**12, "total_bytes": 2 * 10**12,
+                          "models": [{"repo": "org/old-model", "size": 10**9, "partial": 0,
+                                      "last_accessed": 0.0, "revisions": [{
+                                          "commit": "a" * 40, "refs": ["main"], "size": 10**9,
+                                          "files": 3, "last_modified": 0.0}]}]}  # fmt: skip
+    host.save(update_fields=["weights_cache"])
+    prefetch = Prefetch.objects.create(recipe=qwen, host=host, requested_by=operator,
+                                       repo_id="org/other-model")  # fmt: skip
     return {
+        "prefetch": prefetch,
         "notice": notice,
         "host": host,
         "host_name": host.name,

@@ -86,7 +86,7 @@ HOSTILE_TOKENS = [
 ]  # fmt: skip
 ALLOWED_TOKENS = [
     "--trust-remote-code", "--enable-chunked-prefill", "--async-scheduling", "--load-format",
-    "fastsafetensors", "--dtype", "bfloat16", "--seed", "7", "--seed=42", "--revision", "main",
+    "fastsafetensors", "--dtype", "bfloat16", "--seed", "7", "--seed=42",
     "--tokenizer", "org/tok", "--block-size", "16", "--max-logprobs", "5", "--generation-config",
     "vllm",
 ]  # fmt: skip
@@ -117,7 +117,7 @@ WORKER_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HOME": "
 VALID_GROUPS = [
     ["--trust-remote-code"], ["--enable-chunked-prefill"], ["--async-scheduling"],
     ["--load-format", "fastsafetensors"], ["--dtype", "bfloat16"], ["--seed", "7"],
-    ["--revision", "main"], ["--tokenizer", "org/tok"], ["--block-size=16"],
+    ["--tokenizer", "org/tok"], ["--block-size=16"],
     ["--max-logprobs", "5"], ["--generation-config", "vllm"],
 ]  # fmt: skip
 anything = st.one_of(

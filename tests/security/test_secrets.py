@@ -28,6 +28,7 @@ from apps.hosts.models import Host
 from apps.runs import runner
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
+from hubsim import store
 from tests.conftest import free_port
 from tests.security.urlwalk import (
     api_operations,
@@ -246,15 +247,22 @@ class FakeDocker:
 
 def test_a_run_start_keeps_hf_token_out_of_argv_the_database_pages_and_logs(
     world, secrets, operator, admin_user, client_as, caplog, monkeypatch,
-    django_capture_on_commit_callbacks,
+    django_capture_on_commit_callbacks, hub, settings, tmp_path,
 ):  # fmt: skip
     caplog.set_level(logging.DEBUG)
-    for name in ("httpx", "axes", "docker", "urllib3", "celery", "django", "apps"):
+    for name in ("httpx", "httpx2", "axes", "docker", "urllib3", "celery", "django", "apps",
+                 "huggingface_hub", "filelock"):  # fmt: skip
         caplog.set_level(logging.DEBUG, logger=name)
+    # The recipe's model is gated on the (local) hub: the worker's download needs the token.
+    model = world["recipe"].model_id
+    store.publish(hub.root, model, {"config.json": b"{}", "tokenizer.json": b"{}",
+                                    "model.safetensors": b"w" * 4096},
+                  gated="manual", tokens=[HF_TOKEN])  # fmt: skip
+    settings.HF_ENDPOINT = hub.url
     port = free_port()
     host = Host.objects.create(
         name="sec-spark-2", engine=Host.Engine.DOCKER, simulated=True, gpus=True,
-        hf_cache_path="/srv/hf-cache", image_allowlist=["vllm/vllm-openai:*"],
+        hf_cache_path=str(tmp_path / "hf"), image_allowlist=["vllm/vllm-openai:*"],
         port_min=port, port_max=port,
     )  # fmt: skip
     queued = []
@@ -279,8 +287,11 @@ def test_a_run_start_keeps_hf_token_out_of_argv_the_database_pages_and_logs(
     run.refresh_from_db()
     assert run.state == RunState.FAILED and "exited with code 1" in run.failure_reason
 
+    assert run.facts["weights"]["by"] == "panel"  # downloaded with the token, then offline
+    assert {r["status"] for r in hub.requests() if "/resolve/" in r["path"]} <= {200, 206, 302}
     [kwargs] = fake.created
     assert kwargs["environment"]["HF_TOKEN"] == HF_TOKEN  # handed to vLLM, by env only
+    assert kwargs["environment"]["HF_HUB_OFFLINE"] == "1"
     rest = {**kwargs, "environment": {k: v for k, v in kwargs["environment"].items()
                                       if k != "HF_TOKEN"}}  # fmt: skip
     assert HF_TOKEN not in repr(rest)

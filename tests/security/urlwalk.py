@@ -27,6 +27,7 @@ REGEX_SAMPLES = {"api/^(?P<rest>.*)$": "api/v2/anything"}
 # says which. An unknown URL gets 1 (nothing), which is still fine for the login and role
 # checks, and the member walk reports it.
 PK_BY_URL_PREFIX = {
+    "host-models-": "prefetch",
     "token-": "token",
     "webhook-": "webhook",
     "run-": "run",
@@ -44,6 +45,7 @@ OBJECT_BY_PARAM = {
     "run": "run",
     "run_id": "run",
     "job_id": "job",
+    "download_id": "prefetch",
 }
 _PARAM = re.compile(r"<(?:(?P<converter>[^>:]+):)?(?P<param>[^>]+)>")
 
@@ -142,7 +144,8 @@ def api_request(
     request that would do its work if nobody checked who sent it."""
     recipe, host, done = objects["recipe"], objects["host"], objects["done_jobs"]
     values = {"slug": recipe.slug, "name": host.name, "run_id": objects["run"].pk,
-              "job_id": objects["job"].pk}  # fmt: skip
+              "job_id": objects["job"].pk, "download_id": objects["prefetch"].pk,
+              "org": "org", "model": "old-model"}  # fmt: skip
     queries = {"compare_jobs": {"ids": f"{done[0].pk},{done[1].pk}"}}
     imported = recipes_to_yaml([recipe]).replace(recipe.slug, "api-import")
     bodies = {
@@ -156,6 +159,7 @@ def api_request(
         "update_recipe": {"max_num_seqs": 2, "description": "changed through the API"},
         "start_run": {"recipe": recipe.slug, "host": host.name},
         "queue_job": {"recipe": recipe.slug, "host": host.name},
+        "download_now": {"host": host.name},
         "plan": {"gpu_memory_utilization": "0.8", "max_model_len": 8192, "max_num_seqs": 1},
     }
     name = api_name(op)

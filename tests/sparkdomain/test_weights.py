@@ -14,7 +14,7 @@ import pytest
 from hubsim import store
 from sparkdomain.weights import MAX_FILES, RepoFile, WeightsError, is_weight_file, select
 from tests.conftest import require_service
-from tests.hubsim.conftest import serve_hub
+from tests.hubsim.fixtures import serve_hub
 from tests.vllm_adapter.real_parser import venv_python
 
 ROOT = Path(__file__).resolve().parents[2]

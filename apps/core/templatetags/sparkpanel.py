@@ -37,3 +37,25 @@ def pct(value) -> int:
     if number != number:  # NaN
         return 0
     return max(0, min(100, round(number)))
+
+
+@register.filter
+def bytes_gb(value) -> str:
+    """Bytes for people, in decimal units as disks and the hub count them: 71.2 GB, 12.5 MB."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return ""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+@register.filter
+def ratio_pct(done, total) -> float:
+    """done / total as a percentage (0 when there is no total)."""
+    try:
+        return 100.0 * float(done) / float(total) if float(total) else 0.0
+    except (TypeError, ValueError):
+        return 0.0

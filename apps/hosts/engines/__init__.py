@@ -31,6 +31,7 @@ def engine_for(host) -> Engine:
             vllm_executable=settings.VLLM_EXECUTABLE,
             server_env=settings.VLLM_ENV,
             hf_token=settings.HF_TOKEN,  # a real vLLM's only; never the worker's whole env
+            hf_home=host.hf_cache_path,
         )
     from apps.hosts.engines.docker import DockerEngine, MountedVllm
 

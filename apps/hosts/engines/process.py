@@ -94,8 +94,12 @@ class ProcessEngine(Engine):
         server_env: dict[str, str] | None = None,
         hf_token: str = "",
         host_name: str = "",
+        hf_home: str = "",
     ):
         self.host_name = host_name
+        # The host's Hugging Face cache (where the worker downloaded the weights): the
+        # server's HF_HOME; blank leaves the worker's own (or vLLM's default).
+        self.hf_home = hf_home
         self.runs_dir = Path(runs_dir)
         self.simulated = simulated
         self.sim_args = list(sim_args or [])
@@ -134,6 +138,8 @@ class ProcessEngine(Engine):
             env.update(self.server_env)
             if self._hf_token:
                 env["HF_TOKEN"] = self._hf_token
+            if self.hf_home:
+                env["HF_HOME"] = self.hf_home
         else:
             env.update(sim_env(spec))
         env.update(spec.env)

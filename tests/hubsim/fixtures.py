@@ -1,4 +1,4 @@
-"""A hubsim server on a loopback port, with a root the test publishes into."""
+"""A hubsim server on a loopback port, with a root the test publishes into (the `hub` fixture, registered for every test by tests/conftest.py)."""
 
 from __future__ import annotations
 
