@@ -287,6 +287,21 @@ def start_worker(redis_url, tmp_path):
         stop_process(proc)
 
 
+# A small real filesystem for disk admission (hf_adapter, runs): a 16 MiB tmpfs.
+@pytest.fixture
+def small_volume(tmp_path):
+    """A 16 MiB tmpfs mounted for the test (root: CAP_SYS_ADMIN)."""
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)  # fmt: skip
+    require_service(done.returncode == 0, f"a tmpfs mount (root, CAP_SYS_ADMIN): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
 # --- hosts and recipes shared by the runs and benchmarks tests ----------------------------
 
 

@@ -4,30 +4,12 @@ with the reserve goes ahead."""
 
 from __future__ import annotations
 
-import subprocess
-
-import pytest
-
 from hf_adapter.plan import plan_download
 from hf_adapter.transfer import download
 from hubsim import store
 from sparkdomain.weights import disk_refusal
-from tests.conftest import require_service
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def small_volume(tmp_path):
-    mount = tmp_path / "volume"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
-    require_service(done.returncode == 0, f"a tmpfs mount (root, CAP_SYS_ADMIN): {done.stderr}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_the_numbers_of_a_refusal():
