@@ -115,9 +115,12 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
 
 
 @contextlib.contextmanager
-def host_processes(server: LiveServer, host: str, *agent_args: str) -> Iterator[dict]:
-    """A simulated host's own Celery worker and host agent, on the live server's database
-    (their logs beside the server's), until the block ends; yields {"worker", "agent"}."""
+def host_processes(
+    server: LiveServer, host: str, *agent_args: str, worker_env: dict | None = None
+) -> Iterator[dict]:
+    """A simulated host's own Celery worker (its environment plus `worker_env`: what a
+    Spark's .env sets) and host agent, on the live server's database (their logs beside
+    the server's), until the block ends; yields {"worker", "agent"}."""
     from sparkpanel.celery import app
 
     logs = server.log.parent
@@ -126,7 +129,8 @@ def host_processes(server: LiveServer, host: str, *agent_args: str) -> Iterator[
         [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", f"host.{host}",
          "-n", node, "-c", "1", "--prefetch-multiplier", "1", "--without-mingle",
          "--without-gossip"],
-        cwd=ROOT, env=server.env, stdout=(logs / f"{host}-worker.log").open("w"),
+        cwd=ROOT, env={**server.env, **(worker_env or {})},
+        stdout=(logs / f"{host}-worker.log").open("w"),
         stderr=subprocess.STDOUT,
     )  # fmt: skip
     agent = subprocess.Popen(
