@@ -368,3 +368,18 @@ def test_a_recipe_with_run_history_is_kept_with_a_message_not_a_500(client_as, o
     assert response.status_code == 200
     assert Recipe.objects.filter(pk=recipe.pk).exists()
     assert "is kept: 1 run(s) and 0 benchmark job(s) refer to it" in response.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("revision", ["main; rm -rf /", "../../etc", "-x", "a b", "x" * 201])
+def test_a_revision_that_is_no_branch_tag_or_commit_is_refused(revision):
+    form = RecipeForm(data=recipe_data(revision=revision))
+    assert not form.is_valid() and "revision" in form.errors
+
+
+@pytest.mark.django_db
+def test_a_pinned_revision_reaches_the_command_right_after_the_model():
+    form = RecipeForm(data=recipe_data(revision="v1.0"))
+    assert form.is_valid(), form.errors
+    recipe = form.save()
+    assert serve_argv(recipe)[2:5] == ["Qwen/Qwen3-32B", "--revision", "v1.0"]

@@ -395,3 +395,13 @@ def test_looks_like_sparkrun_rejects_other_documents() -> None:
     assert not looks_like_sparkrun([{"model": "a/b", "container": "img"}])
     assert not looks_like_sparkrun("model: a/b")
     assert not looks_like_sparkrun({"model": 3, "container": "img"})
+
+
+def test_a_pinned_model_revision_becomes_the_recipes_revision() -> None:
+    doc = yaml.safe_load(FULL_RECIPE)
+    doc["model_revision"] = "3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a"
+    recipe = parse_sparkrun(doc)
+    assert recipe.fields["revision"] == doc["model_revision"]
+    assert not any(line.startswith("model_revision") for line in recipe.ignored)
+    doc["model_revision"] = 7
+    assert "model_revision" in parse_sparkrun(doc).errors
