@@ -316,3 +316,14 @@ def test_spark_worker_refuses_to_start_without_the_first_sparks_address(tmp_path
     result = _run_config((SPARK_WORKER,), env, tmp_path)
     assert result.returncode != 0
     assert "set SERVICES_HOST in .env" in result.stderr
+
+
+def test_the_worker_sees_the_sparks_hugging_face_cache_at_its_own_path(compose):
+    """The worker downloads weights into the host's cache path and vLLM's containers mount
+    that same path from the Spark: the worker must see it at the same place."""
+    for files, env in (((MAIN,), SECRETS), ((SPARK_WORKER,), SECOND_SPARK)):
+        for cache_dir in (None, "/data/hf"):
+            extra = {} if cache_dir is None else {"HF_CACHE_DIR": cache_dir}
+            worker = compose(files, {**env, **extra})["services"]["worker"]
+            expected = cache_dir or "/srv/huggingface"
+            assert f"{expected}:{expected}" in [v.rsplit(":rw", 1)[0] for v in worker["volumes"]]

@@ -11,6 +11,7 @@ worker, where the cache is. docs/weights.md.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,24 @@ def why_not_downloaded(model_id: str, host: Host) -> str | None:
     return host.weights_not_downloaded(model_id)
 
 
+def cache_problem(host: Host, *, raise_it: bool = False) -> str | None:
+    """Why the host's cache folder cannot take a download here (where its worker runs):
+    missing or not writable — the worker must see the Spark's folder at the same path."""
+    home = hf_home(host)
+    if home is None or (home.is_dir() and os.access(home, os.W_OK | os.X_OK)):
+        return None
+    what = "does not exist" if not home.is_dir() else "is not writable"
+    reason = f"The Hugging Face cache {home} set for {host.name} {what} where its worker runs."
+    if raise_it:
+        raise WeightsFailed(
+            "no_cache_dir", reason,
+            "Create it on the Spark, writable by the worker's user; with docker compose, set "
+            "HF_CACHE_DIR in that Spark's .env to this path (the worker mounts it at the same "
+            "place) — or correct the host's Hugging Face cache in admin.",
+        )  # fmt: skip
+    return reason
+
+
 def _plan(host: Host, repo_id: str, revision: str) -> DownloadPlan:
     return plan_download(
         repo_id, revision or DEFAULT_REVISION, hub_cache=cache.hub_cache(hf_home(host)),
@@ -126,6 +145,7 @@ def fetch(
         if on_progress is not None:
             on_progress(report)
 
+    cache_problem(host, raise_it=True)
     attempt = 1
     while True:
         try:
@@ -230,6 +250,11 @@ def scan(host: Host) -> dict:
             weights_cache={}, weights_cache_at=timezone.now(),
             weights_cache_error="no Hugging Face cache is set for this host",
         )  # fmt: skip
+        return {}
+    problem = cache_problem(host)
+    if problem:
+        Host.objects.filter(pk=host.pk).update(weights_cache_at=timezone.now(),
+                                               weights_cache_error=problem[:300])  # fmt: skip
         return {}
     try:
         found = inventory.scan(cache.hub_cache(home))

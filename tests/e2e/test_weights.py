@@ -43,6 +43,7 @@ Host.objects.update_or_create(name="{HOST}", defaults=dict(
     engine="process", simulated=True, sim_time_scale=40, port_min=21700, port_max=21799,
     hf_cache_path="{tmp_path / "dl-hf"}", description="a simulated Spark with a cache"))
 """
+    (tmp_path / "dl-hf").mkdir()
     live_server_asgi.manage("shell", "-c", setup)
     shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
     store.publish(hub.root, MODEL, {

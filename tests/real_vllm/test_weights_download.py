@@ -35,6 +35,7 @@ def test_real_vllm_serves_offline_the_commit_the_panel_downloaded(
     settings.VLLM_ENV = {k: v for k, v in settings.VLLM_ENV.items() if k != "HF_HOME"}
     settings.HF_ENDPOINT = hub.url
     spark_cache = tmp_path / "spark-hf"  # empty: only the download can fill it
+    spark_cache.mkdir()
     cpu_host.hf_cache_path = str(spark_cache)
     cpu_host.save(update_fields=["hf_cache_path"])
 

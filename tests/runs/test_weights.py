@@ -52,6 +52,7 @@ def cached_host(sim_host, hub, settings, tmp_path):
     """A simulated Spark whose worker downloads from the local hub into its own cache."""
     settings.HF_ENDPOINT = hub.url
     settings.WEIGHTS_DISK_RESERVE_BYTES = 0
+    (tmp_path / "spark-hf").mkdir()
     sim_host.hf_cache_path = str(tmp_path / "spark-hf")
     sim_host.save(update_fields=["hf_cache_path"])
     return sim_host
@@ -369,3 +370,17 @@ def test_download_now_prefetches_without_starting_and_can_be_cancelled(
     worker.join(60)
     assert Prefetch.objects.get(pk=other.pk).state == "cancelled"
     assert api.post(f"/api/v1/downloads/{other.pk}/cancel").status_code == 409
+
+
+def test_a_cache_folder_the_worker_cannot_see_fails_the_run_with_what_to_set(
+    cached_host, hub, qwen, operator, tmp_path
+):
+    store.publish(hub.root, qwen.model_id, model_files(shard_mib=1))
+    cached_host.hf_cache_path = str(tmp_path / "not-mounted")
+    cached_host.save(update_fields=["hf_cache_path"])
+    run = run_start(recipe=qwen, host=cached_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == S.FAILED and "does not exist where its worker runs" in run.failure_reason
+    assert "HF_CACHE_DIR" in run.failure_advice and not (tmp_path / "not-mounted").exists()
+    assert not fetched_any_file(hub)

@@ -260,6 +260,7 @@ def test_a_run_start_keeps_hf_token_out_of_argv_the_database_pages_and_logs(
                   gated="manual", tokens=[HF_TOKEN])  # fmt: skip
     settings.HF_ENDPOINT = hub.url
     port = free_port()
+    (tmp_path / "hf").mkdir()
     host = Host.objects.create(
         name="sec-spark-2", engine=Host.Engine.DOCKER, simulated=True, gpus=True,
         hf_cache_path=str(tmp_path / "hf"), image_allowlist=["vllm/vllm-openai:*"],
