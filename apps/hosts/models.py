@@ -276,6 +276,11 @@ class Host(models.Model):
         a local path, or downloads inside the server) — None when it does (docs/weights.md)."""
         if not is_hub_model(model_id):
             return "the model is a path inside the server, not a Hugging Face id"
+        if not self.hf_cache_path and self.simulated:
+            return (
+                f"{self.name} is simulated and has no Hugging Face cache set: sparksim needs "
+                "no weights (set a cache to try downloads on it)"
+            )
         if not self.hf_cache_path:
             return (
                 f"{self.name} has no Hugging Face cache set (an admin sets it on the host): "

@@ -384,3 +384,24 @@ def test_a_cache_folder_the_worker_cannot_see_fails_the_run_with_what_to_set(
     assert run.state == S.FAILED and "does not exist where its worker runs" in run.failure_reason
     assert "HF_CACHE_DIR" in run.failure_advice and not (tmp_path / "not-mounted").exists()
     assert not fetched_any_file(hub)
+
+
+def test_without_a_cache_or_for_a_local_path_nothing_is_downloaded_and_the_page_says_why(
+    sim_host, qwen, operator, client_as
+):
+    real = type(sim_host)(name="spark-x", simulated=False)
+    assert "vLLM downloads the weights itself" in real.weights_not_downloaded(qwen.model_id)
+    assert "a path inside the server" in real.weights_not_downloaded("/models/qwen")
+    real.hf_cache_path = "/srv/hf"
+    assert real.weights_not_downloaded(qwen.model_id) is None
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == S.READY and "downloading" not in run.timings
+    assert run.facts["weights"]["by"] == "vllm" and "sparksim needs no weights" in (
+        run.facts["weights"]["why"])  # fmt: skip
+    assert "--revision" not in run.argv
+    assert (
+        "sparksim needs no weights"
+        in client_as(operator).get(run.get_absolute_url()).content.decode()
+    )
