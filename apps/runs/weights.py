@@ -141,15 +141,20 @@ def fetch(
         timed_out = timed_out or time.monotonic() > deadline
         return timed_out or (should_stop is not None and should_stop())
 
+    last: dict = {"repo": repo_id}
+
     def say(report: dict) -> None:
+        last.clear()
+        last.update(report)
         if on_progress is not None:
             on_progress(report)
 
     cache_problem(host, raise_it=True)
-    attempt = 1
+    attempt, missing_at_start = 1, None
     while True:
         try:
             plan = _plan(host, repo_id, revision)
+            missing_at_start = plan.missing_bytes if missing_at_start is None else missing_at_start
             refusal = disk_refusal(plan.missing_bytes, plan.free_bytes(), host.name,
                                    settings.WEIGHTS_DISK_RESERVE_BYTES)  # fmt: skip
             if refusal:
@@ -171,19 +176,13 @@ def fetch(
                 cache.write_ref(plan.cache, plan.repo_id, plan.revision, plan.commit)
             return Fetched(
                 repo_id=repo_id, revision=revision or DEFAULT_REVISION, commit=plan.commit,
-                total_bytes=plan.total_bytes, fetched_bytes=plan.missing_bytes,
+                total_bytes=plan.total_bytes, fetched_bytes=missing_at_start,
                 files=len(plan.files), skipped_bytes=plan.selection.skipped_bytes,
                 attempts=attempt,
             )  # fmt: skip
         except transfer.DownloadStopped:
             if timed_out:
-                raise WeightsFailed(
-                    "timeout",
-                    f"Downloading {repo_id} took longer than "
-                    f"{settings.WEIGHTS_DOWNLOAD_TIMEOUT_S / 60:g} minutes.",
-                    "What was fetched is kept: start again to resume, or raise "
-                    "WEIGHTS_DOWNLOAD_TIMEOUT_MINUTES for a slow line.",
-                ) from None
+                raise _timeout(repo_id) from None
             raise
         except HubError as exc:
             pause = min(60.0, settings.WEIGHTS_RETRY_PAUSE_S * 3 ** (attempt - 1))
@@ -193,9 +192,25 @@ def fetch(
             log.warning("download of %s, try %d: %s", repo_id, attempt, exc.message)
             tries = settings.WEIGHTS_DOWNLOAD_RETRIES + 1
             note = f"{exc.message} — trying again in {pause:.0f} s (try {attempt + 1} of {tries})"
-            say({"repo": repo_id, "attempt": attempt, "note": note})
+            say({**last, "attempt": attempt, "note": note, "rate_bps": None, "eta_s": None})
+        # The pause, outside the handlers: a stop or the deadline during it ends as above.
+        try:
             _sleep_unless_stopped(pause, stop, sleep)
-            attempt += 1
+        except transfer.DownloadStopped:
+            if timed_out:
+                raise _timeout(repo_id) from None
+            raise
+        attempt += 1
+
+
+def _timeout(repo_id: str) -> WeightsFailed:
+    return WeightsFailed(
+        "timeout",
+        f"Downloading {repo_id} took longer than "
+        f"{settings.WEIGHTS_DOWNLOAD_TIMEOUT_S / 60:g} minutes.",
+        "What was fetched is kept: start again to resume, or raise "
+        "WEIGHTS_DOWNLOAD_TIMEOUT_MINUTES for a slow line.",
+    )
 
 
 def _reporter(say, plan: DownloadPlan, attempt: int):

@@ -9,6 +9,8 @@ downloaded model offline."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,7 +25,7 @@ from apps.runs.models import Prefetch, Run, RunState
 from apps.runs.services import run_start, run_stop
 from hf_adapter import cache
 from hubsim import store
-from tests.conftest import kill_worker_tree, wait_for
+from tests.conftest import ROOT, free_port, kill_worker_tree, stop_process, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = RunState
@@ -405,3 +407,55 @@ def test_without_a_cache_or_for_a_local_path_nothing_is_downloaded_and_the_page_
         "sparksim needs no weights"
         in client_as(operator).get(run.get_absolute_url()).content.decode()
     )
+
+
+def test_broken_connections_resume_from_the_last_whole_chunk(cached_host, hub, qwen, operator):
+    """Bodies cut after 12 MiB (the next six bodies, whichever files they are): huggingface_hub
+    resumes each cut shard with a Range from the last whole 10 MiB chunk it wrote; only the
+    bytes after that chunk cross the wire twice."""
+    store.publish(hub.root, qwen.model_id, model_files(shard_mib=40))
+    hub.faults(drop_after=12 * MIB, drops=6)
+    run = run_start(recipe=qwen, host=cached_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == S.READY, (run.failure_reason, run.failure_advice)
+    gets = [r for r in hub.requests() if "/cdn/" in r["path"] and r["method"] == "GET"]
+    cut = [r for r in gets if r.get("dropped")]
+    resumed = [r for r in gets if r["range"]]
+    assert cut and len(resumed) == len(cut), gets
+    chunk = 10 * MIB  # huggingface_hub's DOWNLOAD_CHUNK_SIZE
+    assert all(int(r["range"].split("=")[1].rstrip("-")) % chunk == 0 for r in resumed)
+    lost = sum(r["sent"] % chunk for r in cut)
+    assert sum(r["sent"] for r in gets) == (40 + 20) * MIB + lost, gets
+
+
+def test_a_hub_that_is_down_is_retried_with_the_reason_on_the_page(
+    cached_host, qwen, operator, settings, tmp_path
+):
+    """The panel's own retries (after huggingface_hub's): the hub answers only from the
+    fourth try on; the run says why it waits, then downloads and becomes ready."""
+    root = tmp_path / "late-hub"
+    root.mkdir()
+    store.publish(root, qwen.model_id, model_files(shard_mib=1))
+    port = free_port()
+    settings.HF_ENDPOINT = f"http://127.0.0.1:{port}"
+    settings.WEIGHTS_RETRY_PAUSE_S = 0.4  # tries at 0, 0.4, 1.6 and 5.2 s
+    argv = [sys.executable, "-m", "hubsim", "serve", "--root", str(root), "--port", str(port)]
+    late: list[subprocess.Popen] = []
+    timer = threading.Timer(2.5, lambda: late.append(subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))  # fmt: skip
+    run = run_start(recipe=qwen, host=cached_host, user=operator)
+    watcher = Watcher(run)
+    timer.start()
+    try:
+        runner.start(run.pk)
+    finally:
+        timer.cancel()
+        for proc in late:
+            stop_process(proc)
+    seen = watcher.stop()
+    run.refresh_from_db()
+    assert run.state == S.READY, (run.failure_reason, run.failure_advice)
+    notes = [d["note"] for state, _, d in seen if state == S.DOWNLOADING and d and d.get("note")]
+    assert any(f"Could not reach 127.0.0.1:{port}" in n or "Could not reach" in n for n in notes)
+    assert any("trying again in" in n and "(try 2 of 5)" in n for n in notes), notes
