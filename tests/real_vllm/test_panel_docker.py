@@ -22,6 +22,7 @@ from apps.hosts.models import Host
 from apps.runs import runner
 from apps.runs.models import RunState
 from apps.runs.services import run_start
+from hubsim import store
 from tests.real_vllm import fixtures as real
 from tests.real_vllm.test_panel_runs import (
     PROMPT,
@@ -36,14 +37,22 @@ pytestmark = [pytest.mark.real_vllm, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def docker_cpu_host(db, vllm_ready, docker_url, settings, tmp_path):  # noqa: F811
+def docker_cpu_host(db, vllm_ready, docker_url, settings, tmp_path, hub):  # noqa: F811
+    """A real-vLLM Docker host whose (empty) Hugging Face cache its worker fills from the
+    local hub before the start: the container then reads the panel's download offline."""
     settings.VAR_DIR = tmp_path
     worker_settings(settings)
     settings.VLLM_CONTAINER_VENV = str(real.VENV)
+    snapshot = real.tiny_model_snapshot()
+    store.publish(hub.root, real.TINY_MODEL,
+                  {p.name: p.read_bytes() for p in snapshot.iterdir() if p.is_file()})  # fmt: skip
+    settings.HF_ENDPOINT = hub.url
+    (tmp_path / "spark-hf").mkdir()
     host = Host.objects.create(
         name=f"dcpu-{uuid.uuid4().hex[:6]}", engine=Host.Engine.DOCKER, simulated=False,
         vllm_version=real.VLLM_VERSION, docker_url=docker_url,
-        docker_network=Host.DockerNetwork.HOST, gpus=False, hf_cache_path=str(real.HF_HOME),
+        docker_network=Host.DockerNetwork.HOST, gpus=False,
+        hf_cache_path=str(tmp_path / "spark-hf"),
         cuda_visible_gib=8, physical_memory_gb=24, port_min=24200, port_max=24299,
     )  # fmt: skip
     yield host
@@ -86,7 +95,8 @@ def test_start_ready_chat_stop_through_the_docker_engine(
     assert attrs["Config"]["Entrypoint"] == [str(real.VENV.resolve() / "bin" / "vllm")]
     assert attrs["Config"]["Cmd"] == run.argv[1:]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert mounts[HF_CACHE_IN_CONTAINER]["Source"] == str(real.HF_HOME)
+    assert mounts[HF_CACHE_IN_CONTAINER]["Source"] == docker_cpu_host.hf_cache_path
+    assert run.facts["weights"]["by"] == "panel" and run.argv[3] == "--revision"
     assert mounts[HF_CACHE_IN_CONTAINER]["RW"] is True
     assert mounts[str(real.VENV.resolve())]["RW"] is False  # where the venv really lies
     assert all(not m["RW"] for dest, m in mounts.items() if dest != HF_CACHE_IN_CONTAINER)
