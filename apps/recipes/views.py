@@ -113,7 +113,9 @@ def recipe_edit(request: HttpRequest, slug: str) -> HttpResponse:
         recipe = form.save()
         messages.success(request, f"Recipe “{recipe.name}” saved.")
         return redirect(recipe)
-    return _edit_page(request, form, recipe=recipe)
+    # The stored recipe for the title and Cancel: the form has written the rejected values
+    # (a blank slug…) onto its own instance.
+    return _edit_page(request, form, recipe=_recipe(slug))
 
 
 @require_POST

@@ -125,9 +125,11 @@ def test_a_kind_belongs_to_one_app_and_hosts_elements_are_pushed_together():
 
     with pytest.raises(ImproperlyConfigured):
         live.register("notices", live.ELEMENTS["notices"])
-    # A run's change pushes its host's line and, from the app above, the host's queue.
-    assert live.elements_about("host", "spark-1") == [("host-line", "spark-1"),
-                                                      ("queue-host", "spark-1")]  # fmt: skip
+    # A run's change pushes its host's line, its model cache (what may be deleted) and,
+    # from the app above, the host's queue.
+    assert live.elements_about("host", "spark-1") == [
+        ("host-line", "spark-1"), ("host-weights", "spark-1"), ("queue-host", "spark-1"),
+    ]  # fmt: skip
 
 
 def test_post_is_refused(member, client_as):

@@ -383,3 +383,15 @@ def test_a_pinned_revision_reaches_the_command_right_after_the_model():
     assert form.is_valid(), form.errors
     recipe = form.save()
     assert serve_argv(recipe)[2:5] == ["Qwen/Qwen3-32B", "--revision", "v1.0"]
+
+
+@pytest.mark.django_db
+def test_a_refused_edit_with_a_blank_slug_shows_the_form_again_not_an_error(
+    client_as, admin_user, qwen
+):
+    """Found by the form fuzzer: the page linked back to the form's own instance, whose
+    slug the refused values had blanked."""
+    data = recipe_data(slug="", image="a\r\n b")
+    response = client_as(admin_user).post(reverse("recipe-edit", args=[qwen.slug]), data)
+    assert response.status_code == 200
+    assert f'href="{qwen.get_absolute_url()}"' in response.content.decode()
