@@ -24,8 +24,11 @@ def test_the_watchdog_interrupts_a_running_benchmark_and_keeps_what_it_measured(
     redis_url, sim_host, qwen, member, settings, tmp_path
 ):
     # A slow leak: the model loads and the benchmark measures a level or two before the
-    # host's MemAvailable reaches the act line (3 GiB).
-    sim_host.sim_time_scale = 50
+    # host's MemAvailable reaches the act line (3 GiB). The leak runs on the simulated
+    # clock; the client's and server's own CPU work does not: at x50 a loaded CI machine
+    # (stress-ng on one of two cores) reached the act line 7 s after ready, before one
+    # level was measured. At x10 the same leak leaves five times the wall time.
+    sim_host.sim_time_scale = 10
     sim_host.sim_faults = "mem-growth:1.5"
     sim_host.save()
     qwen.gpu_memory_utilization = "0.80"
