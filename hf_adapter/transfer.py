@@ -167,15 +167,22 @@ def download(
         for f in copies:
             tracker.progress.files[f.entry.path][0] = f.entry.size
             tracker.progress.done_bytes += f.missing
-    for f in plan.files:  # bytes another commit (or file) fetched: this snapshot links them
-        if not cache.is_complete(plan.cache, f.entry) and cache.has_blob(plan.cache, f.entry):
-            cache.link_blob(plan.cache, f.entry)
-    cache.write_ref(plan.cache, plan.repo_id, plan.revision, plan.commit)
+    link_snapshot(plan)
     tracker.progress.finished = True
     final = tracker.snapshot()
     if on_progress is not None:
         on_progress(final)
     return tracker.progress
+
+
+def link_snapshot(plan: DownloadPlan) -> None:
+    """The plan's commit as the client finds it offline: each file whose bytes are in the
+    cache (fetched now, by another commit or as another file's copy) linked into its
+    snapshot, and the revision's ref. A plan with nothing missing needs only this."""
+    for f in plan.files:
+        if not cache.is_complete(plan.cache, f.entry) and cache.has_blob(plan.cache, f.entry):
+            cache.link_blob(plan.cache, f.entry)
+    cache.write_ref(plan.cache, plan.repo_id, plan.revision, plan.commit)
 
 
 def _fetch(plan: DownloadPlan, planned: PlannedFile, headers: dict, tracker: _Tracker) -> None:

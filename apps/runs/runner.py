@@ -177,7 +177,7 @@ def _download(run: Run, pusher: RunPusher) -> None:
     (apps/runs/weights.py); the run then serves exactly the commit it downloaded. Without a
     cache on the host, or for a local path, vLLM reads the model itself (said on the page)."""
     recipe, host = run.recipe, run.host
-    why_not = weights.why_not_downloaded(recipe.model_id, host)
+    why_not = host.weights_not_downloaded(recipe.model_id)
     if why_not is not None:
         _save(run, facts={**run.facts, "weights": {"by": "vllm", "why": why_not}})
         return

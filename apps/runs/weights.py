@@ -69,11 +69,6 @@ def hf_home(host: Host) -> Path | None:
     return Path(host.hf_cache_path) if host.hf_cache_path else None
 
 
-def why_not_downloaded(model_id: str, host: Host) -> str | None:
-    """Why nothing is downloaded before a start of this model there (None: it is)."""
-    return host.weights_not_downloaded(model_id)
-
-
 def cache_problem(host: Host, *, raise_it: bool = False) -> str | None:
     """Why the host's cache folder cannot take a download here (where its worker runs):
     missing or not writable — the worker must see the Spark's folder at the same path."""
@@ -170,10 +165,7 @@ def fetch(
                     workers=settings.WEIGHTS_DOWNLOAD_WORKERS,
                 )  # fmt: skip
             else:  # every blob is there; this commit's snapshot and ref may not be yet
-                for f in plan.files:
-                    if not cache.is_complete(plan.cache, f.entry):
-                        cache.link_blob(plan.cache, f.entry)
-                cache.write_ref(plan.cache, plan.repo_id, plan.revision, plan.commit)
+                transfer.link_snapshot(plan)
             return Fetched(
                 repo_id=repo_id, revision=revision or DEFAULT_REVISION, commit=plan.commit,
                 total_bytes=plan.total_bytes, fetched_bytes=missing_at_start,

@@ -11,7 +11,7 @@ from apps.recipes.models import Recipe
 from apps.runs.models import Prefetch, Run, RunState
 from apps.runs.tasks import prefetch as prefetch_task
 from apps.runs.tasks import weights_delete, weights_scan
-from apps.runs.weights import hf_home, in_use, why_not_downloaded
+from apps.runs.weights import hf_home, in_use
 from sparkdomain.flags import REVISION
 
 
@@ -26,7 +26,7 @@ class CacheRefused(Exception):
 def request_prefetch(*, recipe: Recipe, host: Host, user) -> Prefetch:
     """Queue the recipe's download on the host (its worker runs it after what it is doing
     now). A second request for the same model while one is queued or running returns it."""
-    why_not = why_not_downloaded(recipe.model_id, host)
+    why_not = host.weights_not_downloaded(recipe.model_id)
     if why_not is not None:
         raise CacheRefused(f"Nothing to download: {why_not}.", "not_downloadable")
     starting = Run.objects.filter(host=host, recipe__model_id=recipe.model_id,
