@@ -124,6 +124,11 @@ def assert_safe_argv(argv: list[str]) -> None:
         dests = {dest for _, dest in resolved}
         if "config" in dests or flag == "--config":
             raise UnsafeCommand("--config would read flags from a file nobody checked")
+        if "api_key" in dests or flag == "--api-key":
+            raise UnsafeCommand(
+                "--api-key would put a secret in the command line: the panel gives each "
+                "run its own key through the environment"
+            )
         if "gpu_memory_utilization" in dests or flag == name:
             if any(how == "abbreviation" for how, _ in resolved) and flag != name:
                 raise UnsafeCommand(f"{arg} abbreviates {name}: spell it out")

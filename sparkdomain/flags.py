@@ -103,6 +103,7 @@ TYPED_FLAGS: dict[str, str] = {
     "--model": "the model field",
     "--host": "the panel (it picks the address)",
     "--port": "the panel (it picks the port from the host's range)",
+    "--api-key": "the panel (each run gets its own key, through the environment)",
 }
 
 

@@ -1,4 +1,5 @@
-"""ASGI entry point: Django for HTTP, Channels for WebSockets, behind the edge checks.
+"""ASGI entry point: the OpenAI gateway for /v1, Django for the rest of HTTP, Channels for
+WebSockets, behind the edge checks.
 
 HTTP bodies over the limit are refused with 413 before anything reads them (BodyLimit).
 Sockets must come from the panel's own origin, scheme and port included, or a
@@ -18,12 +19,28 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from apps.gateway.asgi import Gateway, handles  # noqa: E402
 from sparkpanel.edge import BodyLimit, KnownSocketPaths, OriginCheck  # noqa: E402
 from sparkpanel.routing import websocket_urlpatterns  # noqa: E402
 
+
+class HttpRouter:
+    """/v1/…, /tokenize and /detokenize go to the OpenAI gateway (its own body limit and
+    errors in OpenAI's shape, no Django on the way: apps/gateway/asgi.py); the rest to
+    Django behind the body limit."""
+
+    def __init__(self, gateway, django_app):
+        self.gateway, self.django_app = gateway, django_app
+
+    async def __call__(self, scope, receive, send):
+        if handles(scope["path"]):
+            return await self.gateway(scope, receive, send)
+        return await self.django_app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        "http": HttpRouter(Gateway(), BodyLimit(django_asgi_app)),
         "websocket": OriginCheck(
             KnownSocketPaths(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), websocket_urlpatterns

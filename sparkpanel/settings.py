@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.guard",
     "apps.chat",
+    "apps.gateway",
     "apps.api",
     "apps.overview",
 ]
@@ -243,7 +244,20 @@ CELERY_BEAT_SCHEDULE: dict = {
     "hosts-check-workers": {"task": "hosts.check_workers", "schedule": 30.0},
     # Runs whose server vanished are marked failed with their last log lines.
     "runs-reconcile": {"task": "runs.reconcile_all", "schedule": 60.0},
+    # The gateway's usage rows, from Redis into the database (apps/gateway/usage.py).
+    "gateway-drain-usage": {"task": "gateway.drain_usage", "schedule": 10.0},
 }
+
+# --- The OpenAI gateway (/v1, docs/gateway.md) --------------------------------------------
+GATEWAY_BODY_MAX_BYTES = env_int("GATEWAY_BODY_MAX_MB", 8) * 1_000_000
+GATEWAY_RESPONSE_MAX_BYTES = 64 * 1_000_000  # a non-streamed answer the gateway holds
+GATEWAY_CONNECT_TIMEOUT_S = 5.0
+# A non-streamed answer's head comes only once it is complete: a long one takes minutes.
+GATEWAY_HEAD_TIMEOUT_S = env_int("GATEWAY_HEAD_TIMEOUT_S", 1800)
+GATEWAY_STALL_TIMEOUT_S = env_int("GATEWAY_STALL_TIMEOUT_S", 300)  # silence mid-stream
+GATEWAY_REPLICA_DOWN_S = 10  # a replica that failed takes no new request for this long
+GATEWAY_LEASE_S = 3600  # a request in flight holds its concurrency slot at most this long
+GATEWAY_KEY_CACHE_S = 300  # how long Redis holds a key's record before it is re-read
 
 # --- Auth --------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -9,6 +9,7 @@ urlpatterns = [
     path("live/", include("apps.core.live_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("accounts/", include("apps.api.profile_urls")),  # the profile's token/webhook URLs
+    path("", include("apps.gateway.urls")),  # gateway keys (profile), the Usage page
     path("recipes/", include(recipe_urlpatterns)),  # a recipe's "Download now"
     path("recipes/", include("apps.recipes.urls")),
     path("runs/", include("apps.runs.urls")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from sparksim.openai_responses import CompletionStream, send_json, send_raw, who
 from sparksim.tokenizer import DEFAULT_TOKENIZER, apply_chat_template
 from sparksim.trace import TRACE_IDS_MAX, Trace, TraceStore
 from vllm_adapter import contract as vllm_contract
+from vllm_adapter import endpoints
 
 log = logging.getLogger("sparksim.api")
 # The vLLM version imitated unless the server is told another (`--vllm-version`).
@@ -59,6 +61,8 @@ class ServerState:
     time_scale: float = 1.0
     traces: TraceStore = field(default_factory=TraceStore)
     vllm_version: str = VLLM_VERSION
+    # vLLM's --api-key / VLLM_API_KEY: the keys its guarded paths demand (none: open).
+    api_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
@@ -106,6 +110,10 @@ class App:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
+        guarded = self.state.api_keys and method != "OPTIONS" and endpoints.is_guarded(path)
+        if guarded and not self._authorized(scope):
+            await send_json(send, 401, endpoints.UNAUTHORIZED_BODY)
+            return
         try:
             handler = ROUTES.get((method, path))
             if handler is None:
@@ -117,6 +125,18 @@ class App:
             await handler(self, scope, receive, send)
         except ApiError as exc:
             await send_json(send, exc.status, exc.body())
+
+    def _authorized(self, scope) -> bool:
+        """vLLM's check: SHA-256 of the bearer key against each key's, in constant time."""
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        key = endpoints.bearer(header.decode("latin-1"))
+        if key is None:
+            return False
+        digest = hashlib.sha256(key.encode()).digest()
+        match = False
+        for known in self.state.api_keys:
+            match |= hmac.compare_digest(digest, hashlib.sha256(known.encode()).digest())
+        return match
 
     # --- plain endpoints --------------------------------------------------------------
     async def health(self, scope, receive, send) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from sparksim.server import App, ServerState
 from sparksim.startup import Plan, StartupFailed, startup
 from sparksim.tokenizer import DEFAULT_TOKENIZER
 from sparksim.vllm_errors import VllmErrors
+from vllm_adapter import endpoints
 
 log = logging.getLogger("sparksim")
 
@@ -46,6 +48,12 @@ async def serve(args) -> int:
         reasoning=bool(args.reasoning_parser),
         time_scale=args.time_scale,
         vllm_version=args.vllm_version,
+        # vLLM: `args.api_key or [envs.VLLM_API_KEY]` (serve/middleware/register.py)
+        api_keys=tuple(
+            key
+            for key in (getattr(args, "api_key", None) or [os.environ.get(endpoints.API_KEY_ENV)])
+            if key
+        ),
     )
     clock = Clock(args.time_scale)
     try:

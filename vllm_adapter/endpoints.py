@@ -18,6 +18,13 @@ the host agent's scraper, sparksim's probe). Shapes as vLLM 0.32/0.33 define the
 - ``GET /metrics``: Prometheus text (mounted so that ``/metrics`` answers without a
   redirect), read with ``vllm_adapter.metrics``;
 - errors: ``{"error": {"message", "type", "param", "code"}}`` (``error_message``).
+
+A server started with an API key (``--api-key K`` or, as the panel starts it, the
+environment variable ``VLLM_API_KEY``; ``serve/middleware/register.py``) demands
+``Authorization: Bearer K`` (the scheme in any case) on every path under
+``GUARDED_PREFIXES`` and answers 401 ``{"error": "Unauthorized"}`` otherwise
+(``serve/middleware/authenticate.py``); OPTIONS, ``/health``, ``/metrics``, ``/version``,
+``/tokenize`` and ``/detokenize`` are not guarded.
 """
 
 from __future__ import annotations
@@ -26,21 +33,26 @@ import json
 from typing import Any
 
 __all__ = [
+    "API_KEY_ENV",
     "CHAT_COMPLETIONS",
     "COMPLETIONS",
     "DETOKENIZE",
     "ERROR_TEXT_MAX",
+    "GUARDED_PREFIXES",
     "HEALTH",
     "METRICS",
     "MODELS",
     "STREAM_HEADERS",
     "TOKENIZE",
+    "UNAUTHORIZED_BODY",
     "VERSION",
+    "bearer",
     "chat_body",
     "completion_body",
     "detokenize_body",
     "detokenized",
     "error_message",
+    "is_guarded",
     "model_ids",
     "server_version",
     "stream_options",
@@ -58,6 +70,25 @@ DETOKENIZE = "/detokenize"
 CHAT_COMPLETIONS = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 METRICS = "/metrics"
+
+API_KEY_ENV = "VLLM_API_KEY"
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+UNAUTHORIZED_BODY = {"error": "Unauthorized"}
+
+
+def is_guarded(path: str) -> bool:
+    """Whether a server with an API key demands it on `path`."""
+    return path.startswith(GUARDED_PREFIXES)
+
+
+def bearer(header: str | None) -> str | None:
+    """The key in an Authorization header as vLLM reads it (`Bearer <key>`, the scheme
+    in any case), or None."""
+    if not header:
+        return None
+    scheme, _, key = header.partition(" ")
+    return key if scheme.lower() == "bearer" else None
+
 
 # Headers of a streamed request (the body is sent pre-serialised by the harness).
 STREAM_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}

@@ -110,7 +110,8 @@ def _ensure_run(job: Job) -> Run:
 
 def _server_version(run: Run) -> str:
     try:
-        response = httpx.get(endpoints.url(run.local_endpoint, endpoints.VERSION), timeout=5)
+        url = endpoints.url(run.local_endpoint, endpoints.VERSION)
+        response = httpx.get(url, headers=run.upstream_headers, timeout=5)
         return endpoints.server_version(response.json())
     except (httpx.HTTPError, ValueError, AttributeError):
         return ""
@@ -178,6 +179,7 @@ def _measure(job: Job, run: Run) -> bool:
     levels = _levels(job, run)
     total = sum(spec.requests + spec.warmup for _, spec in levels)
     base_url, model = run.local_endpoint, run.served_name  # no ORM in the loop
+    api_key = run.api_key
     monitor = _Monitor(job)
     monitor.update(step="Running", done=0, total=total, percent=0)
     monitor.start()
@@ -201,9 +203,9 @@ def _measure(job: Job, run: Run) -> bool:
                 )
 
             monitor.update(level=label, step=f"Measuring {label}")
-            result = _run_loop(
-                _run_level(base_url, model, spec, slo, scale, on_progress, monitor.cancel.is_set)
-            )
+            server = (base_url, model, api_key)
+            level = _run_level(server, spec, slo, scale, on_progress, monitor.cancel.is_set)
+            result = _run_loop(level)
             finished_before += spec.requests + spec.warmup
             if result.error:
                 raise JobFailed(f"{label}: {result.error}")
@@ -233,10 +235,12 @@ def _run_loop(coro):
     return uvloop.run(coro)
 
 
-async def _run_level(base_url: str, model: str, spec, slo, scale, on_progress, should_stop):
+async def _run_level(server, spec, slo, scale, on_progress, should_stop):
+    base_url, model, api_key = server
     async with await harness.Client.create(
-        base_url, model=model, max_connections=max(64, spec.concurrency * 2)
-    ) as client:
+        base_url, model=model, api_key=api_key or None,
+        max_connections=max(64, spec.concurrency * 2),
+    ) as client:  # fmt: skip
         return await harness.run_level(
             client, spec, slo, time_scale=scale, on_progress=on_progress, should_stop=should_stop
         )

@@ -26,6 +26,7 @@ from django.conf import settings
 from apps.accounts.roles import USE_CHAT
 from apps.chat.models import Conversation, Message
 from apps.core.consumers import CLOSE_FORBIDDEN, PanelSocket
+from apps.gateway import usage
 from apps.hosts.clock import HostClock, run_clock
 from apps.runs.models import Run, RunState
 from vllm_adapter import endpoints, sse
@@ -150,7 +151,7 @@ class ChatConsumer(PanelSocket):
         flusher = asyncio.create_task(self._flusher(message_id, state))
         status, error = "complete", ""
         try:
-            await _stream(prepared["url"], prepared["body"], state)
+            await _stream(prepared["url"], prepared["body"], state, prepared["headers"])
         except asyncio.CancelledError:
             status = "stopped"
         except _UpstreamError as exc:
@@ -271,11 +272,13 @@ class _StreamState:
         }
 
 
-async def _stream(url: str, body: dict, state: _StreamState) -> None:
+async def _stream(url: str, body: dict, state: _StreamState, headers: dict) -> None:
     stall = settings.CHAT_STALL_TIMEOUT_S
     timeout = httpx.Timeout(connect=5.0, read=stall, write=10.0, pool=5.0)
     try:
-        async with upstream_client().stream("POST", url, json=body, timeout=timeout) as response:
+        async with upstream_client().stream(
+            "POST", url, json=body, headers=headers, timeout=timeout
+        ) as response:
             if response.status_code != 200:
                 raise _UpstreamError(
                     f"the model server answered HTTP {response.status_code}: "
@@ -350,6 +353,7 @@ def _prepare(conversation_id: int, content: str) -> dict:
         "assistant_id": assistant.pk,
         "run_id": run.pk,
         "url": endpoints.url(run.local_endpoint, endpoints.CHAT_COMPLETIONS),
+        "headers": run.upstream_headers,
         "body": endpoints.chat_body(
             run.served_name,
             history,
@@ -377,4 +381,28 @@ def _finish(message_id: int, state: _StreamState, status: str, error: str, stats
         **stats,
     }
     Message.objects.filter(pk=message_id).update(**fields)
+    _count_usage(message_id, state, status, error, stats)
     return {k: v for k, v in fields.items() if k not in ("content", "reasoning")}
+
+
+CHAT_STATUS = {"complete": 200, "stopped": 499}
+
+
+def _count_usage(message_id: int, state: _StreamState, status: str, error: str, stats: dict):
+    """A chat answer is a usage row like a request through the gateway (wall-clock times,
+    tokens as the server counted them)."""
+    message = Message.objects.select_related("conversation__user", "run__host", "run__recipe")
+    message = message.filter(pk=message_id).first()
+    if message is None:
+        return
+    usage.record_chat(
+        user=message.conversation.user,
+        run=message.run,
+        prompt_tokens=stats.get("prompt_tokens"),
+        completion_tokens=stats.get("completion_tokens"),
+        ttft_s=state.first_token - state.started if state.first_token else None,
+        duration_s=time.monotonic() - state.started,
+        status=CHAT_STATUS.get(status, 502),
+        cancelled=status == "stopped",
+        error=error,
+    )

@@ -42,3 +42,22 @@ def ping(url: str, *, timeout: float = 0.5) -> str | None:
         return str(exc)
     finally:
         client.close()
+
+
+_async_clients: dict[tuple[int, str], object] = {}
+
+
+def async_client(url: str, *, timeout: float = 2.0):
+    """One asyncio client per event loop and URL (a client is bound to the loop that first
+    uses it); answers are bytes. The gateway's hot path asks Redis through it."""
+    import asyncio
+
+    import redis.asyncio
+
+    key = (id(asyncio.get_running_loop()), url)
+    client = _async_clients.get(key)
+    if client is None:
+        client = _async_clients[key] = redis.asyncio.Redis.from_url(
+            url, socket_connect_timeout=timeout, socket_timeout=timeout, max_connections=512
+        )
+    return client

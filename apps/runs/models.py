@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
 from django.conf import settings
@@ -7,9 +8,11 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from apps.hosts.clock import run_clock
 from apps.hosts.models import Host
+from apps.runs.signals import run_state_changed
 
 
 class InvalidTransition(Exception):
@@ -52,19 +55,27 @@ STARTING_STATES = [
 SERVER_PACED_STATES = frozenset(s.value for s in (S.STARTING, S.LOADING, S.COMPILING, S.WARMING))
 
 
-def _push_run_changed(run_id: int, host_id: int) -> None:
+def _push_run_changed(run_id: int, host_id: int, state: str = "") -> None:
     """Every state change, whoever made it (web, API, CLI, worker, watchdog), reaches open
     pages once committed: the run's elements and its host's (apps/runs/live.py)."""
 
     from apps.runs import live  # imports this module (it renders runs)
 
     def push() -> None:
+        run_state_changed.send(sender=Run, run_id=run_id, state=state)
         live.push_run(run_id)
         name = Host.objects.filter(pk=host_id).values_list("name", flat=True).first()
         if name:
             live.push_host(name)
 
     transaction.on_commit(push)
+
+
+def new_api_key_salt() -> str:
+    return secrets.token_hex(16)
+
+
+API_KEY_PURPOSE = "sparkpanel.runs.api_key"
 
 
 class RunQuerySet(models.QuerySet):
@@ -92,6 +103,11 @@ class Run(models.Model):
     image_pinned = models.CharField(max_length=400, blank=True)
     image_id = models.CharField(max_length=80, blank=True)
     port = models.PositiveIntegerField()
+    # The run's own `--api-key` is derived from this salt and SECRET_KEY (`api_key`): only
+    # the panel can compute it, it reaches the server through its environment
+    # (VLLM_API_KEY), never its argv, and it is never stored. Blank on runs started before
+    # the gateway (their servers ask for no key).
+    api_key_salt = models.CharField(max_length=64, blank=True, default=new_api_key_salt)
     handle = models.CharField(max_length=200, blank=True)
     percent = models.FloatField(default=0)
     step = models.CharField(max_length=200, blank=True)
@@ -150,6 +166,21 @@ class Run(models.Model):
         return self.endpoint.replace("//0.0.0.0:", "//127.0.0.1:")
 
     @property
+    def api_key(self) -> str:
+        """The key this run's server demands on /v1 (vLLM's --api-key, given as
+        VLLM_API_KEY); "" for a run started without one. Rotating SECRET_KEY changes it:
+        restart the running models afterwards (docs/gateway.md)."""
+        if not self.api_key_salt:
+            return ""
+        return salted_hmac(API_KEY_PURPOSE, self.api_key_salt, algorithm="sha256").hexdigest()
+
+    @property
+    def upstream_headers(self) -> dict[str, str]:
+        """The headers the panel's own requests to this run's server carry."""
+        key = self.api_key
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    @property
     def served_name(self) -> str:
         return self.recipe.served_model_name or self.recipe.model_id
 
@@ -175,7 +206,7 @@ class Run(models.Model):
         self.state, self.timings = to, timings
         for key, value in fields.items():
             setattr(self, key, value)
-        _push_run_changed(self.pk, self.host_id)
+        _push_run_changed(self.pk, self.host_id, to)
 
     def record_image(self, identity) -> None:
         """Keep the image's digest (an engine's ImageIdentity). Once per run: a redelivered

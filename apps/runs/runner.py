@@ -93,6 +93,10 @@ def start(run_id: int) -> None:
         if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
             _download(run, pusher)
             spec = dataclasses.replace(spec, argv=list(run.argv))  # pinned to its commit
+        if run.api_key:
+            # vLLM's --api-key, through the environment: never in the argv, the log or
+            # the page. Only the panel (the gateway, its own probes) knows it.
+            spec.env["VLLM_API_KEY"] = run.api_key
         if (run.facts.get("weights") or {}).get("by") == "panel":
             spec.env["HF_HUB_OFFLINE"] = "1"  # vLLM never downloads behind the panel's back
         if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
@@ -280,7 +284,7 @@ def _read_into(
 def _models_ready(run: Run) -> bool:
     try:
         url = endpoints.url(run.local_endpoint, endpoints.MODELS)
-        return httpx.get(url, timeout=1).status_code == 200
+        return httpx.get(url, headers=run.upstream_headers, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -292,7 +296,10 @@ def _warm_up(run: Run, pusher: RunPusher) -> None:
     ttfts: list[float] = []
     clock = run_clock(run)
     deadline = time.monotonic() + _scaled(run, PHASE_TIMEOUT_S[S.WARMING])
-    with httpx.Client(base_url=run.local_endpoint, timeout=max(_scaled(run, 300), 10)) as client:
+    timeout = max(_scaled(run, 300), 10)
+    with httpx.Client(
+        base_url=run.local_endpoint, headers=run.upstream_headers, timeout=timeout
+    ) as client:
         for i in range(WARMUP_MAX_REQUESTS):
             _check_stop(run)
             t0 = time.monotonic()

@@ -10,6 +10,9 @@ mark_stopped`` (the worker is gone). Whatever another app still marks as being w
 there lost its worker: the benchmarks app interrupts such jobs (their results stay).
 Each receiver returns the ids of what it interrupted (a list; mark_stopped reports them).
 
+``run_state_changed(sender=Run, run_id=id, state=state)``: a run moved to another state
+(sent once the change is committed, whoever made it). The gateway re-reads its routes.
+
 Asked (provider hooks: ``send`` returns ``[(receiver, value)]``, and the runs app
 combines the values):
 
@@ -39,6 +42,7 @@ if TYPE_CHECKING:  # a model: this module is imported before the app registry is
 host_worker_free = Signal()
 host_claims = Signal()
 stop_impact = Signal()
+run_state_changed = Signal()
 
 
 @dataclass(frozen=True)

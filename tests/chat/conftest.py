@@ -5,7 +5,7 @@ from django.test import Client
 
 from apps.chat.models import Conversation
 from apps.hosts.models import Host
-from apps.runs.models import Run, RunState
+from apps.runs.models import Run, RunState, new_api_key_salt
 from tests.sparksim.conftest import launch
 
 
@@ -27,14 +27,17 @@ def chat_server(db, tmp_path, qwen):
             args += ["--fault", fault]
         if reasoning:
             args += ["--reasoning-parser", "deepseek_r1"]
-        sim = launch(tmp_path, *args, model=qwen.model_id, time_scale=time_scale)
+        # The server demands the run's own key, as the runner starts it: the chat must send it.
+        salt = new_api_key_salt()
+        key = Run(api_key_salt=salt).api_key
+        sim = launch(tmp_path, *args, model=qwen.model_id, time_scale=time_scale, api_key=key)
         sims.append(sim)
         port = int(sim.url.rsplit(":", 1)[1])
         host = Host.objects.create(name=f"chat-{uuid.uuid4().hex[:6]}", engine="process",
                                    sim_time_scale=time_scale,
                                    simulated=True, port_min=port, port_max=port)  # fmt: skip
         run = Run.objects.create(recipe=qwen, host=host, port=port, image="x",
-                                 state=RunState.READY)  # fmt: skip
+                                 state=RunState.READY, api_key_salt=salt)  # fmt: skip
         return sim, run
 
     yield start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ class Sim:
     url: str
     log_path: Path
     model: str
+    api_key: str = ""  # the server's VLLM_API_KEY ("": open)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -38,7 +44,8 @@ class Sim:
 
     def ready(self) -> bool:
         try:
-            return httpx.get(self.url + "/v1/models", timeout=1).status_code == 200
+            response = httpx.get(self.url + "/v1/models", headers=self.headers, timeout=1)
+            return response.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -64,7 +71,8 @@ class Sim:
 
 
 def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, load_scale: float = 100_000,
-           jit: float | None = 0, ready: bool = True, timeout: float = 60) -> Sim:  # fmt: skip
+           jit: float | None = 0, ready: bool = True, timeout: float = 60,
+           api_key: str = "") -> Sim:  # fmt: skip
     # A --port in args (the panel's own vector) wins over a fresh one.
     port = int(args[args.index("--port") + 1]) if "--port" in args else free_port()
     host_port = [] if "--port" in args else ["--host", "127.0.0.1", "--port", str(port)]
@@ -73,8 +81,10 @@ def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, 
     if jit is not None:
         argv += ["--jit-seconds", str(jit)]
     log = tmp / f"sparksim-{port}.log"
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    sim = Sim(proc, f"http://127.0.0.1:{port}", log, model)
+    env = {**os.environ, "VLLM_API_KEY": api_key} if api_key else None
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            env=env)  # fmt: skip
+    sim = Sim(proc, f"http://127.0.0.1:{port}", log, model, api_key)
     if ready:
         try:
             wait_for(sim.ready, timeout, f"sparksim ready (log {log})", proc)

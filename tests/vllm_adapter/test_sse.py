@@ -289,7 +289,7 @@ def test_the_chat_relay_keeps_the_partial_answer_and_reports_vllms_error(vllm_st
         async def relay():
             state = consumers._StreamState()
             try:
-                await consumers._stream(url, {"model": "m", "messages": []}, state)
+                await consumers._stream(url, {"model": "m", "messages": []}, state, {})
             except consumers._UpstreamError as exc:
                 return state, str(exc)
             return state, None

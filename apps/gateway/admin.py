@@ -1,0 +1,65 @@
+from django import forms
+from django.contrib import admin
+
+from apps.gateway.keys import key_revoke
+from apps.gateway.models import GatewayKey, Limit, ModelAlias, UsageRecord
+from sparkdomain.flags import SERVED_NAME
+
+
+class AliasForm(forms.ModelForm):
+    class Meta:
+        model = ModelAlias
+        fields = ["name", "recipe"]
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if not SERVED_NAME.match(name):
+            raise forms.ValidationError("Letters, digits and . _ - : / only, up to 128.")
+        return name
+
+
+@admin.register(ModelAlias)
+class ModelAliasAdmin(admin.ModelAdmin):
+    form = AliasForm
+    list_display = ["name", "recipe", "created_at"]
+    search_fields = ["name", "recipe__name"]
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "requests_per_minute", "concurrent_streams", "tokens_per_day"]
+    fields = ["role", "user", "requests_per_minute", "concurrent_streams", "tokens_per_day"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(GatewayKey)
+class GatewayKeyAdmin(admin.ModelAdmin):
+    """Keys are created by their owners (profile page); admins can see and revoke them."""
+
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    readonly_fields = ["user", "name", "prefix", "digest", "model_names", "expires_at",
+                       "created_at", "last_used_at", "revoked_at"]  # fmt: skip
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke the selected keys (at once)")
+    def revoke(self, request, queryset):
+        for key in queryset:
+            key_revoke(key=key)
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(admin.ModelAdmin):
+    list_display = ["at", "user", "model", "host", "prompt_tokens", "completion_tokens",
+                    "status", "cancelled"]  # fmt: skip
+    list_filter = ["source", "status", "cancelled"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

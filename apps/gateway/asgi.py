@@ -1,0 +1,514 @@
+"""The panel's OpenAI-compatible endpoint: a bare ASGI app in front of Django (docs/gateway.md).
+
+``GET /v1/models``, ``GET /v1/models/<name>``, ``POST /v1/chat/completions``,
+``POST /v1/completions``, ``POST /v1/embeddings``, ``POST /tokenize``, ``POST /detokenize``.
+Each request: the key and the limits in one Redis round trip (apps/gateway/store.py), the
+route from the in-memory table (apps/gateway/routing.py), the body rewritten once
+(vllm_adapter/relay.py), the upstream over a kept-alive connection (vllm_adapter/http1.py),
+streamed chunks forwarded as they arrive, and a second round trip at the end that frees
+the slot, settles the tokens and queues the usage row. No Django request, middleware or
+ORM query on the way, except to re-read a key or the routes after they changed.
+
+Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 bad
+body, 401 bad key, 403 not allowed, 404 unknown model (listing the ready ones), 408/413
+body too slow/large, 429 over a limit (with ``Retry-After``), 502 the model server
+failed, 503 the model is known but not running (which recipe serves it, whether a start
+is under way) or Redis is unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from apps.core.redisconn import RedisError
+from apps.gateway import keys, routing
+from apps.gateway.store import AsyncStore
+from vllm_adapter import endpoints, relay
+from vllm_adapter.http1 import Pool, UpstreamError
+
+log = logging.getLogger(__name__)
+
+# path -> (endpoint label, takes a model, streams)
+POST_ROUTES = {
+    endpoints.CHAT_COMPLETIONS: ("chat", True),
+    endpoints.COMPLETIONS: ("completions", True),
+    "/v1/embeddings": ("embeddings", False),
+    endpoints.TOKENIZE: ("tokenize", False),
+    endpoints.DETOKENIZE: ("detokenize", False),
+}
+PATHS = ("/v1", endpoints.TOKENIZE, endpoints.DETOKENIZE)
+_JSON = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def handles(path: str) -> bool:
+    return path == "/v1" or path.startswith("/v1/") or path in PATHS[1:]
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, type_: str, code: str, headers=()):
+        super().__init__(message)
+        self.status, self.type, self.code, self.headers = status, type_, code, list(headers)
+
+
+def error_body(message: str, type_: str, code: str | int | None, param=None) -> bytes:
+    return json.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    ).encode()
+
+
+async def _send_error(send, exc: Refused) -> None:
+    body = error_body(str(exc), exc.type, exc.code)
+    headers = [*_JSON, (b"content-length", str(len(body)).encode()), *exc.headers]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class _Admission:
+    __slots__ = ("cap", "day", "key_id", "reserved", "user")
+
+    def __init__(self, answer: list):
+        self.user, self.key_id = answer[1], answer[2]
+        cap = int(answer[3])
+        self.cap = None if cap < 0 else cap
+        self.reserved, self.day = int(answer[4]), int(answer[5])
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.pool = Pool(connect_timeout=settings.GATEWAY_CONNECT_TIMEOUT_S)
+        self.store = AsyncStore()
+        self.table = routing.RouteTable(version="")
+        self.inflight: dict[int, int] = {}
+        self.down: dict[int, float] = {}  # run id -> until (monotonic): no new requests
+        self._reload: asyncio.Lock | None = None
+
+    # --- entry ----------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send) -> None:
+        state = {"started": False}
+
+        async def tracked(message):
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        try:
+            await self._route(scope, receive, tracked)
+        except Refused as exc:
+            if not state["started"]:
+                await _send_error(send, exc)
+        except RedisError as exc:
+            log.error("gateway: Redis is unreachable: %s", exc)
+            if not state["started"]:
+                await _send_error(send, Refused(
+                    503, "The panel cannot reach its Redis; try again shortly.",
+                    "service_unavailable", "redis_unavailable",
+                ))  # fmt: skip
+        except Exception:
+            log.exception("gateway: %s %s failed", scope.get("method"), scope.get("path"))
+            if not state["started"]:
+                await _send_error(send, Refused(
+                    500, "The gateway failed this request (see the panel's log).",
+                    "server_error", "internal_error",
+                ))  # fmt: skip
+
+    async def _route(self, scope, receive, send) -> None:
+        method, path = scope["method"], scope["path"]
+        if path == endpoints.MODELS and method == "GET":
+            return await self._models(scope, send, None)
+        if path.startswith(endpoints.MODELS + "/") and method == "GET":
+            return await self._models(scope, send, path[len(endpoints.MODELS) + 1 :])
+        route = POST_ROUTES.get(path)
+        if route is None:
+            known = path == endpoints.MODELS or path in POST_ROUTES
+            if known:
+                raise Refused(405, f"{method} is not allowed on {path}.",
+                              "invalid_request_error", "method_not_allowed")  # fmt: skip
+            raise Refused(404, f"The panel's gateway has no {path}.", "invalid_request_error",
+                          "not_found")  # fmt: skip
+        if method != "POST":
+            raise Refused(405, f"{method} is not allowed on {path}.", "invalid_request_error",
+                          "method_not_allowed")  # fmt: skip
+        await self._relay(scope, receive, send, path, route)
+
+    # --- the key --------------------------------------------------------------------------
+    def _digest(self, scope) -> str:
+        clear = endpoints.bearer(_header(scope, b"authorization"))
+        if not clear:
+            message = "Give your key as 'Authorization: Bearer spg_…' (profile → Gateway keys)."
+            raise Refused(401, message, "authentication_error", "missing_api_key")
+        if not keys.looks_like_key(clear):
+            raise Refused(401, "The key is invalid or has been revoked.",
+                          "authentication_error", "invalid_api_key")  # fmt: skip
+        return keys.digest(clear)
+
+    async def _admit(self, digest, request_id, model, prompt_bound, asked, count=True):
+        for _ in range(3):
+            answer = await self.store.admit(digest, request_id, model, prompt_bound, asked,
+                                            count=count)  # fmt: skip
+            verdict = answer[0]
+            if verdict == "ok":
+                await self._ensure_table(answer[6])
+                return _Admission(answer)
+            if verdict in ("miss", "stale"):
+                record, revoked = await sync_to_async(keys.record_for)(digest)
+                await self.store.fill(digest, record, revoked=revoked)
+                continue
+            raise _refusal(verdict, answer, model)
+        raise Refused(503, "The key's record kept changing; try again.", "service_unavailable",
+                      "retry")  # fmt: skip
+
+    # --- routes ---------------------------------------------------------------------------
+    async def _ensure_table(self, version: str) -> None:
+        if version == self.table.version:
+            return
+        if self._reload is None:
+            self._reload = asyncio.Lock()
+        async with self._reload:
+            if version != self.table.version:
+                self.table = await sync_to_async(routing.build)(version)
+                live = {r.run_id for replicas in self.table.ready.values() for r in replicas}
+                self.down = {k: v for k, v in self.down.items() if k in live}
+
+    def _unroutable(self, model: str, allowed: list[str] | None = None) -> Refused:
+        known = self.table.known.get(model)
+        if known is not None and model not in self.table.ready:
+            recipes = ", ".join(sorted(set(known.recipes))) or "?"
+            if known.starting:
+                extra = f" A start is under way: {'; '.join(known.starting)}."
+            else:
+                extra = " No start is under way: an operator can start it from the recipe's page."
+            return Refused(503, f"The model '{model}' is not running (recipe: {recipes}).{extra}",
+                           "service_unavailable", "model_not_running",
+                           headers=[(b"retry-after", b"30")] if known.starting else [])  # fmt: skip
+        if model in self.table.ready:
+            return Refused(503, f"No replica of '{model}' is answering right now.",
+                           "service_unavailable", "no_replica")  # fmt: skip
+        names = self.table.names()
+        listed = ", ".join(names) if names else "none"
+        return Refused(404, f"The model '{model}' does not exist. Ready now: {listed}.",
+                       "invalid_request_error", "model_not_found")  # fmt: skip
+
+    # --- GET /v1/models -------------------------------------------------------------------
+    async def _models(self, scope, send, one: str | None) -> None:
+        digest = self._digest(scope)
+        await self._admit(digest, uuid.uuid4().hex, "", 0, -1, count=False)
+        record = await self._allowlist(digest)
+        names = [n for n in self.table.names() if not record or n in record]
+        data = [{"id": n, "object": "model", "created": self.table.created.get(n, 0),
+                 "owned_by": "sparkpanel"} for n in names]  # fmt: skip
+        if one is not None:
+            match = [d for d in data if d["id"] == one]
+            if not match:
+                raise self._unroutable(one)
+            body = json.dumps(match[0]).encode()
+        else:
+            body = json.dumps({"object": "list", "data": data}).encode()
+        await _send_json(send, 200, body)
+
+    async def _allowlist(self, digest: str) -> list[str] | None:
+        client = self.store._for_loop()[0]
+        raw = await client.get(f"gw:key:{digest}")
+        try:
+            return json.loads(raw).get("m") if raw else None
+        except (ValueError, AttributeError):
+            return None
+
+    # --- POST: relay ----------------------------------------------------------------------
+    async def _relay(self, scope, receive, send, path, route) -> None:
+        label, streams = route
+        started = time.monotonic()
+        digest = self._digest(scope)
+        body = await _read_body(receive)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise Refused(400, "The body is not JSON.", "invalid_request_error",
+                          "invalid_json") from None  # fmt: skip
+        if not isinstance(payload, dict):
+            raise Refused(400, "The body must be a JSON object.", "invalid_request_error",
+                          "invalid_json")  # fmt: skip
+        model = payload.get("model")
+        if not isinstance(model, str) or not model or len(model) > 200:
+            raise Refused(400, "Say which model: 'model' is missing (GET /v1/models lists "
+                          "them).", "invalid_request_error", "model_missing")  # fmt: skip
+        stream = streams and payload.get("stream") is True
+        asked = payload.get("max_completion_tokens", payload.get("max_tokens"))
+        asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else -1
+        if asked < 0:
+            # Unset: vLLM may generate up to the context length; a token budget reserves that.
+            asked = self.table.max_len(model) or -1
+        request_id = uuid.uuid4().hex
+        counted = label in ("chat", "completions", "embeddings")
+        capped = label in ("chat", "completions")
+        admission = await self._admit(
+            digest, request_id, model, len(body) if counted else 0, asked if capped else 0
+        )
+        row = {"id": request_id, "at": time.time(), "u": int(admission.user),
+               "k": int(admission.key_id), "m": model, "ep": label}  # fmt: skip
+        outcome = _Outcome()
+        try:
+            await self._forward(scope, receive, send, payload, admission, row, outcome,
+                                stream=stream, rewrite=capped)  # fmt: skip
+        except Refused as exc:
+            outcome.status, outcome.error = exc.status, str(exc)[:300]
+            raise
+        finally:
+            row.update(outcome.row(started))
+            used = outcome.prompt + outcome.completion
+            refund = outcome.status in (404, 503) and outcome.run is None
+            with contextlib.suppress(RedisError):
+                await self.store.release(admission.user, request_id, admission.day,
+                                         admission.reserved, used, row, refund)  # fmt: skip
+
+    async def _forward(self, scope, receive, send, payload, admission, row, outcome, *,
+                       stream, rewrite) -> None:  # fmt: skip
+        model = row["m"]
+        tried: set[int] = set()
+        while True:
+            replica = self.table.pick(model, self.inflight, self.down, tried)
+            if replica is None:
+                raise self._unroutable(model)
+            if rewrite:
+                upstream_body, wants_usage = relay.request_body(
+                    dict(payload), served_name=replica.served_name, stream=stream,
+                    max_tokens_cap=_cap(admission.cap, replica),
+                )  # fmt: skip
+            else:
+                payload["model"] = replica.served_name
+                upstream_body, wants_usage = json.dumps(payload).encode(), False
+            headers = [(b"content-type", b"application/json")]
+            if replica.auth:
+                headers.append((b"authorization", replica.auth))
+            if stream:
+                headers.append((b"accept", b"text/event-stream"))
+            self.inflight[replica.run_id] = self.inflight.get(replica.run_id, 0) + 1
+            try:
+                try:
+                    response = await self.pool.request(
+                        replica.address, replica.port, "POST", scope["path"], headers,
+                        upstream_body, head_timeout=settings.GATEWAY_HEAD_TIMEOUT_S,
+                        read_timeout=settings.GATEWAY_STALL_TIMEOUT_S,
+                    )  # fmt: skip
+                except UpstreamError as exc:
+                    self._mark_down(replica, exc)
+                    if exc.kind == "connect":
+                        tried.add(replica.run_id)
+                        continue  # nothing reached that server: the next replica takes it
+                    raise Refused(502, f"The model server on {replica.host} failed: {exc}",
+                                  "upstream_error", "upstream_failed") from None  # fmt: skip
+                outcome.run, row["run"], row["h"] = replica.run_id, replica.run_id, replica.host
+                rename = None
+                if replica.served_name != model:
+                    served = json.dumps(replica.served_name)
+                    rename = (
+                        b'"model":' + served.encode(),
+                        b'"model":' + json.dumps(model).encode(),
+                    )
+                if stream and response.status == 200:
+                    await self._stream(receive, send, response, outcome, rename, replica,
+                                       drop_usage=not wants_usage)  # fmt: skip
+                else:
+                    await self._whole(receive, send, response, outcome, rename, replica)
+                return
+            finally:
+                self.inflight[replica.run_id] -= 1
+
+    def _mark_down(self, replica: routing.Replica, exc: UpstreamError) -> None:
+        if exc.kind in ("connect", "closed"):
+            self.down[replica.run_id] = time.monotonic() + settings.GATEWAY_REPLICA_DOWN_S
+            log.warning("gateway: run %s on %s taken out for %s s: %s", replica.run_id,
+                        replica.host, settings.GATEWAY_REPLICA_DOWN_S, exc)  # fmt: skip
+
+    async def _stream(self, receive, send, response, outcome, rename, replica, *, drop_usage):
+        tap = relay.StreamTap(drop_usage=drop_usage, rename=rename)
+        watcher = _DisconnectWatcher(receive, response)
+        outcome.status = 200
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        try:
+            async for data in response.chunks():
+                out = tap.feed(data)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            rest = tap.close()
+            if rest:
+                await send({"type": "http.response.body", "body": rest, "more_body": True})
+        except UpstreamError as exc:
+            if watcher.gone:
+                outcome.cancelled = True
+            else:
+                self._mark_down(replica, exc)
+                outcome.status = 502
+                outcome.error = f"the model server on {replica.host} failed mid-answer: {exc}"
+                event = b"data: " + error_body(outcome.error, "upstream_error", 502) + b"\n\n"
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+        finally:
+            watcher.stop()
+            outcome.take_usage(tap.usage)
+            outcome.first_token_at = tap.first_token_at
+            if tap.error and outcome.status == 200:
+                outcome.status = 500
+                outcome.error = str(tap.error.get("message", ""))[:300]
+            if not watcher.gone:
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _whole(self, receive, send, response, outcome, rename, replica) -> None:
+        watcher = _DisconnectWatcher(receive, response)
+        try:
+            body = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES)
+        except UpstreamError as exc:
+            if watcher.gone:
+                outcome.cancelled, outcome.status = True, 499
+                return
+            self._mark_down(replica, exc)
+            raise Refused(502, f"The model server on {replica.host} failed: {exc}",
+                          "upstream_error", "upstream_failed") from None  # fmt: skip
+        finally:
+            watcher.stop()
+        outcome.status = response.status
+        if response.status == 200:
+            outcome.take_usage(relay.whole_usage(body))
+            if rename is not None:
+                body = body.replace(*rename, 1)
+        else:
+            outcome.error = endpoints.error_message(body)[:300]
+        content_type = response.header(b"content-type") or b"application/json"
+        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _cap(cap: int | None, replica: routing.Replica) -> int | None:
+    """A budget's cap on max_tokens, unless the context length caps harder already."""
+    if cap is None or (replica.max_model_len and cap >= replica.max_model_len):
+        return None
+    return cap
+
+
+class _Outcome:
+    __slots__ = ("cancelled", "completion", "error", "first_token_at", "prompt", "run", "status")
+
+    def __init__(self):
+        self.status = 0
+        self.prompt = self.completion = 0
+        self.first_token_at: float | None = None
+        self.cancelled = False
+        self.error = ""
+        self.run: int | None = None
+
+    def take_usage(self, usage: dict | None) -> None:
+        if usage:
+            self.prompt = _count(usage.get("prompt_tokens"))
+            self.completion = _count(usage.get("completion_tokens"))
+
+    def row(self, started: float) -> dict:
+        now = time.monotonic()
+        ttft = (self.first_token_at - started) * 1000 if self.first_token_at else None
+        return {"pt": self.prompt, "ct": self.completion, "ttft": ttft,
+                "dur": (now - started) * 1000, "st": self.status or 499,
+                "cx": self.cancelled, "err": self.error}  # fmt: skip
+
+
+def _count(value) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+class _DisconnectWatcher:
+    """Waits for the client's `http.disconnect` while the answer streams; when it comes,
+    the upstream connection is closed (vLLM aborts the request)."""
+
+    def __init__(self, receive, response):
+        self.gone = False
+        self._response = response
+        self._task = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.gone = True
+                self._response.abort()
+                return
+
+    def stop(self):
+        self._task.cancel()
+
+
+async def _read_body(receive) -> bytes:
+    limit = settings.GATEWAY_BODY_MAX_BYTES
+    parts: list[bytes] = []
+    size = 0
+    deadline = settings.REQUEST_BODY_TIMEOUT
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while True:
+        try:
+            message = await asyncio.wait_for(receive(), max(end - loop.time(), 0))
+        except TimeoutError:
+            raise Refused(408, f"The request body did not arrive within {deadline} s.",
+                          "invalid_request_error", "timeout") from None  # fmt: skip
+        if message["type"] == "http.disconnect":
+            raise Refused(400, "The client went away.", "invalid_request_error", "disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"The request body is larger than {limit // 1_000_000} MB "
+                          "(GATEWAY_BODY_MAX_MB); nothing was sent to a model.",
+                          "invalid_request_error", "body_too_large")  # fmt: skip
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def _send_json(send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON, (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+def _refusal(verdict: str, answer: list, model: str) -> Refused:
+    if verdict == "bad" or verdict == "expired":
+        why = "has expired" if verdict == "expired" else "is invalid or has been revoked"
+        return Refused(401, f"The key {why}.", "authentication_error", "invalid_api_key")
+    if verdict == "role":
+        return Refused(403, "Your account has no role that may use the models (ask an "
+                       "admin).", "permission_error", "no_role")  # fmt: skip
+    if verdict == "model":
+        return Refused(403, f"This key may not use the model '{model}'.", "permission_error",
+                       "model_not_allowed")  # fmt: skip
+    retry_s = max(1, math.ceil(int(answer[1]) / 1000))
+    headers = [(b"retry-after", str(retry_s).encode())]
+    limit = answer[2]
+    if verdict == "rpm":
+        message = f"Over your limit of {limit} requests per minute; retry in {retry_s} s."
+        code = "requests_per_minute"
+    elif verdict == "conc":
+        message = f"Over your limit of {limit} requests at once; wait for one to finish."
+        code = "concurrent_requests"
+    else:
+        message = (f"Today's {limit} tokens are used (prompt + answer); the budget "
+                   f"renews at midnight UTC, in {retry_s // 60} min.")  # fmt: skip
+        code = "tokens_per_day"
+    return Refused(429, message, "rate_limit_exceeded", code, headers=headers)

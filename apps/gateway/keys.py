@@ -1,0 +1,85 @@
+"""Gateway keys: created (shown once), revoked (at once, in every process), and the record
+the hot path checks (apps/gateway/store.py), built from the database.
+
+A key is 256 random bits (``spg_…``), stored as its SHA-256 digest: a fast digest is
+enough, there is nothing to brute-force that a slow hash would protect. A key acts as its
+user: their role (the gateway needs the "use the chat" capability, which members have),
+their limits (apps/gateway/limits.py), at the time of the request — a change of role or
+limits bumps the records' generation, so every record is read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from django.utils import timezone
+
+from apps.accounts.roles import USE_CHAT
+from apps.gateway import store
+from apps.gateway.limits import limits_for
+from apps.gateway.models import GatewayKey
+
+PREFIX = "spg_"
+KEY_MAX_CHARS = 200
+
+
+def digest(clear: str) -> str:
+    return hashlib.sha256(clear.encode()).hexdigest()
+
+
+def looks_like_key(clear: str | None) -> bool:
+    return bool(clear) and clear.startswith(PREFIX) and len(clear) <= KEY_MAX_CHARS
+
+
+def key_create(
+    *, user, name: str, models: list[str] | None = None, expires_at: datetime | None = None
+) -> tuple[GatewayKey, str]:
+    """A new key for `user`; returns the row and the clear key (shown once, never stored)."""
+    clear = PREFIX + secrets.token_urlsafe(32)
+    key = GatewayKey.objects.create(
+        user=user,
+        name=name.strip()[:100] or "key",
+        prefix=clear[:12],
+        digest=digest(clear),
+        model_names=sorted(set(models or [])),
+        expires_at=expires_at,
+    )
+    return key, clear
+
+
+def key_revoke(*, key: GatewayKey) -> GatewayKey:
+    """Revoked in the database and tombstoned in Redis: the next request with it is a 401,
+    whichever gateway process it reaches."""
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    store.tombstone(key.digest)
+    return key
+
+
+def record_for(digest_hex: str) -> tuple[dict | None, bool]:
+    """The hot path's record for a key digest, from the database: (record, revoked).
+    (None, False) for a key nobody has."""
+    key = GatewayKey.objects.select_related("user").filter(digest=digest_hex).first()
+    if key is None:
+        return None, False
+    if key.revoked_at is not None:
+        return None, True
+    user = key.user
+    record: dict = {
+        "k": key.pk,
+        "u": user.pk,
+        "g": store.generation(),
+        "use": bool(user.is_active and user.has_perm(USE_CHAT)),
+    }
+    if key.model_names:
+        record["m"] = list(key.model_names)
+    if key.expires_at is not None:
+        record["x"] = int(key.expires_at.timestamp() * 1000)
+    limits = limits_for(user)
+    for field, value in (("rpm", limits.rpm), ("conc", limits.concurrent), ("tpd", limits.tpd)):
+        if value is not None:
+            record[field] = value
+    return record, False

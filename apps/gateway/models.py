@@ -1,0 +1,145 @@
+"""The gateway's rows: personal keys for /v1, model aliases, limits, and one usage row per
+request. See docs/gateway.md."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.accounts.roles import ROLE_ORDER
+
+
+class GatewayKeyQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class GatewayKey(models.Model):
+    """A personal key for the panel's OpenAI endpoint (`/v1`). Only its SHA-256 digest is
+    stored; the clear key is shown once. It acts as its user, with the user's role and
+    limits; it may be limited to some models and may expire."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_keys"
+    )
+    name = models.CharField(max_length=100, help_text="What it is for, e.g. “Open WebUI”.")
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    # Public model names this key may use; empty: every model.
+    model_names = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GatewayKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def usable(self) -> bool:
+        return self.revoked_at is None and not self.expired
+
+
+class ModelAlias(models.Model):
+    """A public model name operators choose (e.g. `team-default`) for a recipe: requests
+    for it go to that recipe's ready runs."""
+
+    name = models.CharField(
+        max_length=128,
+        unique=True,
+        help_text="The name clients ask for, e.g. team-default (letters, digits, . _ - : /).",
+    )
+    recipe = models.ForeignKey("recipes.Recipe", on_delete=models.CASCADE, related_name="aliases")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "model aliases"
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.recipe}"
+
+
+ROLE_CHOICES = [(role.value, role.value.title()) for role in ROLE_ORDER]
+
+
+class Limit(models.Model):
+    """Limits for a role, or for one user (a user's row overrides their role's, field by
+    field). Blank: no limit."""
+
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES, blank=True)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        related_name="gateway_limit",
+    )  # fmt: skip
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    concurrent_streams = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests in flight at once (streamed or not)."
+    )
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Prompt + completion tokens per UTC day."
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(role="") & Q(user__isnull=False))
+                | (~Q(role="") & Q(user__isnull=True)),
+                name="gateway_limit_role_xor_user",
+            ),
+            models.UniqueConstraint(
+                fields=["role"], condition=~Q(role=""), name="gateway_limit_one_per_role"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"limits for {self.user or self.role}"
+
+
+class UsageRecord(models.Model):
+    """One request through the gateway (or one chat answer), written off the hot path."""
+
+    class Source(models.TextChoices):
+        GATEWAY = "gateway", "API (/v1)"
+        CHAT = "chat", "Chat"
+
+    request_id = models.CharField(max_length=40, unique=True)
+    at = models.DateTimeField(db_index=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="usage"
+    )
+    key = models.ForeignKey(GatewayKey, null=True, blank=True, on_delete=models.SET_NULL)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.GATEWAY)
+    endpoint = models.CharField(max_length=40)
+    model = models.CharField(max_length=128, db_index=True)
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL)
+    host = models.CharField(max_length=100, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    duration_ms = models.FloatField(default=0)
+    status = models.PositiveSmallIntegerField()
+    cancelled = models.BooleanField(default=False)
+    error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["user", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.model} {self.status}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

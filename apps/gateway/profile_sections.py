@@ -1,0 +1,131 @@
+"""The profile page's "Gateway keys" card (apps/accounts/profile.py): create a key (shown
+once), revoke one, each key's usage, and how much of the user's limits is used now."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from apps.accounts.profile import Section, render_profile
+from apps.accounts.roles import USE_CHAT
+from apps.core.redisconn import RedisError
+from apps.gateway import store, usage
+from apps.gateway.keys import key_create, key_revoke
+from apps.gateway.limits import limits_for
+from apps.gateway.models import GatewayKey
+from apps.gateway.routing import public_name
+from apps.recipes.models import Recipe
+
+MODELS_MAX = 50
+MODEL_NAME_MAX = 128
+
+
+class KeyForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What it is for, e.g. “Open WebUI”.")
+    models = forms.CharField(
+        required=False,
+        max_length=4000,
+        label="Only these models",
+        help_text="Public model names, comma-separated; empty: every model.",
+    )
+    expires_days = forms.IntegerField(
+        required=False, min_value=1, max_value=3650, label="Expires after (days)",
+        help_text="Empty: never.",
+    )  # fmt: skip
+
+    def clean_models(self) -> list[str]:
+        names = [n.strip() for n in self.cleaned_data["models"].split(",") if n.strip()]
+        if len(names) > MODELS_MAX:
+            raise forms.ValidationError(f"At most {MODELS_MAX} models.")
+        if any(len(n) > MODEL_NAME_MAX for n in names):
+            raise forms.ValidationError(f"A model name has at most {MODEL_NAME_MAX} characters.")
+        return names
+
+
+def _limit_line(label: str, used: int | None, limit: int | None) -> dict | None:
+    if limit is None:
+        return None
+    used = used or 0
+    return {"label": label, "used": used, "limit": limit,
+            "percent": min(100, round(100 * used / limit)) if limit else 100}  # fmt: skip
+
+
+def keys_context(request: HttpRequest) -> dict:
+    user = request.user
+    if not user.has_perm(USE_CHAT):
+        return {"gateway_allowed": False}
+    usage.drain(wait_s=0.5)
+    limits = limits_for(user)
+    lines: list[dict] = []
+    problem = ""
+    try:
+        tokens = store.tokens_used_today(user.pk) if limits.tpd is not None else None
+        lines = [
+            _limit_line("Tokens today", tokens if tokens is not None else usage.today_tokens(user),
+                        limits.tpd),
+            _limit_line("Requests in the last minute", store.requests_last_minute(user.pk),
+                        limits.rpm),
+            _limit_line("Requests in flight", store.in_flight(user.pk), limits.concurrent),
+        ]  # fmt: skip
+    except RedisError as exc:
+        problem = f"Redis is unreachable, so the live figures are missing: {exc}"
+    per_key = usage.per_key(user)
+    keys = list(GatewayKey.objects.filter(user=user))
+    for key in keys:
+        key.usage = per_key.get(key.pk, {})
+    names = sorted({public_name(r) for r in Recipe.objects.only("served_model_name", "model_id")})
+    return {
+        "gateway_allowed": True,
+        "gateway_keys": keys,
+        "key_form": KeyForm(),
+        "gateway_limits": [line for line in lines if line],
+        "gateway_today": usage.today_tokens(user),
+        "gateway_problem": problem,
+        "gateway_base": request.build_absolute_uri("/v1"),
+        "gateway_model_names": names,
+    }
+
+
+@require_POST
+def key_create_view(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perm(USE_CHAT):
+        return render_profile(request, status=403)
+    form = KeyForm(request.POST)
+    if not form.is_valid():
+        return render_profile(request, status=400, key_form=form)
+    days = form.cleaned_data["expires_days"]
+    key, clear = key_create(
+        user=request.user,
+        name=form.cleaned_data["name"],
+        models=form.cleaned_data["models"],
+        expires_at=timezone.now() + timedelta(days=days) if days else None,
+    )
+    response = render_profile(request, new_key=clear, new_key_row=key)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+def key_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(GatewayKey, pk=pk, user=request.user)
+    try:
+        key_revoke(key=key)
+    except RedisError:
+        messages.error(
+            request,
+            f"Key “{key.name}” is revoked in the database, but Redis did not answer: running "
+            "gateways may accept it for a few minutes more.",
+        )
+        return redirect("profile")
+    messages.success(request, f"Key “{key.name}” revoked: it stops working at once.")
+    return redirect("profile")
+
+
+KEYS = Section(name="gateway-keys", template="gateway/partials/keys.html", context=keys_context,
+               order=90)  # fmt: skip

@@ -1,0 +1,55 @@
+"""What the gateway hears from other apps: anything that changes who may call which model
+where bumps a version in Redis (apps/gateway/store.py), and every gateway process re-reads
+it at its next request — a stopped run takes no new request, a role change applies at once.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
+
+from apps.accounts.profile import register
+from apps.gateway import store
+from apps.gateway.models import Limit, ModelAlias
+from apps.recipes.models import Recipe
+from apps.runs.signals import run_state_changed
+
+
+def _routes_changed(**kwargs) -> None:
+    transaction.on_commit(lambda: store.bump(store.ROUTES))
+
+
+def _records_changed(**kwargs) -> None:
+    transaction.on_commit(lambda: store.bump(store.GEN))
+
+
+def connect() -> None:
+    # run_state_changed is sent after the commit already
+    run_state_changed.connect(
+        lambda **kw: store.bump(store.ROUTES), weak=False, dispatch_uid="gateway.run_state"
+    )
+    for model in (Recipe, ModelAlias):
+        for signal in (post_save, post_delete):
+            signal.connect(
+                _routes_changed,
+                sender=model,
+                dispatch_uid=f"gateway.routes.{model.__name__}.{signal}",
+            )
+    user = get_user_model()
+    for sender in (Limit, user):
+        for signal in (post_save, post_delete):
+            signal.connect(
+                _records_changed,
+                sender=sender,
+                dispatch_uid=f"gateway.gen.{sender.__name__}.{signal}",
+            )
+    m2m_changed.connect(
+        _records_changed, sender=user.groups.through, dispatch_uid="gateway.gen.groups"
+    )
+    post_save.connect(_records_changed, sender=Group, dispatch_uid="gateway.gen.group")
+
+    from apps.gateway import profile_sections
+
+    register(profile_sections.KEYS)

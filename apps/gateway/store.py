@@ -1,0 +1,240 @@
+"""What the gateway keeps in Redis, and the scripts that make its checks atomic.
+
+One round trip admits a request (`admit`, a Lua script): the key's record, its
+generation, its expiry, its model allowlist, the user's requests per minute (a sliding
+60-second window: a sorted set of request ids by time), concurrent requests (a sorted set
+of leases) and tokens per UTC day (a counter holding the tokens used plus those reserved
+by requests in flight); it returns the routes' version too. One more round trip at the end
+(`release`) frees the lease, replaces the reservation by the tokens really used, and
+queues the usage row. Redis runs each script alone, so concurrent clients can never both
+take the last slot: the limits are exact at their edges.
+
+Keys (all under ``gw:``): ``gw:key:<sha256>`` a key's record (JSON, a few minutes) or a
+tombstone (``revoked``, ``unknown``); ``gw:gen`` renewed when limits or roles change (every
+record is then re-read from the database); ``gw:routes`` renewed when a run changes state
+or a recipe or alias changes; ``gw:rpm:<user>``, ``gw:conc:<user>``,
+``gw:tpd:<user>:<day>``; ``gw:usage`` the usage rows not yet in the database.
+Redis is reached through apps/core/redisconn.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from django.conf import settings
+
+from apps.core import redisconn
+
+log = logging.getLogger(__name__)
+
+USAGE_QUEUE = "gw:usage"
+GEN = "gw:gen"
+ROUTES = "gw:routes"
+REVOKED = "revoked"
+UNKNOWN = "unknown"
+TOMBSTONE_S = 7 * 86400
+UNKNOWN_S = 30
+
+
+def key_name(digest: str) -> str:
+    return f"gw:key:{digest}"
+
+
+ADMIT = """
+local rec = redis.call('GET', KEYS[1])
+if not rec then return {'miss'} end
+if rec == 'revoked' or rec == 'unknown' then return {'bad', rec} end
+local r = cjson.decode(rec)
+if tostring(r.g) ~= (redis.call('GET', KEYS[2]) or '0') then return {'stale'} end
+local t = redis.call('TIME')
+local sec = tonumber(t[1])
+local now = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
+local version = redis.call('GET', KEYS[3]) or '0'
+if r.x and now >= r.x then return {'expired'} end
+if not r.use then return {'role'} end
+if ARGV[6] == '0' then return {'ok', tostring(r.u), tostring(r.k), -1, 0, 0, version} end
+if r.m then
+  local allowed = false
+  for _, name in ipairs(r.m) do
+    if name == ARGV[2] then allowed = true end
+  end
+  if not allowed then return {'model'} end
+end
+local u = tostring(r.u)
+local rpm = 'gw:rpm:' .. u
+local conc = 'gw:conc:' .. u
+if r.rpm then
+  redis.call('ZREMRANGEBYSCORE', rpm, '-inf', now - 60000)
+  if redis.call('ZCARD', rpm) >= r.rpm then
+    local oldest = redis.call('ZRANGE', rpm, 0, 0, 'WITHSCORES')
+    return {'rpm', tonumber(oldest[2]) + 60000 - now, r.rpm}
+  end
+end
+if r.conc then
+  redis.call('ZREMRANGEBYSCORE', conc, '-inf', now)
+  if redis.call('ZCARD', conc) >= r.conc then return {'conc', 1000, r.conc} end
+end
+local cap = -1
+local reserved = 0
+local day = math.floor(sec / 86400)
+if r.tpd then
+  local tpd = 'gw:tpd:' .. u .. ':' .. day
+  local used = tonumber(redis.call('GET', tpd) or '0')
+  local prompt = tonumber(ARGV[3])
+  local left = r.tpd - used - prompt
+  if left < 1 then return {'tpd', ((day + 1) * 86400 - sec) * 1000, r.tpd} end
+  cap = left
+  local asked = tonumber(ARGV[4])
+  if asked >= 0 and asked < cap then cap = asked end
+  reserved = prompt + cap
+  redis.call('INCRBY', tpd, reserved)
+  redis.call('EXPIRE', tpd, 172800)
+end
+if r.rpm then
+  redis.call('ZADD', rpm, now, ARGV[1])
+  redis.call('PEXPIRE', rpm, 61000)
+end
+if r.conc then
+  local lease = tonumber(ARGV[5]) * 1000
+  redis.call('ZADD', conc, now + lease, ARGV[1])
+  redis.call('PEXPIRE', conc, lease)
+end
+return {'ok', u, tostring(r.k), cap, reserved, day, version}
+"""
+
+RELEASE = """
+local u = ARGV[1]
+redis.call('ZREM', 'gw:conc:' .. u, ARGV[2])
+if ARGV[7] == '1' then redis.call('ZREM', 'gw:rpm:' .. u, ARGV[2]) end
+local reserved = tonumber(ARGV[4])
+if reserved > 0 then
+  local delta = tonumber(ARGV[5]) - reserved
+  if delta ~= 0 then redis.call('INCRBY', 'gw:tpd:' .. u .. ':' .. ARGV[3], delta) end
+end
+if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[1], ARGV[6]) end
+return 1
+"""
+
+FILL = """
+local old = redis.call('GET', KEYS[1])
+if old == 'revoked' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
+
+
+def url() -> str:
+    return settings.REDIS_URL
+
+
+# --- from the panel's own (sync) code: keys, limits, routes ------------------------------
+
+
+def _sync():
+    return redisconn.shared_client(url(), timeout=2.0)
+
+
+def bump(name: str) -> None:
+    """Give `gw:gen` or `gw:routes` a new value (every gateway process notices at its next
+    request). A fresh random value, not a counter: after a Redis restart a counter would
+    start again at values a process has already seen. A Redis that is down is logged, not
+    raised: the change itself is already saved."""
+    try:
+        _sync().set(name, uuid.uuid4().hex)
+    except redisconn.RedisError as exc:
+        log.warning("could not tell the gateway (%s): %s", name, exc)
+
+
+def tombstone(digest: str) -> None:
+    """A revoked key stops working at its next request, in every process."""
+    _sync().set(key_name(digest), REVOKED, ex=TOMBSTONE_S)
+
+
+def put_record(digest: str, record: dict) -> None:
+    _sync().eval(FILL, 1, key_name(digest), json.dumps(record), settings.GATEWAY_KEY_CACHE_S)
+
+
+def generation() -> str:
+    return _sync().get(GEN) or "0"
+
+
+def tokens_used_today(user_id: int) -> int | None:
+    """Tokens counted today for a user with a token limit (used + reserved in flight)."""
+    client = _sync()
+    seconds, _ = client.time()
+    value = client.get(f"gw:tpd:{user_id}:{seconds // 86400}")
+    return int(value) if value is not None else None
+
+
+def in_flight(user_id: int) -> int:
+    client = _sync()
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return int(client.zcount(f"gw:conc:{user_id}", now_ms, "+inf"))
+
+
+def requests_last_minute(user_id: int) -> int:
+    client = _sync()
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return int(client.zcount(f"gw:rpm:{user_id}", now_ms - 60000, "+inf"))
+
+
+def usage_batch(limit: int) -> list[str]:
+    return _sync().lrange(USAGE_QUEUE, 0, limit - 1)
+
+
+def usage_trim(count: int) -> None:
+    _sync().ltrim(USAGE_QUEUE, count, -1)
+
+
+def usage_lock(timeout_s: float):
+    return _sync().lock("gw:usage:lock", timeout=60, blocking_timeout=timeout_s)
+
+
+# --- the hot path (asyncio) --------------------------------------------------------------
+
+
+class AsyncStore:
+    """The gateway process's scripts, registered once (EVALSHA afterwards)."""
+
+    def __init__(self):
+        self._scripts: dict[int, tuple] = {}
+
+    def _for_loop(self):
+        import asyncio
+
+        loop_id = id(asyncio.get_running_loop())
+        entry = self._scripts.get(loop_id)
+        if entry is None:
+            client = redisconn.async_client(url())
+            entry = (
+                client,
+                client.register_script(ADMIT),
+                client.register_script(RELEASE),
+                client.register_script(FILL),
+            )
+            self._scripts[loop_id] = entry
+        return entry
+
+    async def admit(self, digest, request_id, model, prompt_bound, asked, *, count=True):
+        _, admit, _, _ = self._for_loop()
+        args = [request_id, model, prompt_bound, asked, settings.GATEWAY_LEASE_S, int(count)]
+        answer = await admit(keys=[key_name(digest), GEN, ROUTES], args=args)
+        return [a.decode() if isinstance(a, bytes) else a for a in answer]
+
+    async def release(self, user, request_id, day, reserved, used, row: dict | None, refund):
+        _, _, release, _ = self._for_loop()
+        payload = json.dumps(row, separators=(",", ":")) if row else ""
+        args = [user, request_id, day, reserved, used, payload, int(refund)]
+        await release(keys=[USAGE_QUEUE], args=args)
+
+    async def fill(self, digest: str, record: dict | None, *, revoked: bool = False):
+        client, _, _, fill = self._for_loop()
+        if record is None:
+            value, ttl = (REVOKED, TOMBSTONE_S) if revoked else (UNKNOWN, UNKNOWN_S)
+            await client.set(key_name(digest), value, ex=ttl, nx=not revoked)
+            return
+        await fill(keys=[key_name(digest)], args=[json.dumps(record), settings.GATEWAY_KEY_CACHE_S])

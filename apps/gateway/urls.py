@@ -1,0 +1,14 @@
+from django.urls import path
+
+from apps.gateway import profile_sections, views
+
+urlpatterns = [
+    path("accounts/profile/keys/", profile_sections.key_create_view, name="gateway-key-create"),
+    path(
+        "accounts/profile/keys/<int:pk>/revoke/",
+        profile_sections.key_revoke_view,
+        name="gateway-key-revoke",
+    ),
+    path("usage/", views.usage_page, name="usage"),
+    path("usage.csv", views.usage_csv, name="usage-csv"),
+]

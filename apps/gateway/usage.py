@@ -1,0 +1,193 @@
+"""Usage rows: from Redis (where the gateway queues them, off its hot path) into the
+database, and the sums the Usage page, the profile page, the API and /metrics show.
+
+`drain()` moves the queued rows in batches (under a Redis lock, so two drains never take
+the same rows; a row is inserted at most once, by its request id). It runs every few
+seconds (Celery beat: gateway.drain_usage) and before anything reads the rows, so a page
+always shows every request that finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import TruncDay, TruncHour
+from django.utils import timezone
+
+from apps.core.redisconn import RedisError
+from apps.gateway import store
+from apps.gateway.models import GatewayKey, UsageRecord
+from apps.runs.models import Run
+
+log = logging.getLogger(__name__)
+BATCH = 1000
+
+
+def drain(max_batches: int = 100, wait_s: float = 2.0) -> int:
+    """Move queued usage rows into the database; returns how many. Redis down: 0, logged."""
+    moved = 0
+    try:
+        lock = store.usage_lock(wait_s)
+        if not lock.acquire():
+            return 0
+        try:
+            for _ in range(max_batches):
+                batch = store.usage_batch(BATCH)
+                if not batch:
+                    break
+                moved += _insert(batch)
+                store.usage_trim(len(batch))
+        finally:
+            lock.release()
+    except RedisError as exc:
+        log.warning("usage: cannot drain the gateway's queue: %s", exc)
+    return moved
+
+
+def _insert(batch: list[str]) -> int:
+    users = set(get_user_model().objects.values_list("pk", flat=True))
+    rows, last_used = [], {}
+    for raw in batch:
+        try:
+            item = json.loads(raw)
+            at = datetime.fromtimestamp(float(item["at"]), tz=UTC)
+            row = UsageRecord(
+                request_id=str(item["id"])[:40],
+                at=at,
+                user_id=item["u"] if item.get("u") in users else None,
+                key_id=item.get("k"),
+                endpoint=str(item.get("ep", ""))[:40],
+                model=str(item.get("m", ""))[:128],
+                run_id=item.get("run"),
+                host=str(item.get("h", ""))[:100],
+                prompt_tokens=int(item.get("pt") or 0),
+                completion_tokens=int(item.get("ct") or 0),
+                ttft_ms=item.get("ttft"),
+                duration_ms=float(item.get("dur") or 0),
+                status=int(item.get("st") or 0),
+                cancelled=bool(item.get("cx")),
+                error=str(item.get("err") or "")[:300],
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("usage: dropped a malformed row (%s): %.200s", exc, raw)
+            continue
+        rows.append(row)
+        if row.key_id:
+            last_used[row.key_id] = max(at, last_used.get(row.key_id, at))
+    keys = set(GatewayKey.objects.filter(pk__in=last_used).values_list("pk", flat=True))
+    runs = {r.run_id for r in rows if r.run_id}
+    if runs:
+        runs = set(Run.objects.filter(pk__in=runs).values_list("pk", flat=True))
+    for row in rows:
+        if row.key_id not in keys:
+            row.key_id = None
+        if row.run_id not in runs:
+            row.run_id = None
+    UsageRecord.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
+    for key_id in keys:
+        GatewayKey.objects.filter(pk=key_id).update(last_used_at=last_used[key_id])
+    return len(rows)
+
+
+def record_chat(*, user, run, prompt_tokens, completion_tokens, ttft_s, duration_s, status,
+                cancelled=False, error="") -> None:  # fmt: skip
+    """A chat answer counts like a request through the gateway (source: chat)."""
+    UsageRecord.objects.create(
+        request_id=uuid.uuid4().hex,
+        at=timezone.now(),
+        user=user,
+        source=UsageRecord.Source.CHAT,
+        endpoint="chat",
+        model=run.served_name if run else "",
+        run=run,
+        host=run.host.name if run else "",
+        prompt_tokens=prompt_tokens or 0,
+        completion_tokens=completion_tokens or 0,
+        ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
+        duration_ms=duration_s * 1000,
+        status=status,
+        cancelled=cancelled,
+        error=error[:300],
+    )
+
+
+# --- sums ----------------------------------------------------------------------------------
+
+TOTALS = {
+    "requests": Count("pk"),
+    "prompt": Sum("prompt_tokens", default=0),
+    "completion": Sum("completion_tokens", default=0),
+    "errors": Count("pk", filter=Q(status__gte=400)),
+    "cancelled": Count("pk", filter=Q(cancelled=True)),
+}
+
+
+def rows(*, since: datetime, user=None, model: str | None = None):
+    qs = UsageRecord.objects.filter(at__gte=since)
+    if user is not None:
+        qs = qs.filter(user=user)
+    if model:
+        qs = qs.filter(model=model)
+    return qs
+
+
+def by_user_and_model(qs) -> list[dict]:
+    out = (
+        qs.values("user__username", "model").annotate(**TOTALS).order_by("user__username", "model")
+    )
+    return [{**r, "total": r["prompt"] + r["completion"]} for r in out]
+
+
+def series(qs, bucket: str) -> list[dict]:
+    trunc = TruncHour("at") if bucket == "hour" else TruncDay("at")
+    out = qs.annotate(t=trunc).values("t").annotate(**TOTALS).order_by("t")
+    return [{**r, "total": r["prompt"] + r["completion"]} for r in out]
+
+
+def per_key(user) -> dict[int, dict]:
+    qs = UsageRecord.objects.filter(user=user, key__isnull=False)
+    since = timezone.now() - timedelta(days=30)
+    out = {}
+    for r in qs.values("key").annotate(
+        requests=Count("pk"),
+        tokens=Sum("prompt_tokens", default=0) + Sum("completion_tokens", default=0),
+        recent=Count("pk", filter=Q(at__gte=since)),
+        last=Max("at"),
+    ):
+        out[r["key"]] = r
+    return out
+
+
+def today_tokens(user) -> int:
+    start = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    agg = UsageRecord.objects.filter(user=user, at__gte=start).aggregate(
+        p=Sum("prompt_tokens", default=0), c=Sum("completion_tokens", default=0)
+    )
+    return agg["p"] + agg["c"]
+
+
+CSV_FIELDS = ["at", "user", "key", "source", "endpoint", "model", "run", "host",
+              "prompt_tokens", "completion_tokens", "ttft_ms", "duration_ms", "status",
+              "cancelled", "error"]  # fmt: skip
+CSV_MAX_ROWS = 100_000
+
+
+def csv_text(qs) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_FIELDS)
+    for r in qs.select_related("user", "key").order_by("at")[:CSV_MAX_ROWS]:
+        writer.writerow([
+            r.at.isoformat(), r.user.username if r.user else "", r.key.name if r.key else "",
+            r.source, r.endpoint, r.model, r.run_id or "", r.host, r.prompt_tokens,
+            r.completion_tokens, "" if r.ttft_ms is None else round(r.ttft_ms, 1),
+            round(r.duration_ms, 1), r.status, int(r.cancelled), r.error,
+        ])  # fmt: skip
+    return out.getvalue()
