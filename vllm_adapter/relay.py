@@ -82,6 +82,7 @@ class StreamTap:
         "done",
         "error",
         "first_token_at",
+        "token_events",
         "usage",
     )
 
@@ -93,6 +94,9 @@ class StreamTap:
         self.first_token_at: float | None = None
         self.error: dict | None = None
         self.done = False
+        # Events that carried text: what a stream cut short had generated, about (vLLM
+        # sends one event per engine step, one token each at the default stream interval).
+        self.token_events = 0
 
     def feed(self, data: bytes) -> bytes:
         buffer = self._buffer + data if self._buffer else data
@@ -103,6 +107,8 @@ class StreamTap:
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
         if self.first_token_at is None and _TOKEN_BEARING.search(complete):
             self.first_token_at = time.monotonic()
+        if self.first_token_at is not None:
+            self.token_events += complete.count(b"data: ")
         if b'"usage":{' in complete or b'"error":' in complete or b"[DONE]" in complete:
             complete = self._inspect(complete)
         if self._rename is not None:

@@ -101,10 +101,24 @@ class Gateway:
         self.table = routing.RouteTable(version="")
         self.inflight: dict[int, int] = {}
         self.down: dict[int, float] = {}  # run id -> until (monotonic): no new requests
-        self._reload: asyncio.Lock | None = None
+        self._reload = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _bind(self) -> None:
+        """Connections and locks belong to one event loop: a new loop (a server restarted in
+        the same process, as tests do) starts with fresh ones."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self.pool = Pool(connect_timeout=settings.GATEWAY_CONNECT_TIMEOUT_S)
+            self._reload = asyncio.Lock()
+            self.table = routing.RouteTable(version="")
+            self.inflight.clear()
+            self.down.clear()
 
     # --- entry ----------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
+        self._bind()
         state = {"started": False}
 
         async def tracked(message):
@@ -182,8 +196,6 @@ class Gateway:
     async def _ensure_table(self, version: str) -> None:
         if version == self.table.version:
             return
-        if self._reload is None:
-            self._reload = asyncio.Lock()
         async with self._reload:
             if version != self.table.version:
                 self.table = await sync_to_async(routing.build)(version)
@@ -366,6 +378,8 @@ class Gateway:
         finally:
             watcher.stop()
             outcome.take_usage(tap.usage)
+            if tap.usage is None:  # cut short: no usage chunk; one token per event (vLLM)
+                outcome.completion = tap.token_events
             outcome.first_token_at = tap.first_token_at
             if tap.error and outcome.status == 200:
                 outcome.status = 500

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
 from apps.accounts.roles import MANAGE_USERS
 from apps.gateway import usage
@@ -43,6 +44,7 @@ def _queryset(f: dict):
     return usage.rows(since=f["since"], user=f["user"], model=f["model"] or None)
 
 
+@require_GET
 def usage_page(request: HttpRequest) -> HttpResponse:
     usage.drain(wait_s=0.5)
     f = _filters(request)
@@ -73,6 +75,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     return render(request, "gateway/usage.html", context)
 
 
+@require_GET
 def usage_csv(request: HttpRequest) -> HttpResponse:
     usage.drain(wait_s=0.5)
     f = _filters(request)

@@ -16,6 +16,7 @@ from apps.benchmarks.models import Job, JobState, Result, Suite
 from apps.benchmarks.selectors import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.core.models import Notice
+from apps.gateway.keys import key_create
 from apps.hosts.models import Host
 from apps.runs.models import Prefetch, Run, RunState
 from sparkdomain.command import serve_argv
@@ -68,6 +69,7 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         conversation=conversation, role=Message.Role.USER, content="hello", run=run
     )
     token, _clear = token_create(user=operator, name="operator ci")
+    gateway_key, _clear = key_create(user=operator, name="operator's Open WebUI")
     webhook = Webhook.objects.create(
         user=operator, url="http://127.0.0.1:9/hook", secret="whsec-operator-0123456789",
         events=[Webhook.Event.JOB_FINISHED],
@@ -96,5 +98,6 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         "conversation": conversation,
         "message": message,
         "token": token,
+        "gateway_key": gateway_key,
         "webhook": webhook,
     }

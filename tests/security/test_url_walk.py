@@ -55,6 +55,7 @@ MEMBER_MAY_POST = {
     "logout": "signing out",
     "profile": "creates the member's own API token",
     "webhook-add": "adds the member's own webhook",
+    "gateway-key-create": "creates the member's own gateway key",
     "benchmark-queue": "members queue benchmarks",
     "chat-new": "members chat",
     "recipe-plan": "the live planner preview; computes, saves nothing",
@@ -64,6 +65,7 @@ MEMBER_MAY_POST = {
 # or 404: the object is not theirs to see), and nothing changes.
 OBJECT_SCOPED = {
     "token-revoke",
+    "gateway-key-revoke",
     "webhook-delete",
     "webhook-test",
     "chat-settings",

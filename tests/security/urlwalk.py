@@ -28,6 +28,7 @@ REGEX_SAMPLES = {"api/^(?P<rest>.*)$": "api/v2/anything"}
 # checks, and the member walk reports it.
 PK_BY_URL_PREFIX = {
     "host-models-": "prefetch",
+    "gateway-key-": "gateway_key",
     "token-": "token",
     "webhook-": "webhook",
     "run-": "run",
