@@ -29,7 +29,7 @@ from apps.recipes.models import Recipe
 from sparkdomain.presets import RECIPES
 
 # The shared real-vLLM server (real_vllm) and the local Hugging Face hub (hub, serve_hub).
-pytest_plugins = ["tests.real_vllm.fixtures", "tests.hubsim.fixtures"]
+pytest_plugins = ["tests.real_vllm.fixtures", "tests.hubsim.fixtures", "tests.gateway.fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -1,0 +1,85 @@
+"""Several ready runs of one model on different Sparks are replicas behind one name."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import openai
+import pytest
+
+from apps.gateway import usage
+from apps.gateway.models import UsageRecord
+from apps.runs.models import RunState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HI = [{"role": "user", "content": "Hi"}]
+
+
+def _hosts(user) -> collections.Counter:
+    usage.drain()
+    return collections.Counter(UsageRecord.objects.filter(user=user).values_list("host", flat=True))
+
+
+def test_two_replicas_share_the_load_and_a_killed_one_fails_cleanly(panel, replica, member,
+                                                                     gateway_key):  # fmt: skip
+    sim_a, run_a = replica(time_scale=2)
+    sim_b, run_b = replica(time_scale=2)
+    key = gateway_key(member)
+    model = run_a.served_name
+
+    async def streams(n: int, max_tokens: int, kill_after_first=None):
+        client = openai.AsyncOpenAI(base_url=panel.v1, api_key=key, max_retries=0, timeout=60)
+        started = asyncio.Event()
+        count = 0
+
+        async def one():
+            nonlocal count
+            try:
+                stream = await client.chat.completions.create(
+                    model=model, messages=HI, max_tokens=max_tokens, stream=True
+                )
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        count += 1
+                        if count >= n:
+                            started.set()
+                return "ok"
+            except openai.APIError as exc:
+                return f"error: {exc.message}"
+
+        tasks = [asyncio.create_task(one()) for _ in range(n)]
+        if kill_after_first is not None:
+            await asyncio.wait_for(started.wait(), 30)
+            kill_after_first()
+        return await asyncio.gather(*tasks)
+
+    # Fewest requests in flight: 8 concurrent streams split evenly.
+    assert asyncio.run(streams(8, 20)) == ["ok"] * 8
+    assert _hosts(member) == {run_a.host.name: 4, run_b.host.name: 4}
+
+    # One Spark dies mid-answer (its server killed, the panel not told yet): its streams end
+    # with an error event, the other's finish, and new requests go to the survivor at once.
+    UsageRecord.objects.all().delete()
+    results = asyncio.run(streams(6, 400, kill_after_first=sim_a.proc.kill))
+    failed = [r for r in results if r != "ok"]
+    assert len(failed) == 3 and all(run_a.host.name in r for r in failed), results
+    client = openai.OpenAI(base_url=panel.v1, api_key=key, max_retries=0, timeout=60)
+    began = time.monotonic()
+    for _ in range(4):
+        assert client.chat.completions.create(model=model, messages=HI, max_tokens=2)
+    assert time.monotonic() - began < 30
+    hosts = _hosts(member)
+    assert hosts[run_b.host.name] == 3 + 4 and hosts[run_a.host.name] == 3
+    rows = UsageRecord.objects.filter(host=run_a.host.name)
+    assert {r.status for r in rows} == {502}
+
+    # Once the run is marked failed (the reconciler or the guard), it leaves the table.
+    run_a.transition(RunState.FAILED, failure_reason="gone")
+    assert [m.id for m in client.models.list().data] == [model]
+    sim_b.stop()
+    run_b.transition(RunState.STOPPING)
+    with pytest.raises(openai.InternalServerError) as none_left:
+        client.chat.completions.create(model=model, messages=HI, max_tokens=2)
+    assert none_left.value.body["code"] == "model_not_running"
