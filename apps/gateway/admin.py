@@ -63,3 +63,6 @@ class UsageRecordAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the record of who used what (and the /metrics counters) only grows

@@ -1,5 +1,6 @@
 """The panel's own Prometheus endpoint (/metrics), for a team's existing Prometheus/Grafana:
-runs by state, benchmark jobs, host agents and workers, watchdog incidents."""
+runs by state, benchmark jobs, host agents and workers, watchdog incidents, and the
+gateway's requests and tokens per user and model."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from apps.benchmarks.models import J, Job
+from apps.gateway import usage
+from apps.gateway.models import UsageRecord
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.telemetry.models import Incident
@@ -77,6 +80,33 @@ class PanelCollector:
             for kind in ("act", "warn", "alert"):
                 incidents.add_metric([host.name, kind], by_host.get((host.name, kind), 0))
         yield from (queue, running, available, total, agent, worker, incidents)
+        yield from gateway_counters()
+
+
+def gateway_counters():
+    """Requests and tokens through the gateway (and chat answers) per user and model, from
+    the usage rows (never deleted, so the counters only grow)."""
+    usage.drain(wait_s=0.5)
+    labels = ["user", "model"]
+    requests = CounterMetricFamily(
+        "sparkpanel_gateway_requests", "Requests through /v1 and chat answers.", labels=labels
+    )
+    failed = CounterMetricFamily(
+        "sparkpanel_gateway_failed_requests", "Requests answered with an error.", labels=labels
+    )
+    prompt = CounterMetricFamily(
+        "sparkpanel_gateway_prompt_tokens", "Prompt tokens.", labels=labels
+    )
+    completion = CounterMetricFamily(
+        "sparkpanel_gateway_completion_tokens", "Completion tokens.", labels=labels
+    )
+    for row in usage.by_user_and_model(UsageRecord.objects.all()):
+        key = [row["user__username"] or "", row["model"]]
+        requests.add_metric(key, row["requests"])
+        failed.add_metric(key, row["errors"])
+        prompt.add_metric(key, row["prompt"])
+        completion.add_metric(key, row["completion"])
+    yield from (requests, failed, prompt, completion)
 
 
 @login_not_required
