@@ -239,12 +239,8 @@ class Gateway:
         await _send_json(send, 200, body)
 
     async def _allowlist(self, digest: str) -> list[str] | None:
-        client = self.store._for_loop()[0]
-        raw = await client.get(f"gw:key:{digest}")
-        try:
-            return json.loads(raw).get("m") if raw else None
-        except (ValueError, AttributeError):
-            return None
+        record = await self.store.record(digest)
+        return record.get("m") if record else None
 
     # --- POST: relay ----------------------------------------------------------------------
     async def _relay(self, scope, receive, send, path, route) -> None:

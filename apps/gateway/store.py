@@ -198,43 +198,34 @@ def usage_lock(timeout_s: float):
 
 
 class AsyncStore:
-    """The gateway process's scripts, registered once (EVALSHA afterwards)."""
+    """The gateway's calls, on one pipelined connection per event loop
+    (apps/core/redisconn.py::PipelinedRedis): concurrent requests share it."""
 
-    def __init__(self):
-        self._scripts: dict[int, tuple] = {}
-
-    def _for_loop(self):
-        import asyncio
-
-        loop_id = id(asyncio.get_running_loop())
-        entry = self._scripts.get(loop_id)
-        if entry is None:
-            client = redisconn.async_client(url())
-            entry = (
-                client,
-                client.register_script(ADMIT),
-                client.register_script(RELEASE),
-                client.register_script(FILL),
-            )
-            self._scripts[loop_id] = entry
-        return entry
+    def client(self):
+        return redisconn.pipelined_client(url())
 
     async def admit(self, digest, request_id, model, prompt_bound, asked, *, count=True):
-        _, admit, _, _ = self._for_loop()
         args = [request_id, model, prompt_bound, asked, settings.GATEWAY_LEASE_S, int(count)]
-        answer = await admit(keys=[key_name(digest), GEN, ROUTES], args=args)
-        return [a.decode() if isinstance(a, bytes) else a for a in answer]
+        return await self.client().script(ADMIT, [key_name(digest), GEN, ROUTES], args)
 
     async def release(self, user, request_id, day, reserved, used, row: dict | None, refund):
-        _, _, release, _ = self._for_loop()
         payload = json.dumps(row, separators=(",", ":")) if row else ""
         args = [user, request_id, day, reserved, used, payload, int(refund)]
-        await release(keys=[USAGE_QUEUE], args=args)
+        await self.client().script(RELEASE, [USAGE_QUEUE], args)
 
     async def fill(self, digest: str, record: dict | None, *, revoked: bool = False):
-        client, _, _, fill = self._for_loop()
         if record is None:
             value, ttl = (REVOKED, TOMBSTONE_S) if revoked else (UNKNOWN, UNKNOWN_S)
-            await client.set(key_name(digest), value, ex=ttl, nx=not revoked)
+            extra = [] if revoked else ["NX"]
+            await self.client().call("SET", key_name(digest), value, "EX", ttl, *extra)
             return
-        await fill(keys=[key_name(digest)], args=[json.dumps(record), settings.GATEWAY_KEY_CACHE_S])
+        args = [json.dumps(record), settings.GATEWAY_KEY_CACHE_S]
+        await self.client().script(FILL, [key_name(digest)], args)
+
+    async def record(self, digest: str) -> dict | None:
+        raw = await self.client().call("GET", key_name(digest))
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None

@@ -38,7 +38,8 @@ def _ready_run(host, recipe, user) -> Run:
 
 def _chat(run: Run, n: int = 3) -> None:
     for _ in range(n):
-        httpx.post(f"http://127.0.0.1:{run.port}/v1/chat/completions", timeout=30, json={
+        httpx.post(f"http://127.0.0.1:{run.port}/v1/chat/completions", timeout=30,
+                   headers=run.upstream_headers, json={
             "model": run.served_name, "max_tokens": 8,
             "messages": [{"role": "user", "content": "hello"}],
         }).raise_for_status()  # fmt: skip

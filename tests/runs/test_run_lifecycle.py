@@ -33,7 +33,12 @@ def test_a_run_starts_loads_warms_up_is_ready_and_stops(engine_host, qwen, opera
     # a busy machine's scheduler can take away (warm-up repeats until two agree, so one
     # stalled request is not the last).
     assert run.cold_ttft_s > 10 and run.warm_ttft_s < run.cold_ttft_s / 2
-    assert httpx.get(f"http://127.0.0.1:{run.port}/v1/models").status_code == 200
+    models = f"http://127.0.0.1:{run.port}/v1/models"
+    assert httpx.get(models, headers=run.upstream_headers).status_code == 200
+    # The server demands the run's own key, given through its environment (the warm-up
+    # above sent it); anyone else is refused, as real vLLM refuses them.
+    assert run.api_key and run.api_key not in " ".join(run.argv)
+    assert httpx.get(models).status_code == 401
 
     runner.stop(run.pk)
     run.refresh_from_db()
