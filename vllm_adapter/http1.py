@@ -107,11 +107,16 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def wait(self) -> None:
-        self.waiter = asyncio.get_running_loop().create_future()
+    async def wait(self, timeout: float) -> None:
+        """Until the next read, close or error; TimeoutError after `timeout` seconds (a timer
+        on the future: asyncio.wait_for would wrap every wait in a task of its own)."""
+        loop = asyncio.get_running_loop()
+        self.waiter = future = loop.create_future()
+        timer = loop.call_later(timeout, _time_out, future)
         try:
-            await self.waiter
+            await future
         finally:
+            timer.cancel()
             self.waiter = None
 
     def reusable(self) -> bool:
@@ -129,6 +134,11 @@ class _Connection(asyncio.Protocol):
         self.chunks.clear()
         self.buffered = 0
         self.head_done = self.complete = False
+
+
+def _time_out(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class UpstreamResponse:
@@ -165,7 +175,7 @@ class UpstreamResponse:
                 if conn.lost:
                     raise UpstreamError("closed", "the model server closed the connection")
                 try:
-                    await asyncio.wait_for(conn.wait(), self.timeout)
+                    await conn.wait(self.timeout)
                 except TimeoutError:
                     raise UpstreamError(
                         "timeout", f"the model server sent nothing for {self.timeout:g} s"
@@ -267,7 +277,7 @@ class Pool:
                             break  # a stale kept-alive connection: once more, fresh
                         raise UpstreamError("closed", "the model server closed the connection")
                     try:
-                        await asyncio.wait_for(conn.wait(), head_timeout)
+                        await conn.wait(head_timeout)
                     except TimeoutError:
                         raise UpstreamError(
                             "timeout", f"the model server did not answer within {head_timeout:g} s"
