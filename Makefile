@@ -45,3 +45,4 @@ bench:
 	.venv/bin/python -m bench.harness_accuracy
 	.venv/bin/python -m bench.telemetry_fanout
 	.venv/bin/python -m bench.chat_relay
+	.venv/bin/python -m bench.gateway_overhead

@@ -9,9 +9,11 @@ import httpx
 import openai
 import pytest
 
+from apps.api.tokens import token_create
 from apps.gateway import usage
 from apps.gateway.models import ModelAlias, UsageRecord
 from apps.runs.models import RunState
+from tests.api.conftest import Api
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,7 +100,14 @@ def test_errors_in_openai_shape(panel, replica, member, gateway_key, too_long):
         response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
     )
 
-    client = sdk(panel, gateway_key(member))
+    # An API token is not a gateway key, and a gateway key is not an API token.
+    api_token = token_create(user=member, name="api")[1]
+    with pytest.raises(openai.AuthenticationError):
+        sdk(panel, api_token).models.list()
+    key = gateway_key(member)
+    assert Api(key).get("/me").status_code == 401
+
+    client = sdk(panel, key)
     with pytest.raises(openai.NotFoundError) as unknown:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     assert unknown.value.body["code"] == "model_not_found"
