@@ -38,8 +38,9 @@ class GatewayKeyAdmin(admin.ModelAdmin):
 
     list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
-    readonly_fields = ["user", "name", "prefix", "digest", "model_names", "expires_at",
+    readonly_fields = ["user", "name", "prefix", "model_names", "expires_at",
                        "created_at", "last_used_at", "revoked_at"]  # fmt: skip
+    fields = readonly_fields  # never the digest
     actions = ["revoke"]
 
     def has_add_permission(self, request):

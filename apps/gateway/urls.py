@@ -10,5 +10,7 @@ urlpatterns = [
         name="gateway-key-revoke",
     ),
     path("usage/", views.usage_page, name="usage"),
+    path("gateway/", views.models_page, name="gateway-models"),
+    path("gateway/aliases/<int:pk>/delete/", views.alias_delete, name="gateway-alias-delete"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
 ]

@@ -1,19 +1,28 @@
-"""The Usage page (/usage/): requests and tokens per user and model, per day or hour, with
-a chart and a CSV export. Everyone sees their own; admins (manage users) see everyone's."""
+"""The gateway's pages: Usage (/usage/: requests and tokens per user and model, per day or
+hour, with a chart and a CSV export; everyone sees their own, admins everyone's) and Models
+(/gateway/: the public names, the runs serving each, the aliases operators set)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from django import forms
+from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from apps.accounts.roles import MANAGE_USERS
+from apps.accounts.roles import EDIT_RECIPES, MANAGE_USERS
 from apps.gateway import usage
-from apps.gateway.models import UsageRecord
+from apps.gateway.models import ModelAlias, UsageRecord
+from apps.gateway.routing import build as build_routes
+from apps.gateway.routing import public_name
+from apps.recipes.models import Recipe
+from sparkdomain.flags import SERVED_NAME
 
 PERIODS = {"1": ("the last 24 hours", 1), "7": ("the last 7 days", 7),
            "30": ("the last 30 days", 30), "90": ("the last 90 days", 90)}  # fmt: skip
@@ -83,3 +92,62 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
     response["Content-Disposition"] = f'attachment; filename="sparkpanel-usage-{stamp}.csv"'
     return response
+
+
+class AliasForm(forms.Form):
+    name = forms.CharField(max_length=128, help_text="The name clients ask for, e.g. team-default.")
+    recipe = forms.ModelChoiceField(queryset=Recipe.objects.order_by("name"))
+
+    def clean_name(self):
+        name = self.cleaned_data["name"].strip()
+        if not SERVED_NAME.match(name):
+            raise forms.ValidationError("Letters, digits and . _ - : / only, up to 128.")
+        if ModelAlias.objects.filter(name=name).exists():
+            raise forms.ValidationError(f"The alias {name!r} exists already.")
+        if any(
+            public_name(r) == name for r in Recipe.objects.only("served_model_name", "model_id")
+        ):
+            raise forms.ValidationError(f"{name!r} is a recipe's own served name already.")
+        return name
+
+
+def _models_context(request: HttpRequest, form: AliasForm | None = None) -> dict:
+    table = build_routes("")
+    names = sorted(set(table.known) | set(table.ready))
+    rows = [{"name": n, "replicas": table.ready.get(n, []),
+             "recipes": sorted(set(table.known.get(n).recipes)) if n in table.known else [],
+             "starting": table.known[n].starting if n in table.known else []}
+            for n in names]  # fmt: skip
+    aliases = ModelAlias.objects.select_related("recipe")
+    return {"current": "models", "rows": rows, "aliases": aliases,
+            "alias_form": form or AliasForm(), "base": request.build_absolute_uri("/v1"),
+            "can_edit": request.user.has_perm(EDIT_RECIPES)}  # fmt: skip
+
+
+@require_http_methods(["GET", "POST"])
+def models_page(request: HttpRequest) -> HttpResponse:
+    """/gateway/: the public model names, which runs serve each now, and the aliases
+    (operators add and remove them)."""
+    if request.method == "POST":
+        if not request.user.has_perm(EDIT_RECIPES):
+            raise PermissionDenied
+        form = AliasForm(request.POST)
+        if not form.is_valid():
+            return render(
+                request, "gateway/models.html", _models_context(request, form), status=400
+            )
+        ModelAlias.objects.create(
+            name=form.cleaned_data["name"], recipe=form.cleaned_data["recipe"]
+        )
+        messages.success(request, f"Alias “{form.cleaned_data['name']}” added.")
+        return redirect("gateway-models")
+    return render(request, "gateway/models.html", _models_context(request))
+
+
+@require_POST
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def alias_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    alias = get_object_or_404(ModelAlias, pk=pk)
+    alias.delete()
+    messages.success(request, f"Alias “{alias.name}” removed: new requests for it get 404.")
+    return redirect("gateway-models")

@@ -94,3 +94,32 @@ def test_keys_through_the_api(panel, replica, member, outsider):
     assert Api().get("/gateway/keys").status_code == 401
     assert api.post("/gateway/keys", {"name": ""}).status_code == 422
     assert api.post("/gateway/keys", {"name": "x", "models": ["m" * 300]}).status_code == 422
+
+
+def test_the_models_page_shows_replicas_and_operators_set_aliases(panel, replica, member, operator,
+                                                                  qwen, gateway_key):  # fmt: skip
+    from apps.gateway.models import ModelAlias
+
+    _, run = replica()
+    page = Client()
+    page.force_login(operator)
+    html = page.get("/gateway/").content.decode()
+    assert run.served_name in html and f"run {run.pk} on {run.host.name}" in html
+    added = page.post("/gateway/", {"name": "team-default", "recipe": qwen.pk})
+    assert added.status_code == 302 and ModelAlias.objects.filter(name="team-default").exists()
+    again = page.post("/gateway/", {"name": "team-default", "recipe": qwen.pk})
+    assert again.status_code == 400 and "exists already" in again.content.decode()
+    bad = page.post("/gateway/", {"name": "no spaces allowed", "recipe": qwen.pk})
+    assert bad.status_code == 400
+    client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(member), max_retries=0)
+    assert "team-default" in [m.id for m in client.models.list().data]
+
+    visitor = Client()
+    visitor.force_login(member)
+    assert "team-default" in visitor.get("/gateway/").content.decode()
+    assert visitor.post("/gateway/", {"name": "mine", "recipe": qwen.pk}).status_code == 403
+    alias = ModelAlias.objects.get(name="team-default")
+    assert visitor.post(f"/gateway/aliases/{alias.pk}/delete/").status_code == 403
+    assert page.post(f"/gateway/aliases/{alias.pk}/delete/").status_code == 302
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="team-default", messages=HI, max_tokens=2)

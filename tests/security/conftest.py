@@ -17,6 +17,7 @@ from apps.benchmarks.selectors import suite_plan
 from apps.chat.models import Conversation, Message
 from apps.core.models import Notice
 from apps.gateway.keys import key_create
+from apps.gateway.models import ModelAlias
 from apps.hosts.models import Host
 from apps.runs.models import Prefetch, Run, RunState
 from sparkdomain.command import serve_argv
@@ -70,6 +71,7 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
     )
     token, _clear = token_create(user=operator, name="operator ci")
     gateway_key, _clear = key_create(user=operator, name="operator's Open WebUI")
+    alias = ModelAlias.objects.create(name="world-alias", recipe=qwen)
     webhook = Webhook.objects.create(
         user=operator, url="http://127.0.0.1:9/hook", secret="whsec-operator-0123456789",
         events=[Webhook.Event.JOB_FINISHED],
@@ -99,5 +101,6 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         "message": message,
         "token": token,
         "gateway_key": gateway_key,
+        "alias": alias,
         "webhook": webhook,
     }

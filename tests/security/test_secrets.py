@@ -87,6 +87,8 @@ def secrets(world, settings, monkeypatch, admin_user) -> dict[str, str]:
         "an API token": clear,
         "an API token's digest": digest(clear),
         "the API token's secret part": clear[12:],
+        "a run's own vLLM API key": world["run"].api_key,
+        "a gateway key's digest": world["gateway_key"].digest,
     }
 
 

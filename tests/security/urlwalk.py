@@ -29,6 +29,7 @@ REGEX_SAMPLES = {"api/^(?P<rest>.*)$": "api/v2/anything"}
 PK_BY_URL_PREFIX = {
     "host-models-": "prefetch",
     "gateway-key-": "gateway_key",
+    "gateway-alias-": "alias",
     "token-": "token",
     "webhook-": "webhook",
     "run-": "run",
@@ -146,7 +147,8 @@ def api_request(
     recipe, host, done = objects["recipe"], objects["host"], objects["done_jobs"]
     values = {"slug": recipe.slug, "name": host.name, "run_id": objects["run"].pk,
               "job_id": objects["job"].pk, "download_id": objects["prefetch"].pk,
-              "org": "org", "model": "old-model"}  # fmt: skip
+              "org": "org", "model": "old-model",
+              "key_id": objects["gateway_key"].pk}  # fmt: skip
     queries = {"compare_jobs": {"ids": f"{done[0].pk},{done[1].pk}"}}
     imported = recipes_to_yaml([recipe]).replace(recipe.slug, "api-import")
     bodies = {
@@ -161,6 +163,7 @@ def api_request(
         "start_run": {"recipe": recipe.slug, "host": host.name},
         "queue_job": {"recipe": recipe.slug, "host": host.name},
         "download_now": {"host": host.name},
+        "keys_create": {"name": "walked key", "models": [recipe.model_id]},
         "plan": {"gpu_memory_utilization": "0.8", "max_model_len": 8192, "max_num_seqs": 1},
     }
     name = api_name(op)
