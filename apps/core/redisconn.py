@@ -3,7 +3,9 @@
 Celery's broker and the Channels layer reach Redis through their own libraries, set up in
 settings; everything the panel itself asks Redis (live versions and shared hashes in
 ``apps/core/live.py``, the health check in ``apps/core/selectors.py``, ``make run``'s wait
-for Redis in ``tools/devrun.py``) goes through here.
+for Redis in ``tools/devrun.py``, the gateway's keys, limits and usage queue in
+``apps/gateway/store.py``) goes through here: redis-py's clients for the panel's own
+(sync) code, and `PipelinedRedis` for the gateway's hot path.
 """
 
 from __future__ import annotations
@@ -236,23 +238,4 @@ def pipelined_client(url: str) -> PipelinedRedis:
     client = _pipelined.get(key)
     if client is None:
         client = _pipelined[key] = PipelinedRedis(url)
-    return client
-
-
-_async_clients: dict[tuple[int, str], object] = {}
-
-
-def async_client(url: str, *, timeout: float = 2.0):
-    """One asyncio client per event loop and URL (a client is bound to the loop that first
-    uses it); answers are bytes. The gateway's hot path asks Redis through it."""
-    import asyncio
-
-    import redis.asyncio
-
-    key = (id(asyncio.get_running_loop()), url)
-    client = _async_clients.get(key)
-    if client is None:
-        client = _async_clients[key] = redis.asyncio.Redis.from_url(
-            url, socket_connect_timeout=timeout, socket_timeout=timeout, max_connections=512
-        )
     return client

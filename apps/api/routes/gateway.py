@@ -32,8 +32,7 @@ class UsageQuery(Schema):
     )
 
 
-class UsageBucket(Schema):
-    t: datetime
+class UsageCounts(Schema):
     requests: int
     prompt: int
     completion: int
@@ -42,15 +41,13 @@ class UsageBucket(Schema):
     cancelled: int
 
 
-class UsageLine(Schema):
+class UsageBucket(UsageCounts):
+    t: datetime
+
+
+class UsageLine(UsageCounts):
     user: str | None
     model: str
-    requests: int
-    prompt: int
-    completion: int
-    total: int
-    errors: int
-    cancelled: int
 
 
 class UsageOut(Schema):
