@@ -128,4 +128,4 @@ def key_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 KEYS = Section(name="gateway-keys", template="gateway/partials/keys.html", context=keys_context,
-               order=90)  # fmt: skip
+               order=110)  # fmt: skip

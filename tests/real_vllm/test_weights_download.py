@@ -59,6 +59,7 @@ def test_real_vllm_serves_offline_the_commit_the_panel_downloaded(
     answer = httpx.post(
         f"{run.local_endpoint}/v1/completions",
         json={"model": run.served_name, "prompt": "Hello", "max_tokens": 4},
+        headers=run.upstream_headers,  # the server demands the run's own key
         timeout=60,
     )
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] > 0

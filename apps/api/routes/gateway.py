@@ -116,7 +116,7 @@ class KeyCreated(KeyOut):
 
 
 class KeyIn(Schema):
-    name: str = Field(min_length=1, max_length=100)
+    name: str = Field("key", min_length=1, max_length=100)
     models: list[str] = Field(default_factory=list, max_length=50)
     expires_days: int | None = Field(None, ge=1, le=3650)
 
