@@ -139,12 +139,14 @@ def keys_list(request: HttpRequest):
 
 @router.post("/gateway/keys", auth=needs(USE_CHAT), response={201: KeyCreated, **ERRORS},
              summary="Create a gateway key")  # fmt: skip
-def keys_create(request: HttpRequest, body: KeyIn):
-    models = [m.strip() for m in body.models if m.strip()]
+def keys_create(request: HttpRequest, payload: KeyIn):
+    models = [m.strip() for m in payload.models if m.strip()]
     if any(len(m) > 128 for m in models):
         raise ApiError(422, "A model name has at most 128 characters.", code="invalid")
-    expires = timezone.now() + timedelta(days=body.expires_days) if body.expires_days else None
-    key, clear = key_create(user=request.user, name=body.name, models=models, expires_at=expires)
+    days = payload.expires_days
+    expires = timezone.now() + timedelta(days=days) if days else None
+    key, clear = key_create(user=request.user, name=payload.name, models=models,
+                            expires_at=expires)  # fmt: skip
     return 201, {**key_out(key), "key": clear}
 
 
