@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
 
-from apps.core.redisconn import shared_client
-from apps.gateway import store
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState, new_api_key_salt
 from tests.sparksim.conftest import launch
@@ -45,14 +42,3 @@ def replica(tmp_path, qwen):
     yield start
     for sim in sims:
         sim.stop()
-
-
-def run_many(coros):
-    async def gather():
-        return await asyncio.gather(*coros, return_exceptions=True)
-
-    return asyncio.run(gather())
-
-
-def routes_version() -> str:
-    return shared_client(store.url(), timeout=2.0).get(store.ROUTES) or "0"
