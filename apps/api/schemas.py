@@ -546,5 +546,5 @@ class HostCacheOut(Schema):
     downloads: list[PrefetchOut] = Field(description="The newest downloads (Download now).")
 
 
-class DownloadIn(Schema):
+class DownloadIn(Strict):
     host: str = Field(description="The host's name.", max_length=63)

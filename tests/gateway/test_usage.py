@@ -94,6 +94,10 @@ def test_keys_through_the_api(panel, replica, member, outsider):
     assert Api().get("/gateway/keys").status_code == 401
     assert api.post("/gateway/keys", {"name": ""}).status_code == 422
     assert api.post("/gateway/keys", {"name": "x", "models": ["m" * 300]}).status_code == 422
+    # Not an object, or a key the schema does not know (a typo), is refused, not defaulted.
+    assert api.post("/gateway/keys", [None, None]).status_code == 422
+    assert api.post("/gateway/keys", {"nmae": "typo"}).status_code == 422
+    assert len(api.get("/gateway/keys").json()) == 1  # nothing was created by those
 
 
 def test_the_models_page_shows_replicas_and_operators_set_aliases(panel, replica, member, operator,

@@ -16,11 +16,14 @@ from apps.accounts.roles import MANAGE_USERS, USE_CHAT, VIEW_PANEL
 from apps.api.auth import needs, require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.routes.common import get_or_404
+from apps.api.schemas import Strict
 from apps.gateway import usage
 from apps.gateway.keys import key_create, key_revoke
 from apps.gateway.models import GatewayKey
 
 router = Router(tags=["gateway"])
+CSV_RESPONSE = {"responses": {200: {"description": "CSV, one row per request",
+                "content": {"text/csv": {"schema": {"type": "string"}}}}}}  # fmt: skip
 
 
 class UsageQuery(Schema):
@@ -89,7 +92,8 @@ def usage_summary(request: HttpRequest, q: Query[UsageQuery]):
             "series": usage.series(qs, q.by)}  # fmt: skip
 
 
-@router.get("/usage.csv", response={200: str, **ERRORS}, summary="Usage rows as CSV")
+@router.get("/usage.csv", response={200: None, **ERRORS}, summary="Usage rows as CSV",
+            openapi_extra=CSV_RESPONSE)  # fmt: skip
 def usage_csv(request: HttpRequest, q: Query[UsageQuery]):
     """One line per request (at most 100 000, oldest first)."""
     require(request, VIEW_PANEL)
@@ -115,7 +119,7 @@ class KeyCreated(KeyOut):
     key: str = Field(description="The clear key: shown this once, never again")
 
 
-class KeyIn(Schema):
+class KeyIn(Strict):
     name: str = Field("key", min_length=1, max_length=100)
     models: list[str] = Field(default_factory=list, max_length=50)
     expires_days: int | None = Field(None, ge=1, le=3650)
