@@ -248,7 +248,7 @@ def main() -> int:
         web = stack.start("web", [*pin(1), sys.executable, *profile, "-m", "uvicorn",
                           "sparkpanel.asgi:application", "--host", "127.0.0.1", "--port",
                           str(web_port), "--no-access-log", "--http",
-                          os.environ.get("BENCH_HTTP", "sparkpanel.httpserver:H11HeaderTimeoutProtocol")], env)  # fmt: skip
+                          os.environ.get("BENCH_HTTP", "sparkpanel.httpserver:HttpToolsBoundedProtocol")], env)  # fmt: skip
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{web_port}/healthz",
                                      timeout=1).status_code < 500, 60, "the panel", stack)  # fmt: skip
         targets = {

@@ -10,7 +10,7 @@ case "${1:-web}" in
     # after 5 s, at most 512 connections, WebSocket messages up to 1 MiB.
     exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 \
       --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" \
-      --http sparkpanel.httpserver:H11HeaderTimeoutProtocol \
+      --http sparkpanel.httpserver:HttpToolsBoundedProtocol \
       --h11-max-incomplete-event-size 16384 \
       --timeout-keep-alive 5 \
       --limit-concurrency 512 \

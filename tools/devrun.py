@@ -37,7 +37,7 @@ PY = sys.executable
 # connections closed after 5 s, at most 512 connections, WebSocket messages up to 1 MiB
 # (sparkpanel/httpserver.py; docs/security.md, "Bounded input").
 UVICORN_LIMITS = [
-    "--http", "sparkpanel.httpserver:H11HeaderTimeoutProtocol",
+    "--http", "sparkpanel.httpserver:HttpToolsBoundedProtocol",
     "--h11-max-incomplete-event-size", "16384",
     "--timeout-keep-alive", "5",
     "--limit-concurrency", "512",

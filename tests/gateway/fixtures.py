@@ -13,7 +13,7 @@ import uvicorn
 
 from apps.core.redisconn import shared_client
 from apps.gateway.keys import key_create
-from sparkpanel.httpserver import H11HeaderTimeoutProtocol
+from sparkpanel.httpserver import HttpToolsBoundedProtocol
 from tests.conftest import free_port, wait_for
 
 
@@ -41,7 +41,7 @@ def panel(transactional_db, redis_url, settings) -> Panel:
     _flush_gateway_keys(redis_url)
     port = free_port()
     config = uvicorn.Config(
-        application, host="127.0.0.1", port=port, http=H11HeaderTimeoutProtocol,
+        application, host="127.0.0.1", port=port, http=HttpToolsBoundedProtocol,
         lifespan="off", log_level="warning", loop="asyncio",
     )  # fmt: skip
     server = uvicorn.Server(config)
