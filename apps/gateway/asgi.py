@@ -467,29 +467,32 @@ class _DisconnectWatcher:
 
 
 async def _read_body(receive) -> bytes:
+    """The request body, within GATEWAY_BODY_MAX_BYTES and REQUEST_BODY_TIMEOUT seconds.
+    One deadline for the whole body (`asyncio.timeout`: a timer on this task, where
+    `asyncio.wait_for` would wrap each read in a task of its own)."""
     limit = settings.GATEWAY_BODY_MAX_BYTES
     parts: list[bytes] = []
     size = 0
     deadline = settings.REQUEST_BODY_TIMEOUT
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while True:
-        try:
-            message = await asyncio.wait_for(receive(), max(end - loop.time(), 0))
-        except TimeoutError:
-            raise Refused(408, f"The request body did not arrive within {deadline} s.",
-                          "invalid_request_error", "timeout") from None  # fmt: skip
-        if message["type"] == "http.disconnect":
-            raise Refused(400, "The client went away.", "invalid_request_error", "disconnected")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise Refused(413, f"The request body is larger than {limit // 1_000_000} MB "
-                          "(GATEWAY_BODY_MAX_MB); nothing was sent to a model.",
-                          "invalid_request_error", "body_too_large")  # fmt: skip
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+    try:
+        async with asyncio.timeout(deadline):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Refused(400, "The client went away.", "invalid_request_error",
+                                  "disconnected")  # fmt: skip
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise Refused(413, f"The request body is larger than {limit // 1_000_000} "
+                                  "MB (GATEWAY_BODY_MAX_MB); nothing was sent to a model.",
+                                  "invalid_request_error", "body_too_large")  # fmt: skip
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return parts[0] if len(parts) == 1 else b"".join(parts)
+    except TimeoutError:
+        raise Refused(408, f"The request body did not arrive within {deadline} s.",
+                      "invalid_request_error", "timeout") from None  # fmt: skip
 
 
 async def _send_json(send, status: int, body: bytes) -> None:

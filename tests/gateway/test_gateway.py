@@ -4,6 +4,8 @@ demand their run's own key (as the runner starts them)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import httpx
 import openai
@@ -156,6 +158,23 @@ def test_body_over_the_limit_is_refused_before_any_model(panel, replica, member,
     body = {"model": run.served_name, "messages": [{"role": "user", "content": "x" * 20_000}]}
     answer = httpx.post(panel.v1 + "/chat/completions", json=body, headers=headers, timeout=30)
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "body_too_large"
+    # A body that stops arriving is answered 408 once REQUEST_BODY_TIMEOUT has passed.
+    settings.REQUEST_BODY_TIMEOUT = 1
+    host, port = panel.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Authorization: " + headers["authorization"].encode() +
+                     b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")  # fmt: skip
+        started = time.monotonic()
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            answer += piece
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "timeout"
+    assert 0.9 <= time.monotonic() - started < 30
     usage.drain()
     assert not UsageRecord.objects.exists()
 
