@@ -1,9 +1,9 @@
-"""uvicorn's HTTP protocols with a deadline and a size bound for the request head (slowloris).
+"""uvicorn's HTTP protocol with a deadline and a size bound for the request head (slowloris).
 
 uvicorn has no header-read timeout: a connection that trickles its request line and
 headers (a byte a second), or connects and sends nothing, is held for as long as the
 client likes; its keep-alive timer only runs between requests and any byte stops it. The
-protocols here close a connection whose request head is not complete HTTP_HEADER_TIMEOUT
+protocol here closes a connection whose request head is not complete HTTP_HEADER_TIMEOUT
 seconds (default 10) after the connection opened or the next request's first byte came.
 
 `HttpToolsBoundedProtocol` is the one every uvicorn command line uses (`--http
@@ -13,9 +13,7 @@ token of every stream through it, and h11's pure-Python `send` cost ~70 µs per 
 (docs/BENCHMARKS.md, "Gateway overhead"). httptools alone buffers a head of any size, so
 this class counts the bytes of a head still in progress and answers 431 (and closes) past
 `--h11-max-incomplete-event-size` (uvicorn's flag for the largest head; 16 KiB on every
-command line). `H11HeaderTimeoutProtocol` is the earlier h11-based one, kept for a
-deployment that prefers h11's pure-Python parser (h11 bounds the head itself).
-Nothing here imports Django (uvicorn loads it before the application).
+command line). Nothing here imports Django (uvicorn loads it before the application).
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from sparkpanel.env import env_int
@@ -35,37 +31,7 @@ HEADER_MAX_BYTES = 16 * 1024  # when uvicorn is not given --h11-max-incomplete-e
 log = logging.getLogger("uvicorn.error")
 
 
-class _HeadDeadline:
-    """The head timer both protocols share: armed when a connection opens and at the first
-    byte of each next request, disarmed once the head is complete."""
-
-    header_timeout: float = HEADER_TIMEOUT
-    _head_deadline: asyncio.TimerHandle | None = None
-
-    def _arm_head_deadline(self) -> None:
-        self._disarm_head_deadline()
-        self._head_deadline = self.loop.call_later(self.header_timeout, self._head_timed_out)
-
-    def _disarm_head_deadline(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def _head_timed_out(self) -> None:
-        self._head_deadline = None
-        if self._awaiting_head() and not self.transport.is_closing():
-            client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
-            log.warning(
-                "Closed the connection from %s: no complete request head within %s s",
-                client, self.header_timeout,
-            )  # fmt: skip
-            self.transport.close()
-
-    def _awaiting_head(self) -> bool:  # pragma: no cover - each protocol says
-        raise NotImplementedError
-
-
-class HttpToolsBoundedProtocol(_HeadDeadline, HttpToolsProtocol):
+class HttpToolsBoundedProtocol(HttpToolsProtocol):
     """httptools with a head deadline and a head size bound (see the module's text).
 
     Two counts bound the head: the bytes received while a head is still incomplete (a
@@ -73,6 +39,8 @@ class HttpToolsBoundedProtocol(_HeadDeadline, HttpToolsProtocol):
     request line and header fields of a complete head (a whole head that arrived in one
     read is measured too)."""
 
+    header_timeout: float = HEADER_TIMEOUT
+    _head_deadline: asyncio.TimerHandle | None = None
     _in_head = True  # between a request's first byte (or the connection's start) and its head
     _head_bytes = 0  # received while the head is incomplete
     _head_fields = 0  # request target + header fields parsed so far
@@ -87,7 +55,7 @@ class HttpToolsBoundedProtocol(_HeadDeadline, HttpToolsProtocol):
         if self._refused:
             return
         if self._in_head:
-            if self._head_deadline is None:
+            if self._head_deadline is None and self._idle():
                 self._arm_head_deadline()  # the first byte of the next request
             self._head_bytes += len(data)
         super().data_received(data)
@@ -129,8 +97,28 @@ class HttpToolsBoundedProtocol(_HeadDeadline, HttpToolsProtocol):
         self._disarm_head_deadline()
         super().connection_lost(exc)
 
-    def _awaiting_head(self) -> bool:
-        return self._in_head and not self._refused
+    def _idle(self) -> bool:
+        """No answer is being sent (a stream is never cut for a pipelined byte)."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm_head_deadline(self) -> None:
+        self._disarm_head_deadline()
+        self._head_deadline = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _disarm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._head_deadline = None
+        if self._in_head and self._idle() and not self.transport.is_closing():
+            client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+            log.warning(
+                "Closed the connection from %s: no complete request head within %s s",
+                client, self.header_timeout,
+            )  # fmt: skip
+            self.transport.close()
 
     def _refuse_head(self) -> None:
         self._refused, self._in_head = True, False
@@ -143,26 +131,3 @@ class HttpToolsBoundedProtocol(_HeadDeadline, HttpToolsProtocol):
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(message), message)
         )  # fmt: skip
         self.transport.close()
-
-
-class H11HeaderTimeoutProtocol(_HeadDeadline, H11Protocol):
-    """h11 with a head deadline; h11 bounds the head's size itself
-    (`--h11-max-incomplete-event-size`)."""
-
-    def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_head_deadline()
-
-    def data_received(self, data: bytes) -> None:
-        if self._head_deadline is None and self.conn.their_state is h11.IDLE:
-            self._arm_head_deadline()  # the first byte of the next request
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm_head_deadline()  # the head is in (or the connection is done)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
-        super().connection_lost(exc)
-
-    def _awaiting_head(self) -> bool:
-        return self.conn.their_state is h11.IDLE

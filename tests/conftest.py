@@ -343,3 +343,34 @@ def too_long(db):
         max_model_len=262144, max_num_seqs=1, total_params_b=70.6, weight_format="nvfp4", num_layers=80,
         kv_heads=8, head_dim=128,
     )  # fmt: skip
+
+
+@pytest.fixture
+def keyed_sim(tmp_path):
+    """`keyed_sim(recipe, *sim_args, time_scale=20, prefix="sim")`: a real sparksim that
+    demands its run's own key (as the runner starts it, so every panel client must send
+    it), and a ready run of `recipe` on a host of its own, moved through the states the
+    runner takes (the gateway hears of it). Returns (sim, run); every sim stops at the end."""
+    from apps.runs.models import Run, RunState, new_api_key_salt
+    from tests.sparksim.conftest import launch
+
+    sims = []
+
+    def start(recipe: Recipe, *args: str, time_scale: float = 20, prefix: str = "sim"):
+        salt = new_api_key_salt()
+        key = Run(api_key_salt=salt).api_key
+        sim = launch(tmp_path, *args, model=recipe.model_id, time_scale=time_scale, api_key=key)
+        sims.append(sim)
+        port = int(sim.url.rsplit(":", 1)[1])
+        host = Host.objects.create(name=f"{prefix}-{uuid.uuid4().hex[:6]}", engine="process",
+                                   sim_time_scale=time_scale, simulated=True,
+                                   port_min=port, port_max=port)  # fmt: skip
+        run = Run.objects.create(recipe=recipe, host=host, port=port, image="x",
+                                 state=RunState.STARTING, api_key_salt=salt)  # fmt: skip
+        for to in (RunState.WARMING, RunState.READY):
+            run.transition(to)
+        return sim, run
+
+    yield start
+    for sim in sims:
+        sim.stop()

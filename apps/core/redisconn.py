@@ -181,6 +181,10 @@ class _RespProtocol(asyncio.Protocol):
         self.waiting: collections.deque = collections.deque()
         self.buffer = b""
         self.lost = False
+        # Commands issued in one pass of the event loop leave in one write: a burst of
+        # requests wakes Redis once, not once per command (on a shared core each wake-up
+        # is a switch between the two processes).
+        self.pending: list[bytes] = []
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -214,12 +218,19 @@ class _RespProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.waiting.append(future)
-        self.transport.write(_encode(args))
+        if not self.pending:
+            loop.call_soon(self._flush)
+        self.pending.append(_encode(args))
         timer = loop.call_later(timeout, _expire, future, self.transport)
         try:
             return await future
         finally:
             timer.cancel()
+
+    def _flush(self) -> None:
+        pending, self.pending = self.pending, []
+        if not self.lost:
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
 
 def _expire(future, transport) -> None:

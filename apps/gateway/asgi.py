@@ -85,13 +85,17 @@ def _header(scope, name: bytes) -> str | None:
 
 
 class _Admission:
-    __slots__ = ("cap", "day", "key_id", "reserved", "user")
+    __slots__ = ("allowed", "cap", "day", "key_id", "reserved", "user")
 
     def __init__(self, answer: list):
         self.user, self.key_id = answer[1], answer[2]
         cap = int(answer[3])
         self.cap = None if cap < 0 else cap
         self.reserved, self.day = int(answer[4]), int(answer[5])
+        # An uncounted admission (GET /v1/models) carries the key's model allowlist.
+        self.allowed: list[str] | None = (
+            json.loads(answer[7]) if len(answer) > 7 and answer[7] else None
+        )
 
 
 class Gateway:
@@ -224,9 +228,8 @@ class Gateway:
     # --- GET /v1/models -------------------------------------------------------------------
     async def _models(self, scope, send, one: str | None) -> None:
         digest = self._digest(scope)
-        await self._admit(digest, uuid.uuid4().hex, "", 0, -1, count=False)
-        record = await self._allowlist(digest)
-        names = [n for n in self.table.names() if not record or n in record]
+        allowed = (await self._admit(digest, uuid.uuid4().hex, "", 0, -1, count=False)).allowed
+        names = [n for n in self.table.names() if not allowed or n in allowed]
         data = [{"id": n, "object": "model", "created": self.table.created.get(n, 0),
                  "owned_by": "sparkpanel"} for n in names]  # fmt: skip
         if one is not None:
@@ -237,10 +240,6 @@ class Gateway:
         else:
             body = json.dumps({"object": "list", "data": data}).encode()
         await _send_json(send, 200, body)
-
-    async def _allowlist(self, digest: str) -> list[str] | None:
-        record = await self.store.record(digest)
-        return record.get("m") if record else None
 
     # --- POST: relay ----------------------------------------------------------------------
     async def _relay(self, scope, receive, send, path, route) -> None:
@@ -275,6 +274,23 @@ class Gateway:
         row = {"id": request_id, "at": time.time(), "u": int(admission.user),
                "k": int(admission.key_id), "m": model, "ep": label}  # fmt: skip
         outcome = _Outcome()
+
+        async def settle() -> None:
+            """Once: free the request's slot, settle its tokens, queue its usage row. Called
+            before the client sees the end of the answer, so that its next request finds the
+            slot free whichever panel process it reaches, and no new request waits behind
+            this bookkeeping."""
+            if outcome.settled:
+                return
+            outcome.settled = True
+            row.update(outcome.row(started))
+            used = outcome.prompt + outcome.completion
+            refund = outcome.status in (404, 503) and outcome.run is None
+            with contextlib.suppress(RedisError):
+                await self.store.release(admission.user, request_id, admission.day,
+                                         admission.reserved, used, row, refund)  # fmt: skip
+
+        outcome.settle = settle
         try:
             await self._forward(scope, receive, send, payload, admission, row, outcome,
                                 stream=stream, rewrite=capped)  # fmt: skip
@@ -282,12 +298,7 @@ class Gateway:
             outcome.status, outcome.error = exc.status, str(exc)[:300]
             raise
         finally:
-            row.update(outcome.row(started))
-            used = outcome.prompt + outcome.completion
-            refund = outcome.status in (404, 503) and outcome.run is None
-            with contextlib.suppress(RedisError):
-                await self.store.release(admission.user, request_id, admission.day,
-                                         admission.reserved, used, row, refund)  # fmt: skip
+            await settle()
 
     async def _forward(self, scope, receive, send, payload, admission, row, outcome, *,
                        stream, rewrite) -> None:  # fmt: skip
@@ -381,6 +392,7 @@ class Gateway:
                 outcome.status = 500
                 outcome.error = str(tap.error.get("message", ""))[:300]
             if not watcher.gone:
+                await outcome.settle()
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -406,6 +418,7 @@ class Gateway:
             outcome.error = endpoints.error_message(body)[:300]
         content_type = response.header(b"content-type") or b"application/json"
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+        await outcome.settle()
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -418,9 +431,12 @@ def _cap(cap: int | None, replica: routing.Replica) -> int | None:
 
 
 class _Outcome:
-    __slots__ = ("cancelled", "completion", "error", "first_token_at", "prompt", "run", "status")
+    __slots__ = ("cancelled", "completion", "error", "first_token_at", "prompt", "run", "settle",
+                 "settled", "status")  # fmt: skip
 
     def __init__(self):
+        self.settled = False
+        self.settle = None  # the request's settle() (Gateway._relay)
         self.status = 0
         self.prompt = self.completion = 0
         self.first_token_at: float | None = None

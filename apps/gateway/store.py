@@ -54,7 +54,9 @@ local now = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local version = redis.call('GET', KEYS[3]) or '0'
 if r.x and now >= r.x then return {'expired'} end
 if not r.use then return {'role'} end
-if ARGV[6] == '0' then return {'ok', tostring(r.u), tostring(r.k), -1, 0, 0, version} end
+if ARGV[6] == '0' then
+  return {'ok', tostring(r.u), tostring(r.k), -1, 0, 0, version, r.m and cjson.encode(r.m) or ''}
+end
 if r.m then
   local allowed = false
   for _, name in ipairs(r.m) do
@@ -221,11 +223,3 @@ class AsyncStore:
             return
         args = [json.dumps(record), settings.GATEWAY_KEY_CACHE_S]
         await self.client().script(FILL, [key_name(digest)], args)
-
-    async def record(self, digest: str) -> dict | None:
-        raw = await self.client().call("GET", key_name(digest))
-        try:
-            value = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None

@@ -46,3 +46,20 @@ def test_a_dropped_connection_fails_in_flight_and_the_next_command_reconnects(re
         client.close()
 
     asyncio.run(go())
+
+
+def test_commands_issued_together_reach_redis_in_one_write(redis_url):
+    """300 commands from one pass of the event loop wake Redis once or twice (Redis counts
+    the reads it processes), not once per command."""
+
+    def reads() -> int:
+        return int(shared_client(redis_url, timeout=2).info("stats")["total_reads_processed"])
+
+    async def go():
+        client = PipelinedRedis(redis_url)
+        await client.call("PING")  # connected
+        before = reads()
+        await asyncio.gather(*(client.call("INCR", "pipelined:burst") for _ in range(300)))
+        return reads() - before - 1  # less the INFO read itself
+
+    assert asyncio.run(go()) <= 3

@@ -129,6 +129,8 @@ def test_errors_in_openai_shape(panel, replica, member, gateway_key, too_long):
         limited.chat.completions.create(model=name, messages=[{"role": "user", "content": "x"}])
     assert denied.value.body["code"] == "model_not_allowed"
     assert limited.models.list().data == []  # it lists only what the key may use
+    only = sdk(panel, gateway_key(member, models=[name]))
+    assert [m.id for m in only.models.list().data] == [name]
 
     raw = client.chat.completions.with_raw_response.create(
         model=name, messages=[{"role": "user", "content": "x"}], max_tokens=2
