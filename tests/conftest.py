@@ -26,6 +26,7 @@ from apps.accounts.services import user_create
 from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
+from apps.runs.models import Run, RunState, new_api_key_salt
 from sparkdomain.presets import RECIPES
 
 # The shared real-vLLM server (real_vllm) and the local Hugging Face hub (hub, serve_hub).
@@ -351,8 +352,7 @@ def keyed_sim(tmp_path):
     demands its run's own key (as the runner starts it, so every panel client must send
     it), and a ready run of `recipe` on a host of its own, moved through the states the
     runner takes (the gateway hears of it). Returns (sim, run); every sim stops at the end."""
-    from apps.runs.models import Run, RunState, new_api_key_salt
-    from tests.sparksim.conftest import launch
+    from tests.sparksim.conftest import launch  # it imports this module
 
     sims = []
 

@@ -274,15 +274,17 @@ class Gateway:
         row = {"id": request_id, "at": time.time(), "u": int(admission.user),
                "k": int(admission.key_id), "m": model, "ep": label}  # fmt: skip
         outcome = _Outcome()
+        settled = False
 
         async def settle() -> None:
             """Once: free the request's slot, settle its tokens, queue its usage row. Called
             before the client sees the end of the answer, so that its next request finds the
             slot free whichever panel process it reaches, and no new request waits behind
             this bookkeeping."""
-            if outcome.settled:
+            nonlocal settled
+            if settled:
                 return
-            outcome.settled = True
+            settled = True
             row.update(outcome.row(started))
             used = outcome.prompt + outcome.completion
             refund = outcome.status in (404, 503) and outcome.run is None
@@ -432,11 +434,10 @@ def _cap(cap: int | None, replica: routing.Replica) -> int | None:
 
 class _Outcome:
     __slots__ = ("cancelled", "completion", "error", "first_token_at", "prompt", "run", "settle",
-                 "settled", "status")  # fmt: skip
+                 "status")  # fmt: skip
 
     def __init__(self):
-        self.settled = False
-        self.settle = None  # the request's settle() (Gateway._relay)
+        self.settle = None  # the request's settle() (Gateway._relay), once, before its end
         self.status = 0
         self.prompt = self.completion = 0
         self.first_token_at: float | None = None
