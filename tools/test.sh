@@ -74,4 +74,4 @@ echo ">> ruff check"; .venv/bin/ruff check .
 echo ">> ruff format --check"; .venv/bin/ruff format --check .
 echo ">> lint-imports (the layers in pyproject.toml)"; .venv/bin/lint-imports
 echo ">> pytest"
-.venv/bin/python -m pytest --durations=25 "$@"
+.venv/bin/python -m pytest --durations=25 --junitxml=var/test-artifacts/junit.xml "$@"
