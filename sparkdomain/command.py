@@ -14,6 +14,7 @@ from typing import Protocol
 
 from sparkdomain import spark
 from sparkdomain.flags import FlagError, check_utilization
+from sparkdomain.pair import tensor_parallel_problem
 from vllm_adapter import contract as vllm_contract
 
 
@@ -183,13 +184,7 @@ def contract_problems(recipe: RecipeLike, version: str | None = None) -> list[tu
     for problem in contract.check(argv):
         field = FIELD_OF_FLAG.get(problem.flag, "extra_args" if problem.flag else "__all__")
         out.append((field, f"vLLM {contract.version}: {problem}"))
-    if (recipe.tensor_parallel_size or 1) > 1:
-        out.append(
-            (
-                "tensor_parallel_size",
-                f"--tensor-parallel-size {recipe.tensor_parallel_size} needs "
-                f"{recipe.tensor_parallel_size} GPUs and a Spark has one: serving across two "
-                "Sparks is not supported yet; use 1",
-            )
-        )
+    problem = tensor_parallel_problem(recipe.tensor_parallel_size or 1)
+    if problem:
+        out.append(("tensor_parallel_size", problem))
     return out

@@ -86,7 +86,7 @@ def _ensure_run(job: Job) -> Run:
     busy = busy_refusal(job.host, job.recipe, reuse=True, job=job)
     if busy is not None:
         raise JobFailed(busy)
-    active = Run.objects.active().filter(host=job.host).select_related("recipe").first()
+    active = Run.objects.active().on(job.host).select_related("recipe").first()
     if active is not None and active.state == RunState.READY:
         _progress(job, step=f"Reusing the ready run {active.pk}")
         return active

@@ -214,7 +214,7 @@ class HostAgent:
             self._banner(OK, decision.message)
 
     def _active_run(self) -> Run | None:
-        return Run.objects.active().filter(host=self.host).select_related("recipe").first()
+        return Run.objects.active().on(self.host).select_related("recipe").first()
 
     def act(self, decision: Decision) -> None:
         """Kill the host's active run now: the machine is about to freeze."""
@@ -276,7 +276,7 @@ class HostAgent:
         # starting, loading, ...): memory during a load is what matters most, so the run
         # page's charts get it from the first second. Its /metrics exist only once the
         # server is up (warming onwards): scraped then, not before.
-        run = Run.objects.active().filter(host=self.host).select_related("host").first()
+        run = Run.objects.active().on(self.host).select_related("host").first()
         if run is None or run.state not in SCRAPED_STATES:
             self.deriver, self.deriver_run = None, None
             derived: dict = {}

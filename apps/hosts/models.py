@@ -302,3 +302,120 @@ class Host(models.Model):
     def sim_state_dir(self) -> Path:
         """Where sparksim writes this simulated host's memory (mounted into its container)."""
         return Path(settings.VAR_DIR) / "hosts" / self.name
+
+
+IFNAME = RegexValidator(
+    r"^[A-Za-z0-9._-]{1,15}$", "A Linux interface name (up to 15 letters, digits, . _ -)."
+)
+
+
+class SparkPair(models.Model):
+    """Two Sparks linked by their ConnectX cable, serving one model with tensor parallel 2
+    (docs/two-sparks.md). The head runs the Ray head and the API server; the worker joins
+    its Ray cluster. Each side's own worker (its own Celery queue) does its half. Only
+    admins link hosts: addresses and interfaces are decided here, never by a recipe."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME])
+    head = models.OneToOneField(
+        Host, on_delete=models.PROTECT, related_name="pair_as_head",
+        help_text="Runs the Ray head and vLLM's API server; clients and the gateway reach the "
+        "model on this host's address.",
+    )  # fmt: skip
+    worker = models.OneToOneField(
+        Host, on_delete=models.PROTECT, related_name="pair_as_worker",
+        help_text="Joins the head's Ray cluster with its GPU.",
+    )  # fmt: skip
+    head_link_address = models.GenericIPAddressField(
+        "head's address on the link", protocol="IPv4",
+        help_text="The head's address on the ConnectX link: Ray's node address, NCCL's and "
+        "vLLM's (VLLM_HOST_IP) on that side.",
+    )  # fmt: skip
+    worker_link_address = models.GenericIPAddressField(
+        "worker's address on the link", protocol="IPv4",
+        help_text="The worker's address on the ConnectX link.",
+    )  # fmt: skip
+    ray_port = models.PositiveIntegerField(
+        "Ray port", default=6379, validators=[MinValueValidator(1024), MaxValueValidator(65535)],
+        help_text="The Ray head's GCS port on the head's link address.",
+    )  # fmt: skip
+    nccl_interface = models.CharField(
+        "NCCL interface", max_length=15, blank=True, validators=[IFNAME],
+        help_text="The ConnectX interface on both Sparks (NCCL_SOCKET_IFNAME and "
+        "GLOO_SOCKET_IFNAME), e.g. enp1s0f1np1. Blank on simulated pairs.",
+    )  # fmt: skip
+    link_mtu = models.PositiveIntegerField(
+        "expected MTU", null=True, blank=True,
+        validators=[MinValueValidator(576), MaxValueValidator(9216)],
+        help_text="When set, each side's worker checks its NCCL interface has this MTU "
+        "before a start (9000 on a jumbo-frame link); blank skips the check.",
+    )  # fmt: skip
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(head=F("worker")), name="pair_of_two_hosts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.head} + {self.worker})"
+
+    @property
+    def hosts(self) -> tuple[Host, Host]:
+        return self.head, self.worker
+
+    def side_of(self, host: Host) -> str:
+        return "head" if host.pk == self.head_id else "worker"
+
+    def link_address(self, host: Host) -> str:
+        return self.head_link_address if host.pk == self.head_id else self.worker_link_address
+
+    @property
+    def ray_address(self) -> str:
+        return f"{self.head_link_address}:{self.ray_port}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.head_id and self.head_id == self.worker_id:
+            errors["worker"] = "A pair is two different Sparks."
+        if self.head_link_address and self.head_link_address == self.worker_link_address:
+            errors["worker_link_address"] = "Each side has its own address on the link."
+        for field in ("head", "worker"):
+            host_id = getattr(self, f"{field}_id")
+            if not host_id:
+                continue
+            other = (
+                SparkPair.objects.exclude(pk=self.pk)
+                .filter(Q(head_id=host_id) | Q(worker_id=host_id))
+                .first()
+            )
+            if other is not None:
+                errors[field] = f"{getattr(self, field).name} is already in the pair {other.name}."
+        if self.head_id and self.worker_id and not errors:
+            head, worker = self.head, self.worker
+            if (head.engine, head.simulated) != (worker.engine, worker.simulated):
+                errors["worker"] = (
+                    "Both Sparks of a pair use the same engine (both Docker or both local "
+                    "processes, both simulated or both real)."
+                )
+            elif head.simulated and head.sim_time_scale != worker.sim_time_scale:
+                errors["worker"] = (
+                    f"A simulated pair runs at one speed: {head.name} is at "
+                    f"{head.sim_time_scale:g}×, {worker.name} at {worker.sim_time_scale:g}×."
+                )
+            elif head.contract_version != worker.contract_version:
+                errors["worker"] = (
+                    f"Both Sparks need the same vLLM (and so the same Ray): {head.name} has "
+                    f"{head.contract_version}, {worker.name} {worker.contract_version}."
+                )
+        if errors:
+            raise ValidationError(errors)
+
+
+def pair_of(host: Host) -> SparkPair | None:
+    """The pair a host belongs to (as head or worker), or None."""
+    return (
+        SparkPair.objects.select_related("head", "worker")
+        .filter(Q(head=host) | Q(worker=host))
+        .first()
+    )

@@ -25,7 +25,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         {
             "host": host,
             "agent": agent_state(host),
-            "active": Run.objects.active().filter(host=host).select_related("recipe").first(),
+            "active": Run.objects.active().on(host).select_related("recipe").first(),
             "tele_id": f"tele-host-{host.pk}",
             "backfill_id": f"tele-host-{host.pk}-data",
             "backfill": backfill(host),

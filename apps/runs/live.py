@@ -52,7 +52,7 @@ def _run_log_context(key: str, request) -> dict:
 
 def _host_line_context(key: str, request) -> dict:
     host = host_or_404(key)
-    active = Run.objects.active().filter(host=host).select_related("recipe").first()
+    active = Run.objects.active().on(host).select_related("recipe").first()
     return {"host": host, "active": active}
 
 

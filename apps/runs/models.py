@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -82,12 +82,24 @@ class RunQuerySet(models.QuerySet):
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
 
+    def on(self, host):
+        """The runs that use this host: its own, and pair runs it is the worker side of."""
+        return self.filter(Q(host=host) | Q(peer_host=host))
+
 
 class Run(models.Model):
     """A recipe started on a host by a user, from queued to stopped (or failed)."""
 
     recipe = models.ForeignKey("recipes.Recipe", on_delete=models.PROTECT, related_name="runs")
     host = models.ForeignKey("hosts.Host", on_delete=models.PROTECT, related_name="runs")
+    # A pair run (tensor parallel 2, docs/two-sparks.md): `host` is the pair's head (the Ray
+    # head and the API server), `peer_host` its worker; each side's Ray node is a handle of
+    # its own, started by that side's worker. Blank on a one-Spark run.
+    peer_host = models.ForeignKey(
+        "hosts.Host", null=True, blank=True, on_delete=models.PROTECT, related_name="peer_runs"
+    )
+    ray_handle = models.CharField(max_length=200, blank=True)  # the head's Ray node
+    peer_handle = models.CharField(max_length=200, blank=True)  # the worker's Ray node
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs"
     )
@@ -147,6 +159,14 @@ class Run(models.Model):
                 condition=Q(state__in=ACTIVE_STATES),
                 name="one_active_run_per_host",
             ),
+            # ...and for the worker side of pair runs (admission checks a host on either
+            # side under a lock: apps/runs/services.py).
+            models.UniqueConstraint(
+                fields=["peer_host"],
+                condition=Q(state__in=ACTIVE_STATES),
+                name="one_active_pair_run_per_peer_host",
+            ),
+            models.CheckConstraint(condition=~Q(host=F("peer_host")), name="pair_run_two_hosts"),
         ]
 
     def __str__(self) -> str:
@@ -183,6 +203,14 @@ class Run(models.Model):
     @property
     def served_name(self) -> str:
         return self.recipe.served_model_name or self.recipe.model_id
+
+    @property
+    def is_pair(self) -> bool:
+        return self.peer_host_id is not None
+
+    def hosts(self) -> list:
+        """The Sparks this run uses: its host, and its pair's worker."""
+        return [self.host, self.peer_host] if self.peer_host_id else [self.host]
 
     @property
     def is_active(self) -> bool:
@@ -332,6 +360,14 @@ class Prefetch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.repo_id} on {self.host} ({self.state})"
+
+    @property
+    def is_pair(self) -> bool:
+        return self.peer_host_id is not None
+
+    def hosts(self) -> list:
+        """The Sparks this run uses: its host, and its pair's worker."""
+        return [self.host, self.peer_host] if self.peer_host_id else [self.host]
 
     @property
     def is_active(self) -> bool:

@@ -68,7 +68,7 @@ class Occupancy:
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
-        active = Run.objects.active().filter(host=host).select_related("recipe").first()
+        active = Run.objects.active().on(host).select_related("recipe").first()
         claims = gathered(host_claims, sender=cls, host=host, job=job)
         claims.sort(key=lambda claim: claim.since)
         return cls(host, active, claims)

@@ -297,7 +297,7 @@ def _model_row(m: inventory.CachedModel) -> dict:
 def in_use(host: Host, repo_id: str, commits: list[str] | None = None) -> str | None:
     """Why a model (or some of its revisions) may not be deleted from the host now: an
     active run serves it, or a download of it is under way. None when nothing uses it."""
-    runs = Run.objects.active().filter(host=host, recipe__model_id=repo_id)
+    runs = Run.objects.active().on(host).filter(recipe__model_id=repo_id)
     for run in runs.select_related("recipe"):
         commit = (run.facts.get("weights") or {}).get("commit")
         if commits is None or commit is None or commit in commits:

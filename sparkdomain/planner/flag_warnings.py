@@ -61,8 +61,9 @@ def flag_warnings(
         warn(
             "tensor-parallel",
             Severity.INFO,
-            f"Tensor parallelism {tp}: figures are per Spark and assume an ideal split over "
-            f"{tp} Sparks linked by ConnectX (multi-Spark runs are planned, not built yet).",
+            f"Tensor parallelism {tp}: figures are per Spark of a pair linked by ConnectX "
+            "(each holds half the weights and half the KV cache); the decode ceiling includes "
+            "the all-reduces over the link. It runs only on a Spark pair.",
         )
     return warnings
 

@@ -10,6 +10,7 @@ from sparkdomain import spark
 from sparkdomain.planner.budget import kv_budget, kv_sizes, memory_split, weights_per_spark
 from sparkdomain.planner.flag_warnings import flag_warnings
 from sparkdomain.planner.inputs import Architecture, Flags, HostSpec
+from sparkdomain.planner.link import step_comm_seconds
 from sparkdomain.planner.results import Plan
 from sparkdomain.planner.roofline import decode_ceilings
 from sparkdomain.planner.sizes import active_weight_bytes
@@ -45,8 +46,9 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
     warnings += flag_warnings(flags, tp, (rec, rec_reason), kv.element_bytes, kv.per_sequence)
 
     ceiling, ceiling_full, ceiling_batch = decode_ceilings(
-        active, kv, tp, flags.max_num_seqs, host.bandwidth_gbs
-    )
+        active, kv, tp, flags.max_num_seqs, host.bandwidth_gbs,
+        lambda tokens: step_comm_seconds(arch, tokens, tp=tp),
+    )  # fmt: skip
     return Plan(
         weights_bytes=weights,
         active_weight_bytes=active,

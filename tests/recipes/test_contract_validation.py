@@ -44,12 +44,13 @@ def test_the_default_hosts_version_decides(db):
     assert form.errors["reasoning_parser"][0].startswith("vLLM 0.32.0: --reasoning-parser")
 
 
-def test_tensor_parallel_above_one_is_refused_on_a_single_spark():
-    form = RecipeForm(recipe_data(tensor_parallel_size="2"))
+def test_tensor_parallel_two_is_a_pair_recipe_and_more_is_refused():
+    # 2 is a recipe for a pair of Sparks (admission then needs a pair); 3 or more needs GPUs
+    # no Spark or pair has.
+    assert RecipeForm(recipe_data(tensor_parallel_size="2")).is_valid()
+    form = RecipeForm(recipe_data(tensor_parallel_size="4"))
     assert not form.is_valid()
-    assert (
-        "serving across two Sparks is not supported yet" in form.errors["tensor_parallel_size"][0]
-    )
+    assert "a Spark has one and a pair of Sparks two" in form.errors["tensor_parallel_size"][0]
 
 
 def test_a_start_checks_the_vllm_of_the_host_it_runs_on(operator):

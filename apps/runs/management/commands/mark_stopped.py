@@ -35,7 +35,7 @@ def mark_stopped(host, *, timeout: float = STOP_TIMEOUT_S) -> tuple[int, list[in
             engine.remove(item.handle)
             servers += 1
     marked = []
-    for run in Run.objects.active().filter(host=host):
+    for run in Run.objects.active().on(host):
         with contextlib.suppress(InvalidTransition):
             if run.state != RunState.STOPPING:
                 run.transition(RunState.STOPPING, step=STEP)
