@@ -56,6 +56,8 @@ class VllmFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(record.created))
         prefix = f"{record.levelname} {stamp} [{record.filename}:{record.lineno}] "
+        # A worker's line forwarded by Ray (tensor parallel): Ray's "(RayWorkerProc pid=N) ".
+        prefix = getattr(record, "ray_prefix", "") + prefix
         return "\n".join(prefix + line for line in record.getMessage().split("\n"))
 
 

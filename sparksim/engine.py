@@ -36,6 +36,7 @@ from sparkdomain.planner import (
     kv_element_bytes,
     weight_bytes,
 )
+from sparkdomain.planner.link import step_comm_seconds
 from sparkdomain.spark import BANDWIDTH_GBS, GB, MIB
 from sparksim.corpus import TextStream, stream_seed
 from sparksim.metrics import VllmMetrics
@@ -184,8 +185,10 @@ class Engine:
         kv_cache_dtype: str = "auto",
         enable_prefix_caching: bool = True,
         enforce_eager: bool = False,
+        tensor_parallel_size: int = 1,
     ):
         self.profile = profile
+        self.tp = max(tensor_parallel_size, 1)
         self.arch = architecture
         self.metrics = metrics
         self.clock = clock
@@ -302,7 +305,7 @@ class Engine:
     def _decode_seconds(self, decoding: list[SimRequest]) -> float:
         return decode_step_seconds(
             self.profile, self.arch, self.element, [r.context_len for r in decoding],
-            enforce_eager=self.enforce_eager,
+            enforce_eager=self.enforce_eager, tp=self.tp,
         )  # fmt: skip
 
     def _plan_step(self) -> tuple[float, list[SimRequest], list[tuple[SimRequest, int]]]:
@@ -317,7 +320,10 @@ class Engine:
             budget -= take
             chunks.append((request, take))
             total = max(request.compute_total, 1)
-            seconds += self.profile.prefill_seconds(total) * take / total
+            # Tensor parallel: each rank computes its share, then the chunk's activations
+            # are all-reduced over the link (sparkdomain/planner/link.py).
+            seconds += self.profile.prefill_seconds(total) * take / total / self.tp
+            seconds += step_comm_seconds(self.arch, take, tp=self.tp)
             if not request.started_prefill:
                 seconds += self.profile.fixed_prefill_seconds
                 if self.jit_pending:
@@ -450,11 +456,14 @@ def decode_step_seconds(
     context_lens: list[int],
     *,
     enforce_eager: bool = False,
+    tp: int = 1,
 ) -> float:
     """Simulated seconds of one decode step for sequences at these context lengths: the
     active weights once (more for a batch of a MoE model, up to the whole checkpoint) plus
     each sequence's KV and recurrent state, at the profile's share of 273 GB/s, plus the
-    per-step overhead (2.5× without CUDA graphs: kernel launches from Python)."""
+    per-step overhead (2.5× without CUDA graphs: kernel launches from Python). With tensor
+    parallel `tp` each Spark reads its 1/tp share in parallel, then the step pays the
+    all-reduces of one token per sequence over the link (sparkdomain/planner/link.py)."""
     if not context_lens:
         return 0.0
     n = len(context_lens)
@@ -468,7 +477,8 @@ def decode_step_seconds(
         for length in context_lens
     )
     overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0)
-    return (weights + kv) / (BANDWIDTH_GBS * GB * profile.decode_efficiency) + overhead
+    read = (weights + kv) / tp / (BANDWIDTH_GBS * GB * profile.decode_efficiency)
+    return read + overhead + step_comm_seconds(arch, n, tp=tp)
 
 
 async def _sleep_until(target: float) -> None:

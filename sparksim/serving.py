@@ -25,6 +25,7 @@ from sparksim.metrics import VllmMetrics
 from sparksim.profiles import Profile, resolve_profile
 from sparksim.server import App, ServerState
 from sparksim.startup import Plan, StartupFailed, startup
+from sparksim.tensor_parallel import RayExecutor
 from sparksim.tokenizer import DEFAULT_TOKENIZER
 from sparksim.vllm_errors import VllmErrors
 from vllm_adapter import endpoints
@@ -65,6 +66,7 @@ async def serve(args) -> int:
     memory = _memory_model(host, faults)
     tasks: list[asyncio.Task] = []
     writer = _start_meminfo(args, memory, clock, tasks)
+    executor = _executor(args, memory)
     server = _QuietServer(_uvicorn_config(args, state))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -72,23 +74,49 @@ async def serve(args) -> int:
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     server_task = asyncio.create_task(server.serve())
     try:
-        plan = await startup(args, profile, faults, memory, arch, host)
+        plan = await startup(args, profile, faults, memory, arch, host, executor)
     except StartupFailed as exc:
         await _start_failed(exc, args, server, server_task, tasks)
         _release_memory(memory, writer)
+        if executor is not None:
+            executor.shutdown()
         return 1
     metrics = _metrics(args, names, plan)
     engine = _engine(args, profile, metrics, clock, plan)
     _warm_up()
     tasks.append(asyncio.create_task(engine.run()))
     state.metrics, state.engine, state.ready = metrics, engine, True
+    dead: list[int] = []
+    if executor is not None:
+        executor.serving()
+        tasks.append(asyncio.create_task(_watch_ranks(executor, server, args, dead)))
     log.info("Application startup complete.")
     await _quietly(server_task)
     log.info("Shutting down")
     for task in tasks:
         task.cancel()
     _release_memory(memory, writer)
-    return 0
+    if executor is not None:
+        await asyncio.to_thread(executor.shutdown)
+    return 1 if dead else 0
+
+
+def _executor(args, memory: MemoryModel) -> RayExecutor | None:
+    """Tensor parallel over Ray: the ranks on the pair's Sparks (sparksim/tensor_parallel.py).
+    Without the Ray backend the start-up refuses TP > 1 as vLLM does on a one-GPU Spark."""
+    tp = args.tensor_parallel_size or 1
+    if tp <= 1 or getattr(args, "distributed_executor_backend", None) != "ray":
+        return None
+    return RayExecutor(tp, time_scale=args.load_time_scale or args.time_scale,
+                       physical_bytes=memory.physical_bytes, os_bytes=memory.os_bytes)  # fmt: skip
+
+
+async def _watch_ranks(executor: RayExecutor, server, args, dead: list[int]) -> None:
+    """A rank died (its Spark, its Ray node or its process): the engine is dead and the
+    server exits 1, as vLLM's API server does once its EngineCore is gone."""
+    dead.extend(await executor.monitor())
+    log.error("%s", VllmErrors(args.vllm_version).engine_dead())
+    server.should_exit = True
 
 
 def _memory_model(host: HostSpec, faults: Faults) -> MemoryModel:
@@ -169,6 +197,7 @@ def _engine(args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Pl
         kv_cache_dtype=args.kv_cache_dtype,
         enable_prefix_caching=args.enable_prefix_caching,
         enforce_eager=args.enforce_eager,
+        tensor_parallel_size=args.tensor_parallel_size or 1,
     )
 
 

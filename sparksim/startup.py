@@ -25,6 +25,7 @@ from sparksim import __version__
 from sparksim.faults import Faults, fail_start_error
 from sparksim.memory import MemoryModel
 from sparksim.profiles import Profile
+from sparksim.tensor_parallel import ExecutorError, RayExecutor, backend_problem
 from sparksim.vllm_errors import VllmErrors, torch_oom
 from vllm_adapter import contract as vllm_contract
 
@@ -83,7 +84,10 @@ def memory_plan(
     and the host's facts where the engine passed them (sparksim/facts.py)."""
     arch = arch or profile.architecture
     host = host or HostSpec()
-    weights = weight_bytes(arch) or 0.0
+    # Tensor parallel: each rank (each Spark of a pair) holds half the weights and half of
+    # every sequence's KV cache and state (sparkdomain/pair.py).
+    tp = max(getattr(args, "tensor_parallel_size", 1) or 1, 1)
+    weights = (weight_bytes(arch) or 0.0) / tp
     total = host.cuda_visible_gib * GIB
     pool = args.gpu_memory_utilization * total
     graphs = 0.0 if args.enforce_eager else host.cuda_graphs_gb * GB
@@ -91,9 +95,9 @@ def memory_plan(
     kv_available = pool - context - graphs - weights
     element = kv_element_bytes(arch, args.kv_cache_dtype)
     split = kv_bytes_per_token_split(arch, element) or (0.0, 0.0)
-    per_token = max(sum(split), 1.0)
-    per_seq = kv_bytes_per_sequence(arch, element, args.max_model_len) or 0.0
-    state = (arch.recurrent_state_mib or 0.0) * MIB
+    per_token = max(sum(split) / tp, 1.0)
+    per_seq = (kv_bytes_per_sequence(arch, element, args.max_model_len) or 0.0) / tp
+    state = (arch.recurrent_state_mib or 0.0) * MIB / tp
     for_tokens = kv_available - args.max_num_seqs * state if state else kv_available
     tokens = max(int(for_tokens // per_token), 0)
     # What CUDA finds free when the worker starts: all but the OS and the CUDA context.
@@ -121,16 +125,27 @@ async def startup(
     memory: MemoryModel,
     arch: Architecture | None = None,
     host: HostSpec | None = None,
+    executor: RayExecutor | None = None,
 ) -> Plan:
-    """Start up as vLLM does (raises StartupFailed where vLLM would die); the plan."""
-    return await _Startup(args, profile, faults, memory).run(arch, host)
+    """Start up as vLLM does (raises StartupFailed where vLLM would die); the plan. With a
+    Ray executor (tensor parallel over a pair) the ranks are placed first and each holds
+    its share of the memory on its own Spark."""
+    return await _Startup(args, profile, faults, memory, executor).run(arch, host)
 
 
 class _Startup:
     """The phases of one start-up, in vLLM's order; `pause` waits simulated seconds."""
 
-    def __init__(self, args, profile: Profile, faults: Faults, memory: MemoryModel):
-        self.args, self.profile, self.faults, self.memory = args, profile, faults, memory
+    def __init__(
+        self, args, profile: Profile, faults: Faults, memory: MemoryModel,
+        executor: RayExecutor | None = None,
+    ):  # fmt: skip
+        self.args, self.profile, self.faults = args, profile, faults
+        self.memory = executor if executor is not None else memory
+        self.executor = executor
+        # What the model's workers log: in the API server's log as they are (one process),
+        # or, over Ray, as Ray forwards them: "(RayWorkerProc pid=N) " before each line.
+        self.wlog: logging.Logger | logging.LoggerAdapter = log
         self.scale = (args.load_time_scale or args.time_scale) / faults.slow_start_factor
         self.fmt = LogFormats(args.vllm_version)
 
@@ -140,6 +155,16 @@ class _Startup:
     async def run(self, arch: Architecture | None, host: HostSpec | None) -> Plan:
         args = self.args
         self.announce()
+        problem = backend_problem(args.tensor_parallel_size or 1,
+                                  getattr(args, "distributed_executor_backend", None))  # fmt: skip
+        if problem:
+            raise StartupFailed(problem)
+        if self.executor is not None:
+            try:
+                await self.executor.start()
+            except ExecutorError as exc:
+                raise StartupFailed(str(exc)) from None
+            self.wlog = logging.LoggerAdapter(log, {"ray_prefix": self.executor.log_prefix()})
         self.plan = memory_plan(self.profile, args, arch, host)
         self.errors = VllmErrors(args.vllm_version)
         await self.pause(3.0)
@@ -202,7 +227,7 @@ class _Startup:
     async def load_weights(self) -> None:
         """The checkpoint's shards, at the profile's load speed."""
         args, plan, memory = self.args, self.plan, self.memory
-        log.info("Starting to load model %s...", args.model)
+        self.wlog.info("Starting to load model %s...", args.model)
         memory.set_footprint(int(plan.context))
         fast = 3.0 if getattr(args, "load_format", None) == "fastsafetensors" else 1.0
         load_seconds = plan.weights / GB / (self.profile.load_gbps * fast)
@@ -214,7 +239,7 @@ class _Startup:
                 self.weights_do_not_fit(loaded=plan.weights * (k - 1) / shards, shards=shards)
             memory.set_footprint(int(plan.context + plan.weights * k / shards))
             elapsed, remaining = per_shard * k, per_shard * (shards - k)
-            log.info(
+            self.wlog.info(
                 "Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s<%s, %.2fs/it]",
                 round(100 * k / shards),
                 k,
@@ -225,8 +250,8 @@ class _Startup:
             )
             if self.faults.fail_start_phase == "load" and k * 2 >= shards:
                 raise StartupFailed(fail_start_error("load"))
-        log.info("Loading weights took %.2f seconds", load_seconds)
-        log.info(
+        self.wlog.info("Loading weights took %.2f seconds", load_seconds)
+        self.wlog.info(
             *self.fmt(
                 "model_took",
                 "Model loading took %s GiB memory and %.6f seconds",
@@ -250,11 +275,11 @@ class _Startup:
     async def compile(self) -> None:
         compile_seconds, fmt = self.profile.compile_seconds, self.fmt
         await self.pause(compile_seconds * 0.3)
-        log.info(*fmt("dynamo", "%sDynamo bytecode transform time: %.2f s", "",
+        self.wlog.info(*fmt("dynamo", "%sDynamo bytecode transform time: %.2f s", "",
                       compile_seconds * 0.3))  # fmt: skip
         await self.pause(compile_seconds * 0.7)
-        log.info("Compiling a graph for dynamic shape takes %.2f s", compile_seconds * 0.7)
-        log.info(*fmt("compile_total", "%storch.compile took %.2f s in total", "",
+        self.wlog.info("Compiling a graph for dynamic shape takes %.2f s", compile_seconds * 0.7)
+        self.wlog.info(*fmt("compile_total", "%storch.compile took %.2f s in total", "",
                       compile_seconds))  # fmt: skip
 
     def size_kv_cache(self) -> None:
@@ -267,9 +292,9 @@ class _Startup:
             # (3) Nothing of the pool is left for the KV cache after the profiling run.
             raise StartupFailed(self.errors.no_cache_memory())
         self.memory.set_footprint(int(plan.pool))
-        log.info("Available KV cache memory: %.2f GiB", plan.kv_available / GIB)
+        self.wlog.info("Available KV cache memory: %.2f GiB", plan.kv_available / GIB)
         seq_tokens = max(plan.per_seq_max / plan.per_token, 1.0)
-        log.info(
+        self.wlog.info(
             *self.fmt(
                 "kv_size",
                 "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
@@ -308,14 +333,14 @@ class _Startup:
         steps = 4
         for k in range(1, steps + 1):
             await self.pause(profile.graph_capture_seconds / steps)
-            log.info(
+            self.wlog.info(
                 "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): %3d%%| %d/67",
                 25 * k,
                 round(67 * k / steps),
             )
             if self.faults.fail_start_phase == "graphs" and k == 2:
                 raise StartupFailed(fail_start_error("graphs"))
-        log.info(
+        self.wlog.info(
             *self.fmt(
                 "graph_done",
                 "Graph capturing finished in %.0f secs, took %.2f GiB",

@@ -120,6 +120,12 @@ class VllmErrors:
         text = self.template("engine_failed", "Engine core initialization failed")
         return "RuntimeError: " + fill(text, FAILED_PROCS)
 
+    def engine_dead(self) -> str:
+        """The API server's words once a running engine died (a rank's Spark went away)."""
+        return "vllm.v1.engine.exceptions.EngineDeadError: " + self.template(
+            "engine_dead", "EngineCore encountered an issue"
+        )
+
 
 def torch_size(nbytes: float) -> str:
     """c10's `format_size`, which PyTorch's out-of-memory message uses."""

@@ -90,7 +90,8 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|
 _PREFIX = re.compile(
     r"""^\s*
     (?:\d{4}-\d{2}-\d{2}[T\ ][\d:.,]+Z?\s+)?        # docker logs --timestamps
-    (?:\([^()]{0,80}\bpid=\d+\)\s*)*                # (APIServer pid=123) (EngineCore_0 pid=45)
+    # (APIServer pid=123) (EngineCore_0 pid=45), or a Ray worker's (RayWorkerProc pid=67, ip=…)
+    (?:\([^()]{0,80}\bpid=\d+(?:,\ ip=[\w.:\-]{1,64})?\)\s*)*
     (?:
         (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL):?\s+
         (?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+)?   # 11-29 08:50:01

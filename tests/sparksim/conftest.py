@@ -72,7 +72,7 @@ class Sim:
 
 def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, load_scale: float = 100_000,
            jit: float | None = 0, ready: bool = True, timeout: float = 60,
-           api_key: str = "") -> Sim:  # fmt: skip
+           api_key: str = "", env: dict[str, str] | None = None) -> Sim:  # fmt: skip
     # A --port in args (the panel's own vector) wins over a fresh one.
     port = int(args[args.index("--port") + 1]) if "--port" in args else free_port()
     host_port = [] if "--port" in args else ["--host", "127.0.0.1", "--port", str(port)]
@@ -81,7 +81,7 @@ def launch(tmp: Path, *args: str, model: str = NEMOTRON, time_scale: float = 1, 
     if jit is not None:
         argv += ["--jit-seconds", str(jit)]
     log = tmp / f"sparksim-{port}.log"
-    env = {**os.environ, "VLLM_API_KEY": api_key} if api_key else None
+    env = {**os.environ, **(env or {}), **({"VLLM_API_KEY": api_key} if api_key else {})}
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             env=env)  # fmt: skip
     sim = Sim(proc, f"http://127.0.0.1:{port}", log, model, api_key)

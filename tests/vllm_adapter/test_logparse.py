@@ -192,6 +192,9 @@ def test_unrelated_lines_yield_nothing() -> None:
         "INFO 08-06 10:00:00 model_runner.py:1014] ",  # older vLLM: no opening bracket
         "2025-11-29T08:50:01.123456789Z INFO 11-29 08:50:01 [loader.py:123] ",  # --timestamps
         "\x1b[32mINFO\x1b[0m 11-29 08:50:01 \x1b[2m[loader.py:123]\x1b[0m ",
+        # a pair's worker line, forwarded by Ray (rank 0 on the driver's node, rank 1 not)
+        "(RayWorkerProc pid=6712) INFO 11-29 08:50:01 [gpu_worker.py:312] ",
+        "(RayWorkerProc pid=6713, ip=192.168.100.11) INFO 11-29 08:50:01 [gpu_worker.py:312] ",
     ],
 )
 def test_prefixes_do_not_matter(prefix: str) -> None:
