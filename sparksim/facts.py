@@ -23,6 +23,10 @@ from sparkdomain.planner import Architecture, HostSpec, kv_bytes_per_token_split
 
 CHECKPOINT_ENV = "SPARKSIM_CHECKPOINT"
 HOST_ENV = "SPARKSIM_HOST"
+# A simulated pair's Ray node, each Spark's own (sparksim/tensor_parallel.py): the meminfo
+# file and the faults of the Spark the node runs on, inherited by the rank Ray starts there.
+NODE_MEMINFO_ENV = "SPARKSIM_NODE_MEMINFO"
+NODE_FAULTS_ENV = "SPARKSIM_NODE_FAULTS"
 
 
 # What decides the weights' size, and what decides the KV cache's: each group is taken

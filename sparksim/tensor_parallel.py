@@ -38,15 +38,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from sparkdomain.spark import GB
+from sparksim.facts import HOST_ENV, NODE_FAULTS_ENV, NODE_MEMINFO_ENV, host_spec
 from sparksim.faults import parse_faults
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
 
 log = logging.getLogger("sparksim")
 
-# What the panel's engine sets in a Ray node's environment (each Spark's own): inherited
-# by the rank actors Ray starts on that node.
-NODE_MEMINFO_ENV = "SPARKSIM_NODE_MEMINFO"
-NODE_FAULTS_ENV = "SPARKSIM_NODE_FAULTS"
 # vLLM's constants (v1/executor/ray_utils.py): the placement group's patience, in seconds
 # of the simulated Spark's time, and the first interval of its backing-off wait lines.
 PG_WAIT_TIMEOUT_S = 1800
@@ -88,6 +86,12 @@ class _Rank:
 
     def __init__(self, rank: int, physical_bytes: int, os_bytes: int, time_scale: float):
         self.rank = rank
+        if os.environ.get(HOST_ENV):  # this Spark's own facts, from its node's environment
+            spec = host_spec()
+            physical_bytes, os_bytes = (
+                int(spec.physical_memory_gb * GB),
+                int(spec.os_reserve_gb * GB),
+            )
         self.started = time.monotonic()
         self.time_scale = time_scale
         faults = parse_faults(

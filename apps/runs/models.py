@@ -100,6 +100,9 @@ class Run(models.Model):
     )
     ray_handle = models.CharField(max_length=200, blank=True)  # the head's Ray node
     peer_handle = models.CharField(max_length=200, blank=True)  # the worker's Ray node
+    # What the worker Spark's own worker reports of its half (it alone writes this): its
+    # step, and a failure with its Ray log lines and advice (apps/runs/pair.py).
+    peer_state = models.JSONField(default=dict, blank=True)
     started_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs"
     )

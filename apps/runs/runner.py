@@ -19,10 +19,11 @@ from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
 from apps.hosts.models import Host
-from apps.runs import weights
+from apps.runs import pair, weights
 from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from apps.runs.pair import PairFailed
 from apps.runs.services import RunRefused, run_start
 from apps.runs.signals import host_worker_free
 from hf_adapter.transfer import DownloadStopped
@@ -102,6 +103,13 @@ def start(run_id: int) -> None:
         if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
             run.transition(S.STARTING, step="Starting the server", percent=0)
             pusher.push(force=True)
+        if run.is_pair:
+            # Two Sparks: the Ray cluster first (each side's worker starts its node), then
+            # the server on the head joins it (apps/runs/pair.py).
+            if run.state == S.STARTING and not run.handle:
+                pair.form_cluster(run, engine, pusher, _check_stop)
+                _save(run, step="Starting the server on the pair's head")
+            spec = dataclasses.replace(spec, pair=True, env={**spec.env, **pair.server_env(run)})
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))
@@ -113,8 +121,8 @@ def start(run_id: int) -> None:
         pusher.push(force=True)
     except StopRequested:
         stop(run.pk)
-    except (StartFailed, EngineError, httpx.HTTPError) as exc:
-        log_lines = exc.log_lines if isinstance(exc, StartFailed) else []
+    except (StartFailed, PairFailed, EngineError, httpx.HTTPError) as exc:
+        log_lines = exc.log_lines if isinstance(exc, StartFailed | PairFailed) else []
         if engine is not None and handle is not None:
             with contextlib.suppress(EngineError):
                 if not log_lines:
@@ -122,7 +130,10 @@ def start(run_id: int) -> None:
                 if engine.status(handle).state is State.RUNNING:
                     engine.stop(handle, timeout=10)
                 engine.remove(handle)  # its log lines are kept on the run
-        if isinstance(exc, StartFailed):
+        if run.is_pair and engine is not None:
+            run.refresh_from_db()
+            pair.teardown(run, engine)  # both sides' Ray nodes: nothing left running
+        if isinstance(exc, StartFailed | PairFailed):
             _fail(run, exc.reason, pusher, advice=exc.advice, log_lines=log_lines)
         elif isinstance(exc, httpx.HTTPError):
             _fail(run, f"the warm-up request failed: {exc}", pusher, log_lines=log_lines)
@@ -340,11 +351,13 @@ def stop(run_id: int) -> None:
         run.transition(S.STOPPING, step="Stopping")
     pusher = RunPusher(run)
     pusher.push(force=True)
+    engine = engine_for(run.host)
     if run.handle:
-        engine = engine_for(run.host)
         handle = Handle.parse(run.handle)
         engine.stop(handle, timeout=30)
         engine.remove(handle)
+    if run.is_pair:
+        pair.teardown(run, engine)  # the head's Ray node here, the worker's on its queue
     run.transition(S.STOPPED, step="Stopped", percent=0)
     pusher.push(force=True)
 
@@ -389,6 +402,9 @@ def reconcile(host_id: int) -> list[int]:
         reason, advice = _why_it_ended(f"{status.describe()} while ready", lines)
         _fail(run, reason, RunPusher(run), advice=advice, log_lines=lines[-40:])
         engine.remove(handle)
+        if run.is_pair:
+            run.refresh_from_db()
+            pair.teardown(run, engine)
         failed.append(run.pk)
     for run in Run.objects.filter(host=host, state__in=STARTING_STATES).exclude(state=S.QUEUED):
         log.warning("run %s was left %s by a worker that died: resuming it", run.pk, run.state)

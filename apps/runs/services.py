@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.core.hooks import gathered
-from apps.hosts.models import Host
+from apps.core.selectors import workers_state
+from apps.hosts.models import Host, SparkPair, pair_of
 from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
 from apps.runs import live
@@ -20,6 +21,7 @@ from sparkdomain import planner
 from sparkdomain.command import UnsafeCommand, contract_problems
 from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.meminfo import MeminfoError
+from sparkdomain.pair import RAY_BACKEND_FLAG, Side, needs_pair, plan_pair
 from sparkdomain.spark import GB, GIB
 
 
@@ -153,37 +155,66 @@ def fit_check(*, recipe: Recipe, host: Host, user=None, fit_confirmation: str = 
     raise RunRefused(message, "does_not_fit")
 
 
-def admission_check(
-    *,
-    recipe: Recipe,
-    host: Host,
-    user=None,
-    fit_confirmation: str = "",
-    reuse: bool = False,
-    job=None,
-) -> Admission:
-    """Every rule a start must pass, most basic first; returns the planner's verdict."""
+def pair_for_recipe(recipe: Recipe, host: Host) -> SparkPair | None:
+    """The pair a tensor-parallel-2 recipe runs on when started on `host` (the pair it is
+    in, head or worker); None for a one-Spark recipe. Refuses TP 2 off a pair."""
+    if not needs_pair(recipe.tensor_parallel_size):
+        return None
+    found = pair_of(host)
+    if found is None:
+        raise RunRefused(
+            f"“{recipe.name}” runs with tensor parallel 2, on a pair of Sparks, and "
+            f"{host.name} is not in a pair. An admin links two Sparks as a pair (admin → "
+            "Spark pairs; docs/two-sparks.md).",
+            "needs_pair",
+        )
+    return found
+
+
+def _peer_worker_refusal(peer: Host) -> str | None:
+    """A pair's worker Spark must have a live worker: it starts its half."""
+    if peer.online:
+        return None
     try:
-        check_utilization(recipe.gpu_memory_utilization)
-    except FlagError as exc:  # a recipe row changed behind the validators' back
-        raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
-    problems = contract_problems(recipe, host.contract_version)
-    if problems:
-        # The recipe was checked against the default host's vLLM; this host may differ.
-        raise RunRefused(
-            f"{host.name}'s vLLM {host.contract_version} would refuse this recipe: "
-            + "; ".join(message for _, message in problems),
-            "unsafe_recipe",
-        )
-    busy = busy_refusal(host, recipe, reuse=reuse, job=job)
-    if busy is not None:
-        raise RunRefused(busy, "host_busy")
-    if not host.image_allowed(recipe.image):
-        raise RunRefused(
-            f"{host.name} does not allow the image {recipe.image} (see the host's allowlist).",
-            "image_not_allowed",
-        )
-    admission = fit_check(recipe=recipe, host=host, user=user, fit_confirmation=fit_confirmation)
+        consumers = {q for queues in workers_state(timeout=1.0).values() for q in queues}
+    except Exception:
+        consumers = set()
+    if peer.queue in consumers:
+        return None
+    return (
+        f"{peer.name}, the pair's worker Spark, has no live worker (its queue {peer.queue} "
+        "is not consumed): it must start its half of the run. Start its worker, or check "
+        "that the Spark is on (the Hosts page)."
+    )
+
+
+def pair_fit_check(
+    *, recipe: Recipe, pair: SparkPair, user=None, fit_confirmation: str = ""
+) -> Admission:
+    """The planner's verdict for a TP-2 recipe on a pair: each Spark planned with its own
+    spec (half the weights and KV each); the worse side decides, and is named."""
+    try:
+        result = plan_pair(recipe.architecture(), recipe.flags(),
+                           Side(pair.head.name, "head", pair.head.spec()),
+                           Side(pair.worker.name, "worker", pair.worker.spec()))  # fmt: skip
+    except ValueError:
+        return Admission(str(planner.Verdict.UNKNOWN))
+    side, worst = result.worst()
+    reason = planner.does_not_fit_reason(worst)
+    if reason is None:
+        return Admission(str(result.verdict))
+    typed = (fit_confirmation or "").strip()
+    if typed and typed == recipe.name and can_override_fit(user):
+        return Admission(str(result.verdict), overridden=True)
+    raise RunRefused(
+        f"The planner says “{recipe.name}” does not fit on the pair {pair.name}: on "
+        f"{side.name} ({side.role}), {reason} An operator can start it anyway by typing the "
+        "recipe's name to confirm.",
+        "does_not_fit",
+    )
+
+
+def _memory_refusal(host: Host, recipe: Recipe) -> None:
     try:
         memory, _source = host.measured_memory()
     except MeminfoError as exc:
@@ -199,6 +230,54 @@ def admission_check(
             f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization.",
             "not_enough_memory",
         )
+
+
+def admission_check(
+    *,
+    recipe: Recipe,
+    host: Host,
+    user=None,
+    fit_confirmation: str = "",
+    reuse: bool = False,
+    job=None,
+    pair: SparkPair | None = None,
+) -> Admission:
+    """Every rule a start must pass, most basic first; returns the planner's verdict. A
+    pair run (`pair`, its head as `host`) passes each rule on both Sparks."""
+    try:
+        check_utilization(recipe.gpu_memory_utilization)
+    except FlagError as exc:  # a recipe row changed behind the validators' back
+        raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
+    problems = contract_problems(recipe, host.contract_version)
+    if problems:
+        # The recipe was checked against the default host's vLLM; this host may differ.
+        raise RunRefused(
+            f"{host.name}'s vLLM {host.contract_version} would refuse this recipe: "
+            + "; ".join(message for _, message in problems),
+            "unsafe_recipe",
+        )
+    sides = pair.hosts if pair is not None else (host,)
+    for side in sides:
+        busy = busy_refusal(side, recipe, reuse=reuse, job=job)
+        if busy is not None:
+            raise RunRefused(busy, "host_busy")
+    for side in sides:
+        if not side.image_allowed(recipe.image):
+            raise RunRefused(
+                f"{side.name} does not allow the image {recipe.image} (see the host's allowlist).",
+                "image_not_allowed",
+            )
+    if pair is not None:
+        refusal = _peer_worker_refusal(pair.worker)
+        if refusal:
+            raise RunRefused(refusal, "peer_offline")
+        admission = pair_fit_check(recipe=recipe, pair=pair, user=user,
+                                   fit_confirmation=fit_confirmation)  # fmt: skip
+    else:
+        admission = fit_check(recipe=recipe, host=host, user=user,
+                              fit_confirmation=fit_confirmation)  # fmt: skip
+    for side in sides:
+        _memory_refusal(side, recipe)
     return admission
 
 
@@ -215,18 +294,25 @@ def run_create(
     of a run started with the fit override keeps it (an operator restarts it)."""
     if restart_of is not None and restart_of.fit_override_at and not fit_confirmation:
         fit_confirmation = recipe.name
+    pair = pair_for_recipe(recipe, host)
+    if pair is not None:
+        host = pair.head  # a pair run lives on its head: the Ray head and the API server
     admission = admission_check(
-        recipe=recipe, host=host, user=user, fit_confirmation=fit_confirmation, job=job
-    )
+        recipe=recipe, host=host, user=user, fit_confirmation=fit_confirmation, job=job,
+        pair=pair,
+    )  # fmt: skip
     port = _free_port(host)
     try:
         argv = argv_on(recipe, host, port)
     except UnsafeCommand as exc:  # a recipe row changed behind the validators' back
         raise RunRefused(f"this recipe cannot be started: {exc}", "unsafe_recipe") from None
+    if pair is not None:
+        argv += [RAY_BACKEND_FLAG, "ray"]  # ranks over two nodes (sparkdomain/pair.py)
     try:
         with transaction.atomic():
             run = Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
+                peer_host=pair.worker if pair is not None else None,
                 argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
                 fit_verdict=admission.verdict,
                 fit_override_by=user if admission.overridden else None,
@@ -236,8 +322,9 @@ def run_create(
         transaction.on_commit(lambda: live.push_host(host.name))
         return run
     except IntegrityError:
+        names = " or ".join(h.name for h in (pair.hosts if pair else (host,)))
         raise RunRefused(
-            f"{host.name} already has an active run: stop it first.", "host_busy"
+            f"{names} already has an active run: stop it first.", "host_busy"
         ) from None
 
 
@@ -251,7 +338,8 @@ def run_start(
         recipe=recipe, host=host, user=user, restart_of=restart_of,
         fit_confirmation=fit_confirmation,
     )  # fmt: skip
-    transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=host.queue))
+    # The run's own host: a pair run lives on its pair's head, whichever Spark was named.
+    transaction.on_commit(lambda: start_run.apply_async(args=[run.pk], queue=run.host.queue))
     return run
 
 

@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from apps.hosts.models import Host
-from apps.runs import live, runner, weights
+from apps.runs import live, pair, runner, weights
 
 # Container starts and benchmarks on one Spark run one at a time on its own queue
 # (host.<name>, concurrency 1); these tasks are routed there by the services.
@@ -20,6 +20,17 @@ def stop_run(run_id: int) -> None:
 @shared_task(name="runs.restart", acks_late=True)
 def restart_run(run_id: int, user_id: int | None) -> int | None:
     return runner.restart(run_id, user_id)
+
+
+# A pair run's worker Spark does its half on its own queue (apps/runs/pair.py).
+@shared_task(name="runs.pair_join", acks_late=True)
+def pair_join(run_id: int) -> None:
+    pair.join(run_id)
+
+
+@shared_task(name="runs.pair_leave", acks_late=True)
+def pair_leave(run_id: int) -> None:
+    pair.leave(run_id)
 
 
 @shared_task(name="runs.reconcile", acks_late=True)

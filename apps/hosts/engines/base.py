@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from ray_adapter.nodes import RayNode
+
 
 class EngineError(RuntimeError):
     """The engine could not do what was asked; the message is meant for the run's page."""
@@ -25,6 +27,34 @@ class LaunchSpec:
     # engine that starts sparksim passes them on (sim_env).
     checkpoint: dict | None = None
     host_facts: dict | None = None
+    # A pair run's API server (tensor parallel over Ray): its ranks run in the Ray nodes,
+    # which keep each Spark's memory; a simulated server then writes no meminfo itself.
+    pair: bool = False
+
+
+# What a managed thing is: a run's model server, or one of a pair run's Ray nodes.
+ROLE_SERVER, ROLE_RAY = "server", "ray"
+
+
+@dataclass(frozen=True)
+class RayNodeSpec:
+    """One side of a pair run's Ray cluster, on this engine's host (ray_adapter/nodes.py
+    describes the node; the engine runs it as that host runs things)."""
+
+    run_id: int
+    host_name: str
+    node: RayNode
+    image: str  # the run's image (the same vLLM, so the same Ray, on both Sparks)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def sim_args_for(spec: LaunchSpec, sim_args: list[str]) -> list[str]:
+    """A simulated host's sparksim flags for this server: a pair's server leaves the
+    host's meminfo to its Ray node's rank (sparksim/tensor_parallel.py)."""
+    if not spec.pair or "--meminfo-file" not in sim_args:
+        return list(sim_args)
+    at = sim_args.index("--meminfo-file")
+    return sim_args[:at] + sim_args[at + 2 :]
 
 
 # The environment variables sparksim reads them from (sparksim/facts.py).
@@ -94,6 +124,7 @@ class Managed:
     run_id: int
     handle: Handle
     status: Status
+    role: str = ROLE_SERVER
 
 
 class Engine(abc.ABC):
@@ -147,3 +178,13 @@ class Engine(abc.ABC):
     def list_unmanaged(self) -> list[dict]:
         """Servers on the host that the panel did not start: {id, name, image, status}."""
         return []
+
+    def start_ray_node(self, spec: RayNodeSpec) -> Handle:
+        """Start this host's Ray node of a pair run (`ray start --block`), labelled with the
+        run; a redelivered task gets the node already running."""
+        raise EngineError(f"the {self.name} engine cannot run a pair's Ray node")
+
+    def probe_cluster(self, handle: Handle, head_address: str, timeout: float = 60) -> str:
+        """Run ray_adapter's probe in the environment of the Ray node `handle` (the image's
+        own Python and Ray); its output."""
+        raise EngineError(f"the {self.name} engine cannot probe a Ray cluster")

@@ -25,15 +25,21 @@ from pathlib import Path
 import psutil
 
 from apps.hosts.engines.base import (
+    ROLE_RAY,
+    ROLE_SERVER,
     Engine,
     EngineError,
     Handle,
     LaunchSpec,
     Managed,
+    RayNodeSpec,
     State,
     Status,
+    sim_args_for,
     sim_env,
 )
+from ray_adapter import nodes as ray_nodes
+from ray_adapter import probe as ray_probe
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -112,25 +118,39 @@ class ProcessEngine(Engine):
         # Handle → run directory, so following a log does not rescan every pid file.
         self._dirs: dict[Handle, Path] = {}
 
-    def command(self, argv: list[str]) -> list[str]:
+    def command(self, argv: list[str], spec: LaunchSpec | None = None) -> list[str]:
         """The same vector vLLM gets; only the executable differs."""
         try:
             assert_safe_argv(argv)  # the last line of defence, whoever built the vector
         except UnsafeCommand as exc:
             raise EngineError(f"refused to start: {exc}") from None
         if self.simulated:
-            return [sys.executable, "-m", "sparksim", *argv[1:], *self.sim_args]
+            sim_args = sim_args_for(spec, self.sim_args) if spec else self.sim_args
+            return [sys.executable, "-m", "sparksim", *argv[1:], *sim_args]
         return [self.vllm_executable, *argv[1:]]
+
+    def _ray_executable(self) -> str:
+        """The `ray` beside the Python that runs the model server: sparksim's venv, or
+        the native vLLM's (its Ray is the one vLLM was installed with)."""
+        if self.simulated:
+            return str(Path(sys.executable).with_name("ray"))
+        vllm = Path(self.vllm_executable)
+        return str(vllm.with_name("ray")) if vllm.parent != Path() else "ray"
+
+    def _python(self) -> str:
+        if self.simulated:
+            return sys.executable
+        vllm = Path(self.vllm_executable)
+        return str(vllm.with_name("python")) if vllm.parent != Path() else "python3"
 
     def _dir(self, run_id: int) -> Path:
         return self.runs_dir / str(run_id)
 
     def start(self, spec: LaunchSpec) -> Handle:
-        command = self.command(spec.argv)
+        command = self.command(spec.argv, spec)
         run_dir = self._dir(spec.run_id)
-        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        existing = self._handle_from_pidfile(run_dir)
-        if existing is not None and self.status(existing).state is State.RUNNING:
+        existing = self._running_in(run_dir)
+        if existing is not None:
             # A redelivered start task: never a second server for one run.
             return existing
         env = server_environment(os.environ)
@@ -143,6 +163,20 @@ class ProcessEngine(Engine):
         else:
             env.update(sim_env(spec))
         env.update(spec.env)
+        return self._spawn(command, env, run_dir, spec.run_id, spec.host_name)
+
+    def _running_in(self, run_dir: Path) -> Handle | None:
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        existing = self._handle_from_pidfile(run_dir)
+        if existing is not None and self.status(existing).state is State.RUNNING:
+            return existing
+        return None
+
+    def _spawn(
+        self, command: list[str], env: dict[str, str], run_dir: Path, run_id: int, host: str
+    ) -> Handle:
+        """Start `command` in its own process group, its output in run_dir/server.log and
+        its identity (pid and start time) in run_dir/pid.json."""
         env["PYTHONUNBUFFERED"] = "1"
         log = os.fdopen(_private_file(run_dir / "server.log", os.O_APPEND), "ab")
         try:
@@ -158,16 +192,41 @@ class ProcessEngine(Engine):
         created = psutil.Process(proc.pid).create_time()
         handle = Handle(self.name, f"{proc.pid}:{created:.2f}")
         self._dirs[handle] = run_dir
-        record = {
-            "pid": proc.pid,
-            "create_time": created,
-            "run_id": spec.run_id,
-            "host": spec.host_name,
-            "command": command,
-        }
+        record = {"pid": proc.pid, "create_time": created, "run_id": run_id, "host": host,
+                  "command": command}  # fmt: skip
         with os.fdopen(_private_file(run_dir / "pid.json", os.O_TRUNC), "w") as fh:
             fh.write(json.dumps(record))
         return handle
+
+    def start_ray_node(self, spec: RayNodeSpec) -> Handle:
+        """`ray start --block` for this host's side of a pair run, in
+        var/runs/<id>/ray-<host>/ (a simulated pair's two sides share one machine); its own
+        process group, so a stop reaches the raylet and the ranks it started."""
+        run_dir = self._dir(spec.run_id) / f"{ROLE_RAY}-{spec.host_name}"
+        existing = self._running_in(run_dir)
+        if existing is not None:
+            return existing
+        command = ray_nodes.start_argv(spec.node, self._ray_executable())
+        env = server_environment(os.environ)
+        if not self.simulated:
+            env.update(self.server_env)
+        env.update(ray_nodes.node_env(spec.node))
+        env.update(spec.env)
+        return self._spawn(command, env, run_dir, spec.run_id, spec.host_name)
+
+    def probe_cluster(self, handle: Handle, head_address: str, timeout: float = 60) -> str:
+        env = server_environment(os.environ)
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        try:
+            done = subprocess.run(
+                ray_probe.probe_argv(self._python(), head_address), cwd=ROOT, env=env,
+                capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return '{"error": "the probe did not answer in time"}'
+        except OSError as exc:
+            raise EngineError(f"could not run the Ray probe: {exc}") from None
+        return done.stdout[-ray_probe.MAX_OUTPUT :]
 
     def _handle_from_pidfile(self, run_dir: Path) -> Handle | None:
         try:
@@ -205,10 +264,15 @@ class ProcessEngine(Engine):
         # Not our child (a restarted worker): it is gone, its exit code unknowable.
         return Status(State.EXITED, None)
 
+    def _pidfiles(self) -> list[Path]:
+        """Every managed thing's pid file: servers, and pair runs' Ray nodes."""
+        return sorted([*self.runs_dir.glob("*/pid.json"),
+                       *self.runs_dir.glob(f"*/{ROLE_RAY}-*/pid.json")])  # fmt: skip
+
     def log_path(self, handle: Handle) -> Path | None:
         run_dir = self._dirs.get(handle)
         if run_dir is None:
-            for pidfile in self.runs_dir.glob("*/pid.json"):
+            for pidfile in self._pidfiles():
                 if self._handle_from_pidfile(pidfile.parent) == handle:
                     run_dir = self._dirs[handle] = pidfile.parent
                     break
@@ -275,23 +339,25 @@ class ProcessEngine(Engine):
 
     def list_managed(self) -> list[Managed]:
         managed = []
-        for pidfile in sorted(self.runs_dir.glob("*/pid.json")):
+        for pidfile in self._pidfiles():
             handle = self._handle_from_pidfile(pidfile.parent)
             if handle is None:
                 continue
             if self.host_name and self._pid_host(pidfile) not in ("", self.host_name):
                 continue  # another host's server (hosts may share one machine)
+            role = ROLE_RAY if pidfile.parent.name.startswith(f"{ROLE_RAY}-") else ROLE_SERVER
+            run_dir = pidfile.parent.parent if role == ROLE_RAY else pidfile.parent
             try:
-                run_id = int(pidfile.parent.name)
+                run_id = int(run_dir.name)
             except ValueError:
                 continue
-            managed.append(Managed(run_id, handle, self.status(handle)))
+            managed.append(Managed(run_id, handle, self.status(handle), role))
         return managed
 
     def list_unmanaged(self) -> list[dict]:
         """vLLM or sparksim servers on this machine that no run of the panel started."""
         ours = set()
-        for pidfile in self.runs_dir.glob("*/pid.json"):
+        for pidfile in self._pidfiles():
             handle = self._handle_from_pidfile(pidfile.parent)
             if handle is not None:
                 ours.add(int(handle.ref.partition(":")[0]))

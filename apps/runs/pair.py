@@ -1,0 +1,263 @@
+"""A pair run's two halves: tensor parallel 2 over two Sparks on a Ray cluster, each side
+done by that Spark's own worker on its own queue (docs/two-sparks.md).
+
+- The head's worker (`runner.start` calls `form_cluster`): starts the head's Ray node, asks
+  the worker Spark's queue to join (`runs.pair_join`), and waits until the probe — run in
+  the head node's own environment — sees both Sparks' nodes alive at their link addresses
+  with a GPU each. Only then does `runner.start` start `vllm serve` on the head, joined to
+  that cluster (RAY_ADDRESS), and follow its log as for one Spark.
+- The worker Spark's worker (`join`): starts its Ray node and watches it while the run
+  starts; if the node dies (Ray's version differs, the head cannot be reached) it reports
+  the step, Ray's own lines and advice in `Run.peer_state`, which only it writes.
+- Teardown (`teardown`, from the head's worker, the watchdog or reconcile): the head's
+  server and Ray node are stopped here, the worker Spark's node by `runs.pair_leave` on
+  its own queue (`leave`). A failure names the side, the step, its log lines and advice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import socket
+import tempfile
+import time
+
+from celery import current_app
+
+from apps.hosts.engines import Engine, EngineError, Handle, engine_for
+from apps.hosts.engines.base import SPARKSIM_HOST, RayNodeSpec, State
+from apps.hosts.models import Host, SparkPair
+from apps.runs.models import STARTING_STATES, Run, RunState
+from ray_adapter import nodes as ray_nodes
+from ray_adapter import probe as ray_probe
+from sparksim.facts import NODE_FAULTS_ENV, NODE_MEMINFO_ENV
+
+log = logging.getLogger(__name__)
+S = RunState
+# Wall seconds (Ray's start is real, not simulated): two `ray start`s and a probe take
+# ~15 s here; a real pair's first start may wait for the images.
+JOIN_TIMEOUT_S = 240
+PROBE_EVERY_S = 2.0
+WATCH_EVERY_S = 1.0
+LOG_LINES = 40
+# The Ray ports a simulated pair's two nodes (one machine) must not share.
+SIM_PORTS = ("dashboard_agent_listen_port", "dashboard_agent_grpc_port",
+             "runtime_env_agent_port", "metrics_export_port")  # fmt: skip
+
+
+class PairFailed(Exception):
+    """One side of the pair failed; the message names it and the step."""
+
+    def __init__(self, reason: str, *, advice: str = "", log_lines: list[str] | None = None):
+        super().__init__(reason)
+        self.reason, self.advice, self.log_lines = reason, advice, log_lines or []
+
+
+def pair_of_run(run: Run) -> SparkPair:
+    pair = SparkPair.objects.select_related("head", "worker").filter(head=run.host).first()
+    if pair is None or pair.worker_id != run.peer_host_id:
+        raise PairFailed(
+            f"{run.host.name} and {run.peer_host.name} are no longer linked as a pair",
+            advice="An admin changed the pairs while the run started: start it again.",
+        )
+    return pair
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def node_spec(run: Run, host: Host, pair: SparkPair) -> RayNodeSpec:
+    """This Spark's side of the run's Ray cluster. A simulated Spark's node is small (one
+    CPU, the least object store), takes its own ports (both sides share this machine) and
+    carries its host's sparksim facts: its meminfo file and its faults, for the rank Ray
+    starts there (sparksim/tensor_parallel.py)."""
+    role = ray_nodes.HEAD if host.pk == pair.head_id else ray_nodes.WORKER
+    extra: dict[str, str] = {}
+    sim: dict = {}
+    if host.simulated:
+        extra = {
+            NODE_MEMINFO_ENV: str(host.meminfo_file()),
+            NODE_FAULTS_ENV: ",".join(host.fault_specs()),
+            SPARKSIM_HOST: json.dumps(dataclasses.asdict(host.spec()), sort_keys=True),
+        }
+        sim = {
+            "num_cpus": 1,
+            "object_store_bytes": ray_nodes.MIN_OBJECT_STORE_BYTES,
+            "ports": {name: _free_port() for name in SIM_PORTS},
+            # private and short: Ray's unix sockets live under it (108 bytes at most)
+            "temp_dir": tempfile.mkdtemp(prefix=f"sp-ray-{run.pk}-"),
+        }
+    node = ray_nodes.RayNode(
+        role=role, node_ip=pair.link_address(host), head_ip=pair.head_link_address,
+        gcs_port=pair.ray_port, nccl_interface=pair.nccl_interface, extra_env=extra, **sim,
+    )  # fmt: skip
+    return RayNodeSpec(run_id=run.pk, host_name=host.name, node=node, image=run.image)
+
+
+def server_env(run: Run) -> dict[str, str]:
+    """What the head's `vllm serve` needs to use the pair's cluster."""
+    pair = pair_of_run(run)
+    head = ray_nodes.RayNode(
+        role=ray_nodes.HEAD, node_ip=pair.head_link_address, head_ip=pair.head_link_address,
+        gcs_port=pair.ray_port, nccl_interface=pair.nccl_interface,
+    )  # fmt: skip
+    return ray_nodes.server_env(head)
+
+
+def _send(task: str, run: Run, host: Host) -> None:
+    """A task for the other Spark's worker, by name (tasks imports the runner)."""
+    current_app.send_task(task, args=[run.pk], queue=host.queue)
+
+
+def _step(run: Run, pusher, text: str) -> None:
+    Run.objects.filter(pk=run.pk).update(step=text[:200])
+    run.step = text[:200]
+    pusher.push(force=True)
+
+
+def _node_failure(engine: Engine, handle: Handle, side: str, step: str) -> PairFailed:
+    lines = engine.tail(handle, LOG_LINES)
+    found = ray_probe.diagnose(lines)
+    reason = f"{side}: its Ray node exited while {step}"
+    if found:
+        reason += f" — {found[0]}"
+    return PairFailed(reason, advice=found[1] if found else "", log_lines=lines)
+
+
+def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
+    """The head's half: its Ray node, the worker Spark asked to join, the probe until the
+    cluster is whole. Raises PairFailed naming the side and the step."""
+    pair = pair_of_run(run)
+    head, peer = run.host, run.peer_host
+    side = f"{head.name} (the pair's head)"
+    _step(run, pusher, f"Starting the Ray head on {head.name}")
+    try:
+        handle = engine.start_ray_node(node_spec(run, head, pair))
+    except EngineError as exc:
+        raise PairFailed(f"{side}: the Ray head did not start: {exc}") from None
+    Run.objects.filter(pk=run.pk).update(ray_handle=str(handle))
+    run.ray_handle = str(handle)
+    _send("runs.pair_join", run, peer)
+    _step(run, pusher, f"Waiting for {peer.name} to join the Ray cluster")
+    sides = {head.name: pair.head_link_address, peer.name: pair.worker_link_address}
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    problem = "not probed yet"
+    while time.monotonic() < deadline:
+        check_stop(run)
+        if engine.status(handle).state is not State.RUNNING:
+            raise _node_failure(engine, handle, side, "the cluster formed")
+        reported = Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first()
+        if (reported or {}).get("error"):
+            raise PairFailed(
+                f"{peer.name} (the pair's worker) failed at “{reported.get('step', '?')}”: "
+                f"{reported['error']}",
+                advice=reported.get("advice", ""), log_lines=reported.get("log", []),
+            )  # fmt: skip
+        view = ray_probe.parse_probe(engine.probe_cluster(handle, pair.ray_address))
+        problem = ray_probe.cluster_problem(view, sides)
+        if problem is None:
+            facts = {**run.facts, "ray_version": view.ray_version,
+                     "pair": {"head": head.name, "worker": peer.name,
+                              "ray_address": pair.ray_address}}  # fmt: skip
+            Run.objects.filter(pk=run.pk).update(facts=facts)
+            run.facts = facts
+            _step(run, pusher, f"Ray cluster ready: {head.name} and {peer.name}, one GPU each")
+            return
+        time.sleep(PROBE_EVERY_S)
+    raise PairFailed(
+        f"the pair's Ray cluster was not whole after {JOIN_TIMEOUT_S} s: {problem}",
+        advice=f"Is {peer.name}'s worker running (the Hosts page)? Is the link up, and are "
+        "the pair's link addresses right? docs/two-sparks.md has the checklist.",
+        log_lines=engine.tail(handle, LOG_LINES),
+    )
+
+
+def _report(run_id: int, **state) -> None:
+    Run.objects.filter(pk=run_id).update(peer_state=state)
+
+
+def join(run_id: int) -> None:
+    """The worker Spark's half (on its own queue): start its Ray node, then watch it while
+    the run starts; report a failure with the node's own lines."""
+    run = Run.objects.select_related("host", "peer_host").filter(pk=run_id).first()
+    if run is None or run.state not in STARTING_STATES:
+        return
+    peer = run.peer_host
+    step = "starting its Ray node"
+    _report(run.pk, step=step)
+    try:
+        pair = pair_of_run(run)
+        engine = engine_for(peer)
+        handle = engine.start_ray_node(node_spec(run, peer, pair))
+    except (PairFailed, EngineError) as exc:
+        _report(run.pk, step=step, error=str(exc)[:1000])
+        return
+    Run.objects.filter(pk=run.pk).update(peer_handle=str(handle))
+    step = "joining the head's Ray cluster"
+    _report(run.pk, step=step)
+    while True:
+        state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
+        if state not in STARTING_STATES:
+            break
+        if engine.status(handle).state is not State.RUNNING:
+            failure = _node_failure(engine, handle, peer.name, step)
+            _report(run.pk, step=step, error=failure.reason.partition(": ")[2],
+                    advice=failure.advice, log=failure.log_lines)  # fmt: skip
+            return
+        time.sleep(WATCH_EVERY_S)
+    if state in (S.STOPPING, S.STOPPED, S.FAILED):
+        leave(run.pk)  # the head gave up: do not wait for its message
+    else:
+        _report(run.pk, step="serving: its rank runs in its Ray node")
+
+
+def leave(run_id: int) -> None:
+    """The worker Spark's half of a teardown: its Ray node stopped and removed."""
+    run = Run.objects.select_related("peer_host").filter(pk=run_id).first()
+    if run is None or not run.peer_handle:
+        return
+    engine = engine_for(run.peer_host)
+    handle = Handle.parse(run.peer_handle)
+    with contextlib.suppress(EngineError):
+        engine.stop(handle, timeout=15)
+        engine.remove(handle)
+    state = {**(run.peer_state or {}), "step": "left the Ray cluster"}
+    Run.objects.filter(pk=run.pk).update(peer_state=state)
+
+
+def teardown(run: Run, engine: Engine | None = None) -> None:
+    """Stop the head's Ray node here and ask the worker Spark to stop its own. Safe to
+    call twice."""
+    if not run.peer_host_id:
+        return
+    engine = engine or engine_for(run.host)
+    if run.ray_handle:
+        handle = Handle.parse(run.ray_handle)
+        with contextlib.suppress(EngineError):
+            engine.stop(handle, timeout=15)
+            engine.remove(handle)
+    peer = run.peer_host
+    _send("runs.pair_leave", run, peer)
+
+
+def stop_side(run: Run, host: Host, engine: Engine) -> list[str]:
+    """Kill this Spark's part of a run at once (the watchdog): the server and the head's
+    node on the head, the worker's node on the worker. Its handles' last log lines."""
+    handles = [run.handle, run.ray_handle] if host.pk == run.host_id else [run.peer_handle]
+    lines: list[str] = []
+    for text in filter(None, handles):
+        handle = Handle.parse(text)
+        with contextlib.suppress(EngineError):
+            lines += engine.tail(handle, LOG_LINES)
+            engine.kill(handle)
+            engine.remove(handle)
+    return lines
+
+
+def other_side(run: Run, host: Host) -> Host:
+    return run.peer_host if host.pk == run.host_id else run.host

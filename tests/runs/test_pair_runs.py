@@ -1,0 +1,123 @@
+"""A TP-2 recipe on a pair of simulated Sparks, end to end: each Spark's own real Celery
+worker does its half on its own queue, the Ray cluster is real (a head node for one Spark
+on 127.0.0.2, a worker node for the other on 127.0.0.3), and sparksim plays vLLM's Ray
+executor on it (apps/runs/pair.py, sparksim/tensor_parallel.py)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from django.db import connection
+
+from apps.hosts.engines import engine_for
+from apps.hosts.engines.base import ROLE_RAY
+from apps.hosts.models import Host, SparkPair
+from apps.recipes.models import Recipe
+from apps.runs.models import Run, RunState
+from apps.runs.services import RunRefused, run_start, run_stop
+from sparkdomain.spark import GB
+from tests.conftest import free_port, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+
+def _run(run: Run) -> Run:
+    return Run.objects.select_related("host", "peer_host").get(pk=run.pk)
+
+
+@pytest.fixture
+def pair_hosts(settings, tmp_path):
+    settings.VAR_DIR = tmp_path  # the test reads what the workers write
+    hosts = []
+    for i, name in enumerate(["spark-p1", "spark-p2"]):
+        hosts.append(Host.objects.create(
+            name=name, engine=Host.Engine.PROCESS, simulated=True, sim_time_scale=40,
+            port_min=22000 + 100 * i, port_max=22099 + 100 * i,
+        ))  # fmt: skip
+    pair = SparkPair.objects.create(
+        name="pair-1", head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",
+        worker_link_address="127.0.0.3", ray_port=free_port(),
+    )  # fmt: skip
+    yield pair
+    for host in hosts:  # nothing outlives its test, on either Spark
+        engine = engine_for(host)
+        for managed in engine.list_managed():
+            engine.stop(managed.handle, timeout=5)
+
+
+@pytest.fixture
+def qwen_tp2(qwen) -> Recipe:
+    qwen.pk, qwen.slug, qwen.name = None, "qwen-tp2", "Qwen on a pair"
+    qwen.tensor_parallel_size = 2
+    qwen.save()
+    return qwen
+
+
+@pytest.fixture
+def pair_workers(start_worker, pair_hosts, tmp_path, settings):
+    # the same SECRET_KEY: the run's own vLLM key is derived from it
+    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    for host in pair_hosts.hosts:
+        start_worker(host.queue, host.name, **shared)
+    return pair_hosts
+
+
+def test_a_tp2_recipe_needs_a_pair(sim_host, qwen_tp2, operator):
+    with pytest.raises(RunRefused) as refused:
+        run_start(recipe=qwen_tp2, host=sim_host, user=operator)
+    assert refused.value.code == "needs_pair"
+    assert "is not in a pair" in str(refused.value)
+
+
+def test_the_pairs_second_spark_without_a_worker_is_refused_at_admission(
+    pair_hosts, qwen_tp2, operator, redis_url
+):
+    with pytest.raises(RunRefused) as refused:
+        run_start(recipe=qwen_tp2, host=pair_hosts.head, user=operator)
+    assert refused.value.code == "peer_offline"
+    assert "spark-p2, the pair's worker Spark, has no live worker" in str(refused.value)
+    assert not Run.objects.exists()  # nothing started, on either side
+
+
+def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
+    pair_workers, qwen_tp2, operator
+):
+    pair = pair_workers
+    # Started from the worker Spark's name: a pair run lives on its head.
+    run = run_start(recipe=qwen_tp2, host=pair.worker, user=operator)
+    assert run.host == pair.head and run.peer_host == pair.worker
+    argv = run.argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "pair ready")
+    run = _run(run)
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_log)
+    assert run.facts["pair"] == {"head": "spark-p1", "worker": "spark-p2",
+                                 "ray_address": pair.ray_address}  # fmt: skip
+    assert run.facts["ray_version"]
+    # The worker Spark's worker saw the run ready and let go (its node keeps serving).
+    wait_for(lambda: _run(run).peer_state["step"].startswith("serving"), 10, "worker's report")
+    # Each side's worker runs its own Ray node, labelled with the run.
+    for host in pair.hosts:
+        roles = [(m.run_id, m.role) for m in engine_for(host).list_managed()]
+        assert (run.pk, ROLE_RAY) in roles
+    # The progress came from the head's log, through Ray's worker prefix.
+    assert "(RayWorkerProc pid=" in run.log_tail
+    assert {"starting", "loading", "compiling", "warming"} <= set(run.phase_seconds())
+    # Each Spark holds its half of the model, in its own memory.
+    for host in pair.hosts:
+        used = host.memory().total_bytes - host.memory().available_bytes
+        assert used > 40 * GB, host.name
+    answer = httpx.post(f"{run.local_endpoint}/v1/chat/completions", headers=run.upstream_headers,
+                        json={"model": run.served_name, "max_tokens": 5,
+                              "messages": [{"role": "user", "content": "hi"}]}, timeout=30)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+
+    run_stop(run=run)
+    wait_for(lambda: _run(run).state == RunState.STOPPED, 60, "pair stopped")
+    # Both halves are gone: the head's server and Ray node, the worker Spark's node.
+    for host in pair.hosts:
+        wait_for(lambda host=host: engine_for(host).list_managed() == [], 30,
+                 f"nothing left on {host.name}")  # fmt: skip
+    wait_for(lambda: _run(run).peer_state.get("step") == "left the Ray cluster", 30, "left")
