@@ -36,6 +36,7 @@ from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.models import Host
+from apps.runs import pair
 from apps.runs.models import Run, RunState
 from apps.telemetry.groups import host_group, run_group
 from apps.telemetry.models import HostSample, Incident
@@ -220,7 +221,9 @@ class HostAgent:
         """Kill the host's active run now: the machine is about to freeze."""
         run = self._active_run()
         action = "no run was active: nothing to stop (something else is using the memory)"
-        if run is not None and run.handle:
+        if run is not None and run.is_pair:
+            action = self._act_on_pair(run, decision)
+        elif run is not None and run.handle:
             engine = engine_for(self.host)
             handle = Handle.parse(run.handle)
             try:
@@ -248,6 +251,26 @@ class HostAgent:
         log.warning("WATCHDOG %s: %s — %s", self.host_name, decision.message, action)
         self._incident(Incident.Kind.ACT, decision.message, run, action=action)
         self._banner(ACT, f"{decision.message}. {action[0].upper()}{action[1:]}.")
+
+    def _act_on_pair(self, run: Run, decision: Decision) -> str:
+        """A pair run: this Spark's half is killed at once (its memory is what runs out),
+        the run fails, and the other Spark's worker stops its half (docs/two-sparks.md)."""
+        engine = engine_for(self.host)
+        tail = pair.stop_side(run, self.host, engine)
+        run.refresh_from_db()
+        if run.is_active:
+            run.mark_failed(
+                f"stopped by the memory watchdog on {self.host.name}: {decision.message}",
+                advice=f"{self.host.name} ran out of memory, so the whole pair was stopped. "
+                "Lower --gpu-memory-utilization or --max-model-len (the planner shows what "
+                "fits on each Spark), or stop what else uses memory there.",
+                log="\n".join(tail),
+            )
+        pair.stop_other_side(run, self.host)
+        self.stopped_runs.append(run.pk)
+        self._interrupt_jobs(decision)
+        side = "head" if self.host.pk == run.host_id else "worker"
+        return f"killed {self.host.name}'s half ({side}) of pair run {run.pk} ({run.recipe})"
 
     def _interrupt_jobs(self, decision: Decision) -> None:
         # Their worker lives on: it stores the level in flight, cut short, and settles them.
@@ -277,7 +300,10 @@ class HostAgent:
         # page's charts get it from the first second. Its /metrics exist only once the
         # server is up (warming onwards): scraped then, not before.
         run = Run.objects.active().on(self.host).select_related("host").first()
-        if run is None or run.state not in SCRAPED_STATES:
+        # A pair run's /metrics are its head's (the API server): the worker Spark's agent
+        # records its own memory for the run, and scrapes nothing.
+        scraped = run is not None and run.host_id == self.host.pk
+        if not scraped or run.state not in SCRAPED_STATES:
             self.deriver, self.deriver_run = None, None
             derived: dict = {}
             scrape_error = ""

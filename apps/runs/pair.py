@@ -245,6 +245,28 @@ def teardown(run: Run, engine: Engine | None = None) -> None:
     _send("runs.pair_leave", run, peer)
 
 
+def stop_head(run_id: int) -> None:
+    """The head's half of a teardown decided elsewhere (the watchdog on the worker Spark):
+    the server and the head's Ray node stopped and removed, on the head's own queue."""
+    run = Run.objects.select_related("host", "peer_host").filter(pk=run_id).first()
+    if run is None:
+        return
+    engine = engine_for(run.host)
+    for text in filter(None, (run.handle, run.ray_handle)):
+        handle = Handle.parse(text)
+        with contextlib.suppress(EngineError):
+            engine.stop(handle, timeout=15)
+            engine.remove(handle)
+
+
+def stop_other_side(run: Run, host: Host) -> None:
+    """After this Spark's half was killed: the other Spark's worker stops its own."""
+    if host.pk == run.host_id:
+        _send("runs.pair_leave", run, run.peer_host)
+    else:
+        _send("runs.pair_stop_head", run, run.host)
+
+
 def stop_side(run: Run, host: Host, engine: Engine) -> list[str]:
     """Kill this Spark's part of a run at once (the watchdog): the server and the head's
     node on the head, the worker's node on the worker. Its handles' last log lines."""
@@ -257,7 +279,3 @@ def stop_side(run: Run, host: Host, engine: Engine) -> list[str]:
             engine.kill(handle)
             engine.remove(handle)
     return lines
-
-
-def other_side(run: Run, host: Host) -> Host:
-    return run.peer_host if host.pk == run.host_id else run.host

@@ -33,6 +33,11 @@ def pair_leave(run_id: int) -> None:
     pair.leave(run_id)
 
 
+@shared_task(name="runs.pair_stop_head", acks_late=True)
+def pair_stop_head(run_id: int) -> None:
+    pair.stop_head(run_id)
+
+
 @shared_task(name="runs.reconcile", acks_late=True)
 def reconcile(host_id: int) -> list[int]:
     return runner.reconcile(host_id)

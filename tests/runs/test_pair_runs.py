@@ -15,8 +15,9 @@ from apps.hosts.models import Host, SparkPair
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_start, run_stop
+from apps.telemetry.models import Incident
 from sparkdomain.spark import GB
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port, stop_process, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -121,3 +122,32 @@ def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
         wait_for(lambda host=host: engine_for(host).list_managed() == [], 30,
                  f"nothing left on {host.name}")  # fmt: skip
     wait_for(lambda: _run(run).peer_state.get("step") == "left the Ray cluster", 30, "left")
+
+
+def test_the_watchdog_on_the_worker_spark_stops_the_whole_pair(
+    pair_workers, qwen_tp2, operator, settings, tmp_path
+):
+    from tests.guard.test_agent import _agent_process  # a real `manage.py hostagent`
+
+    pair = pair_workers
+    # Only the worker Spark leaks (its own fault, in its own Ray node's rank).
+    Host.objects.filter(pk=pair.worker_id).update(sim_faults="mem-growth:6")
+    agent = _agent_process(pair.worker, settings, tmp_path, "--memory-interval", "0.25")
+    try:
+        run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+        wait_for(lambda: _run(run).state == RunState.FAILED, 180, "the watchdog stops the pair",
+                 agent)  # fmt: skip
+    finally:
+        stop_process(agent)
+    run = _run(run)
+    assert run.failure_reason.startswith("stopped by the memory watchdog on spark-p2")
+    assert "the whole pair was stopped" in run.failure_advice
+    act = Incident.objects.get(host=pair.worker, kind=Incident.Kind.ACT)
+    assert act.run_id == run.pk and "killed spark-p2's half (worker)" in act.action
+    # Both halves are gone: the worker's node killed by its agent, the head's server and
+    # node stopped by the head's own worker.
+    for host in pair.hosts:
+        wait_for(lambda host=host: engine_for(host).list_managed() == [], 60,
+                 f"nothing left on {host.name}")  # fmt: skip
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{run.local_endpoint}/v1/models", timeout=1)
