@@ -108,7 +108,8 @@ def _executor(args, memory: MemoryModel) -> RayExecutor | None:
     if tp <= 1 or getattr(args, "distributed_executor_backend", None) != "ray":
         return None
     return RayExecutor(tp, time_scale=args.load_time_scale or args.time_scale,
-                       physical_bytes=memory.physical_bytes, os_bytes=memory.os_bytes)  # fmt: skip
+                       physical_bytes=memory.physical_bytes, os_bytes=memory.os_bytes,
+                       version=args.vllm_version)  # fmt: skip
 
 
 async def _watch_ranks(executor: RayExecutor, server, args, dead: list[int]) -> None:

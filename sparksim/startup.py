@@ -156,7 +156,8 @@ class _Startup:
         args = self.args
         self.announce()
         problem = backend_problem(args.tensor_parallel_size or 1,
-                                  getattr(args, "distributed_executor_backend", None))  # fmt: skip
+                                  getattr(args, "distributed_executor_backend", None),
+                                  args.vllm_version)  # fmt: skip
         if problem:
             raise StartupFailed(problem)
         if self.executor is not None:

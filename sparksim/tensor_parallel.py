@@ -42,6 +42,7 @@ from sparkdomain.spark import GB
 from sparksim.facts import HOST_ENV, NODE_FAULTS_ENV, NODE_MEMINFO_ENV, host_spec
 from sparksim.faults import parse_faults
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
+from sparksim.vllm_errors import VllmErrors
 
 log = logging.getLogger("sparksim")
 
@@ -57,17 +58,13 @@ class ExecutorError(Exception):
     """The executor could not start: the message is vLLM's exception line."""
 
 
-def backend_problem(tp: int, backend: str | None) -> str | None:
+def backend_problem(tp: int, backend: str | None, version: str | None = None) -> str | None:
     """vLLM's ParallelConfig check on a Spark (one GPU): TP above 1 needs Ray (or a
-    multi-node `--nnodes` launch, which sparksim does not play)."""
+    multi-node `--nnodes` launch, which sparksim does not play). In the imitated version's
+    words (its contract)."""
     if tp <= 1 or backend == "ray":
         return None
-    return (
-        f"ValueError: World size ({tp}) is larger than the number of available GPUs "
-        f"({GPUS_PER_SPARK}) in this node. If this is intentional and you are using:\n"
-        "- ray, set '--distributed-executor-backend ray'.\n"
-        "- multiprocessing, set '--nnodes' appropriately."
-    )
+    return VllmErrors(version).world_size(tp, GPUS_PER_SPARK)
 
 
 def _ray():
@@ -167,8 +164,12 @@ class _Worker:
 class RayExecutor:
     """The driver's side: the cluster, the placement group, the ranks and their monitor."""
 
-    def __init__(self, tp: int, *, time_scale: float, physical_bytes: int, os_bytes: int):
+    def __init__(
+        self, tp: int, *, time_scale: float, physical_bytes: int, os_bytes: int,
+        version: str | None = None,
+    ):  # fmt: skip
         self.tp, self.time_scale = tp, time_scale
+        self.errors = VllmErrors(version)
         self.physical_bytes, self.os_bytes = physical_bytes, os_bytes
         self.instance_id = uuid.uuid4().hex[:5]
         self.workers: list[_Worker] = []
@@ -249,14 +250,7 @@ class RayExecutor:
             )  # fmt: skip
         with contextlib.suppress(Exception):
             ray.util.remove_placement_group(self.group)
-        raise ExecutorError(
-            f"ValueError: Cannot provide a placement group requiring {self.tp} GPUs "
-            f"(placement_group_specs={specs}) within {PG_WAIT_TIMEOUT_S} seconds.\n"
-            "Tensor parallel size may exceed available GPUs in your cluster. Check resources "
-            "with `ray status` and `ray list nodes`.\n"
-            "If running on K8s with limited GPUs, consider reducing --tensor-parallel-size to "
-            "match available GPU resources."
-        )
+        raise ExecutorError(self.errors.no_placement_group(self.tp, specs, PG_WAIT_TIMEOUT_S))
 
     async def _place_ranks(self, table: dict) -> None:
         ray = self.ray

@@ -120,6 +120,19 @@ class VllmErrors:
         text = self.template("engine_failed", "Engine core initialization failed")
         return "RuntimeError: " + fill(text, FAILED_PROCS)
 
+    def world_size(self, tp: int, gpus: int) -> str:
+        """TP above the node's GPUs without the Ray backend (vllm/config/parallel.py)."""
+        return "ValueError: " + fill(self.template("world_size_gpus", "World size"), tp, gpus)
+
+    def no_placement_group(self, tp: int, specs: list, timeout_s: int) -> str:
+        """The placement group never got a GPU per rank (vllm/v1/executor/ray_utils.py)."""
+        text = self.template("ray_no_gpus", "Cannot provide a placement group requiring")
+        return "ValueError: " + fill(text, tp, specs, timeout_s)
+
+    def rank_died(self) -> str:
+        """vLLM's RayWorkerMonitor line (a %-format: the dead ranks' list fills it)."""
+        return self.template("ray_rank_died", "RayWorkerProc rank=")
+
     def engine_dead(self) -> str:
         """The API server's words once a running engine died (a rank's Spark went away)."""
         return "vllm.v1.engine.exceptions.EngineDeadError: " + self.template(

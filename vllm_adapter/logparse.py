@@ -621,6 +621,36 @@ _WARNING_RULES: list[_ErrorRule] = [
 
 
 _ERROR_RULES: list[_ErrorRule] = [
+    # Tensor parallel over Ray (a pair of Sparks; docs/two-sparks.md). Ranks are placed
+    # driver-first: rank 0 on the head Spark, rank 1 on the worker Spark.
+    _ErrorRule(
+        "ray_rank_died",
+        re.compile(r"RayWorkerProc rank=\[?[\d, ]{1,20}\]? died unexpectedly"),
+        _fixed(
+            "A tensor-parallel rank died (rank 0 runs on the pair's head Spark, rank 1 on "
+            "its worker Spark): that Spark's Ray node was stopped or killed, it ran out of "
+            "memory, or the link between the Sparks went down. Check that Spark and the "
+            "link, then start again."
+        ),
+    ),
+    _ErrorRule(
+        "ray_no_gpus",
+        re.compile(r"Cannot provide a placement group requiring \d+ GPUs"),
+        _fixed(
+            "The Ray cluster never had a GPU for every rank: a pair needs both Sparks' Ray "
+            "nodes joined, each declaring its GPU. Check that the worker Spark joined (its "
+            "worker, the link, the pair's addresses) — docs/two-sparks.md."
+        ),
+    ),
+    _ErrorRule(
+        "world_size_gpus",
+        re.compile(r"World size \(\d+\) is larger than the number of available GPUs"),
+        _fixed(
+            "Tensor parallel above 1 needs one GPU per rank and a Spark has one: run the "
+            "recipe on a pair of Sparks (the panel adds --distributed-executor-backend ray), "
+            "or set tensor parallel to 1."
+        ),
+    ),
     _ErrorRule(
         "free_memory",
         # "... is less than desired GPU memory utilization (0.92, 111.96 GiB)" and, with

@@ -57,6 +57,11 @@ LOG_LINES: dict[str, str] = {
     "load_oom": r"^Failed to load model - not enough GPU memory",
     "engine_failed": r"^Engine core initialization failed|^EngineCore failed to start",
     "engine_dead": r"EngineCore encountered an issue",
+    # Tensor parallel over Ray (a pair of Sparks): a rank's death, the placement group that
+    # never got its GPUs, TP above the node's GPUs without the Ray backend.
+    "ray_rank_died": r"RayWorkerProc rank=%s died unexpectedly",
+    "ray_no_gpus": r"Cannot provide a placement group requiring",
+    "world_size_gpus": r"is larger than the number of available GPUs",
 }
 
 # Modules whose registries the generator reads (first import that works wins).

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import socket
 import tempfile
 import time
@@ -175,6 +176,25 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
         "the pair's link addresses right? docs/two-sparks.md has the checklist.",
         log_lines=engine.tail(handle, LOG_LINES),
     )
+
+
+_RANK_DIED = re.compile(r"RayWorkerProc rank=\[?([\d, ]{1,20})\]? died unexpectedly")
+
+
+def name_the_side(run: Run, reason: str, lines: list[str]) -> str:
+    """A pair run's failure, saying which Spark it came from when the log or the worker
+    Spark's report tells: a dead rank (rank 0 is the head's, rank 1 the worker's, as vLLM
+    places them driver-first) or the worker Spark's own failure."""
+    found = _RANK_DIED.search("\n".join(lines[-LOG_LINES:]) + "\n" + reason)
+    if found:
+        ranks = sorted({int(n) for n in re.findall(r"\d+", found.group(1))})
+        sides = [f"{run.host.name} (head, rank 0)" if r == 0
+                 else f"{run.peer_host.name} (worker, rank {r})" for r in ranks]  # fmt: skip
+        return f"{' and '.join(sides)}: its tensor-parallel rank died — {reason}"
+    reported = Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first() or {}
+    if reported.get("error") and run.peer_host.name not in reason:
+        return f"{reason} ({run.peer_host.name}, the pair's worker: {reported['error']})"
+    return reason
 
 
 def _report(run_id: int, **state) -> None:

@@ -134,7 +134,8 @@ def start(run_id: int) -> None:
             run.refresh_from_db()
             pair.teardown(run, engine)  # both sides' Ray nodes: nothing left running
         if isinstance(exc, StartFailed | PairFailed):
-            _fail(run, exc.reason, pusher, advice=exc.advice, log_lines=log_lines)
+            reason = pair.name_the_side(run, exc.reason, log_lines) if run.is_pair else exc.reason
+            _fail(run, reason, pusher, advice=exc.advice, log_lines=log_lines)
         elif isinstance(exc, httpx.HTTPError):
             _fail(run, f"the warm-up request failed: {exc}", pusher, log_lines=log_lines)
         else:
@@ -400,6 +401,8 @@ def reconcile(host_id: int) -> list[int]:
             continue
         lines = engine.tail(handle, LOG_TAIL_LINES)
         reason, advice = _why_it_ended(f"{status.describe()} while ready", lines)
+        if run.is_pair:
+            reason = pair.name_the_side(run, reason, lines)
         _fail(run, reason, RunPusher(run), advice=advice, log_lines=lines[-40:])
         engine.remove(handle)
         if run.is_pair:

@@ -5,19 +5,22 @@ executor on it (apps/runs/pair.py, sparksim/tensor_parallel.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import httpx
 import pytest
 from django.db import connection
 
 from apps.hosts.engines import engine_for
-from apps.hosts.engines.base import ROLE_RAY
+from apps.hosts.engines.base import ROLE_RAY, Handle, State
 from apps.hosts.models import Host, SparkPair
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_start, run_stop
 from apps.telemetry.models import Incident
 from sparkdomain.spark import GB
-from tests.conftest import free_port, stop_process, wait_for
+from tests.conftest import free_port, kill_worker_tree, stop_process, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -151,3 +154,76 @@ def test_the_watchdog_on_the_worker_spark_stops_the_whole_pair(
                  f"nothing left on {host.name}")  # fmt: skip
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{run.local_endpoint}/v1/models", timeout=1)
+
+
+def _ray_node_pid(host: Host, run: Run) -> int:
+    [node] = [
+        m for m in engine_for(host).list_managed() if m.run_id == run.pk and m.role == ROLE_RAY
+    ]
+    return int(node.handle.ref.partition(":")[0])
+
+
+def _nothing_left(pair: SparkPair) -> None:
+    for host in pair.hosts:
+        wait_for(lambda host=host: engine_for(host).list_managed() == [], 60,
+                 f"nothing left on {host.name}")  # fmt: skip
+
+
+def test_the_worker_sparks_ray_node_killed_mid_load_fails_the_pair_naming_it(
+    pair_workers, qwen_tp2, operator
+):
+    pair = pair_workers
+    Host.objects.filter(pk__in=[h.pk for h in pair.hosts]).update(sim_time_scale=5)  # a slow load
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.LOADING, 120, "loading")
+    os.killpg(_ray_node_pid(pair.worker, run), signal.SIGKILL)  # the worker Spark's node
+    wait_for(lambda: _run(run).state == RunState.FAILED, 120, "the pair fails")
+    run = _run(run)
+    assert "spark-p2 (worker, rank 1): its tensor-parallel rank died" in run.failure_reason
+    assert "rank 1 on its worker Spark" in run.failure_advice
+    assert "RayWorkerProc rank=[1] died unexpectedly" in run.failure_log
+    _nothing_left(pair)
+
+
+def test_the_worker_sparks_ray_node_killed_mid_serve_fails_the_pair_at_reconcile(
+    pair_workers, qwen_tp2, operator
+):
+    from apps.runs.tasks import reconcile
+
+    pair = pair_workers
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "pair ready")
+    assert _run(run).state == RunState.READY
+    os.killpg(_ray_node_pid(pair.worker, run), signal.SIGKILL)
+    # The server dies with its rank; the head's periodic reconcile sees it.
+    wait_for(lambda: engine_for(pair.head).status(Handle.parse(_run(run).handle)).state
+             is not State.RUNNING, 60, "the server ends with its rank")  # fmt: skip
+    reconcile.apply_async(args=[pair.head_id], queue=pair.head.queue)
+    wait_for(lambda: _run(run).state == RunState.FAILED, 60, "reconcile fails the pair")
+    run = _run(run)
+    assert "spark-p2 (worker, rank 1): its tensor-parallel rank died" in run.failure_reason
+    _nothing_left(pair)
+
+
+def test_the_heads_worker_killed_mid_start_is_adopted_with_one_of_everything(
+    start_worker, pair_hosts, qwen_tp2, operator, tmp_path, settings
+):
+    pair = pair_hosts
+    Host.objects.filter(pk__in=[h.pk for h in pair.hosts]).update(sim_time_scale=10)
+    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    head_node = start_worker(pair.head.queue, pair.head.name, **shared)
+    start_worker(pair.worker.queue, pair.worker.name, **shared)
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.LOADING, 120, "loading")
+    handles = (_run(run).handle, _run(run).ray_handle, _run(run).peer_handle)
+    kill_worker_tree(start_worker.processes[head_node])  # its server and nodes live on
+
+    start_worker(pair.head.queue, pair.head.name + "-2", **shared)  # reconciles at start
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "adopted")
+    run = _run(run)
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-2000:])
+    assert (run.handle, run.ray_handle, run.peer_handle) == handles  # adopted, not restarted
+    head = sorted((m.role, str(m.handle)) for m in engine_for(pair.head).list_managed())
+    assert head == sorted([("server", run.handle), (ROLE_RAY, run.ray_handle)])
+    assert [str(m.handle) for m in engine_for(pair.worker).list_managed()] == [run.peer_handle]

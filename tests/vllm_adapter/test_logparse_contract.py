@@ -56,6 +56,9 @@ SAMPLES: dict[str, list[object]] = {
     "load_oom": [],
     "engine_failed": ["{'EngineCore': 1}"],
     "engine_dead": [],
+    "ray_rank_died": [[1]],
+    "ray_no_gpus": [2, [{"GPU": 1.0}, {"GPU": 1.0}], 1800],
+    "world_size_gpus": [2, 1],
 }
 
 Check = Callable[[LogFollower, str], None]
@@ -128,6 +131,9 @@ EXPECT: dict[str, tuple[Phase | None, Check]] = {
     "load_oom": (None, cause("load_oom")),
     "engine_failed": (None, cause("engine_failed")),
     "engine_dead": (None, cause("engine_dead")),
+    "ray_rank_died": (None, cause("ray_rank_died")),
+    "ray_no_gpus": (None, cause("ray_no_gpus")),
+    "world_size_gpus": (None, cause("world_size_gpus")),
 }
 
 _PLACEHOLDER = re.compile(r"%%|%(?:\.(\d+))?([sdfrx])|\{[^{}]*\}|\$\{\w+\}")
