@@ -327,6 +327,7 @@ class HostAgent:
             "host": self.host_name,
             "run": run.pk if run else None,
             "run_state": run.state if run else None,
+            "pair_worker": bool(run and run.peer_host_id == self.host.pk),
             "t": round(now, 3),
             "mem_total": total,
             "mem_available": available,
@@ -365,7 +366,8 @@ class HostAgent:
         message = {"type": SAMPLE_EVENT, "sample": sample}
         try:
             groups = [host_group(self.host_name)]
-            if sample.get("run"):
+            if sample.get("run") and not sample.get("pair_worker"):
+                # a pair's worker Spark: its own host's stream (the run page shows it apart)
                 groups.append(run_group(sample["run"]))
             self.loop.run_until_complete(self._send(groups, message))
         except Exception as exc:  # Redis down: the history and heartbeat still work

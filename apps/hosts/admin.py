@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.hosts.models import Host
+from apps.hosts.models import Host, SparkPair
 
 
 @admin.register(Host)
@@ -31,5 +31,26 @@ class HostAdmin(admin.ModelAdmin):
         ("Seen by the worker", {
             "fields": ["last_heartbeat", "heartbeat_worker", "inventory_at", "unmanaged",
                        "inventory_error"],
+        }),
+    ]  # fmt: skip
+
+
+@admin.register(SparkPair)
+class SparkPairAdmin(admin.ModelAdmin):
+    """Two Sparks linked by ConnectX serve tensor-parallel-2 recipes (docs/two-sparks.md)."""
+
+    list_display = ["name", "head", "worker", "head_link_address", "worker_link_address",
+                    "ray_port", "nccl_interface"]  # fmt: skip
+    fieldsets = [
+        (None, {
+            "description": "A recipe with tensor parallel 2 runs only on a pair: the head runs "
+            "the Ray head and vLLM's API server, the worker joins with its GPU. Each Spark's "
+            "own worker does its half; both must be idle to start. docs/two-sparks.md has "
+            "the cabling and network checklist.",
+            "fields": ["name", ("head", "worker")],
+        }),
+        ("The ConnectX link", {
+            "fields": [("head_link_address", "worker_link_address"), "ray_port",
+                       "nccl_interface", "link_mtu"],
         }),
     ]  # fmt: skip

@@ -45,16 +45,18 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(
-        Run.objects.select_related("recipe", "host", "started_by", "fit_override_by"), pk=pk
-    )
-
-    return render(
-        request,
-        "runs/detail.html",
-        {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
-         "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
-         "ws_path": f"/ws/telemetry/run/{run.pk}/"},
+        Run.objects.select_related("recipe", "host", "peer_host", "started_by",
+                                   "fit_override_by"), pk=pk,
     )  # fmt: skip
+    context = {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
+               "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
+               "ws_path": f"/ws/telemetry/run/{run.pk}/"}  # fmt: skip
+    if run.is_pair:  # the worker Spark's memory beside the head's (its own agent's samples)
+        peer = f"tele-run-{run.pk}-peer"
+        context |= {"peer_tele_id": peer, "peer_backfill_id": f"{peer}-data",
+                    "peer_backfill": backfill(run.peer_host, run=run),
+                    "peer_ws_path": f"/ws/telemetry/host/{run.peer_host.name}/"}  # fmt: skip
+    return render(request, "runs/detail.html", context)
 
 
 @require_POST

@@ -67,6 +67,35 @@ def pair_workers(start_worker, pair_hosts, tmp_path, settings):
     return pair_hosts
 
 
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"worker_link_address": "127.0.0.2"}, "worker_link_address", "its own address"),
+        ({"worker_id": None}, "worker", "two different Sparks"),
+    ],
+)
+def test_a_pair_is_two_different_sparks_alike(pair_hosts, change, field, message):
+    from django.core.exceptions import ValidationError
+
+    pair = pair_hosts
+    if change.get("worker_id", 1) is None:
+        change = {"worker_id": pair.head_id}
+    for key, value in change.items():
+        setattr(pair, key, value)
+    with pytest.raises(ValidationError) as invalid:
+        pair.clean()
+    assert message in " ".join(invalid.value.message_dict[field])
+
+
+def test_a_pair_needs_both_sparks_at_one_speed(pair_hosts):
+    from django.core.exceptions import ValidationError
+
+    Host.objects.filter(pk=pair_hosts.worker_id).update(sim_time_scale=1)
+    pair = SparkPair.objects.get(pk=pair_hosts.pk)
+    with pytest.raises(ValidationError, match="runs at one speed"):
+        pair.clean()
+
+
 def test_a_tp2_recipe_needs_a_pair(sim_host, qwen_tp2, operator):
     with pytest.raises(RunRefused) as refused:
         run_start(recipe=qwen_tp2, host=sim_host, user=operator)
@@ -85,7 +114,7 @@ def test_the_pairs_second_spark_without_a_worker_is_refused_at_admission(
 
 
 def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
-    pair_workers, qwen_tp2, operator
+    pair_workers, qwen_tp2, operator, client_as
 ):
     pair = pair_workers
     # Started from the worker Spark's name: a pair run lives on its head.
@@ -117,6 +146,11 @@ def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
                         json={"model": run.served_name, "max_tokens": 5,
                               "messages": [{"role": "user", "content": "hi"}]}, timeout=30)  # fmt: skip
     assert answer.status_code == 200, answer.text
+    # The run page says it is a pair and shows the worker Spark's memory beside the head's.
+    page = client_as(operator).get(run.get_absolute_url()).content.decode()
+    assert "tensor parallel 2 over two Sparks on Ray" in page
+    assert "Memory — spark-p2 (the pair's worker)" in page
+    assert "/ws/telemetry/host/spark-p2/" in page
 
     run_stop(run=run)
     wait_for(lambda: _run(run).state == RunState.STOPPED, 60, "pair stopped")
