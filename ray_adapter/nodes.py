@@ -38,8 +38,8 @@ class RayNode:
     nccl_interface: str = ""  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME; "" leaves NCCL's choice
     num_cpus: int | None = None  # None: all of the machine's
     object_store_bytes: int | None = None  # None: Ray's default (30 % of memory)
-    # Explicit ports for the ones Ray fixes by default (client server 10001, dashboard agent
-    # 52365): set when two nodes share a machine. Keys: ray_client_server_port,
+    # Explicit ports for the ones Ray fixes by default (client server 10001, dashboard 8265,
+    # dashboard agent 52365): set when two nodes share a machine. Keys: ray_client_server_port,
     # dashboard_agent_listen_port, node_manager_port, object_manager_port.
     ports: dict[str, int] = field(default_factory=dict)
     temp_dir: str = ""  # Ray's session files; "" is Ray's /tmp/ray
@@ -66,6 +66,7 @@ class RayNode:
 
 _PORT_FLAGS = {
     "ray_client_server_port": "--ray-client-server-port",
+    "dashboard_port": "--dashboard-port",
     "dashboard_agent_listen_port": "--dashboard-agent-listen-port",
     "dashboard_agent_grpc_port": "--dashboard-agent-grpc-port",
     "node_manager_port": "--node-manager-port",
@@ -73,6 +74,9 @@ _PORT_FLAGS = {
     "runtime_env_agent_port": "--runtime-env-agent-port",
     "metrics_export_port": "--metrics-export-port",
 }
+
+
+_HEAD_ONLY = ("ray_client_server_port", "dashboard_port")
 
 
 def start_argv(node: RayNode, ray: str = "ray") -> list[str]:
@@ -90,8 +94,8 @@ def start_argv(node: RayNode, ray: str = "ray") -> list[str]:
         argv += ["--object-store-memory", str(max(node.object_store_bytes,
                                                   MIN_OBJECT_STORE_BYTES))]  # fmt: skip
     for name, port in sorted(node.ports.items()):
-        if node.role == WORKER and name == "ray_client_server_port":
-            continue  # only the head runs the client server
+        if node.role == WORKER and name in _HEAD_ONLY:
+            continue  # only the head runs the client server and the dashboard
         argv += [_PORT_FLAGS[name], str(port)]
     if node.temp_dir:
         argv += ["--temp-dir", node.temp_dir]

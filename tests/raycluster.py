@@ -88,6 +88,7 @@ class Cluster:
 
 def _ports() -> dict[str, int]:
     return {
+        "dashboard_port": free_port(),
         "dashboard_agent_listen_port": free_port(),
         "dashboard_agent_grpc_port": free_port(),
         "runtime_env_agent_port": free_port(),

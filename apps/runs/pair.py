@@ -20,10 +20,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import re
 import socket
+import stat
 import tempfile
 import time
+from pathlib import Path
 
 from celery import current_app
 
@@ -44,7 +47,7 @@ PROBE_EVERY_S = 2.0
 WATCH_EVERY_S = 1.0
 LOG_LINES = 40
 # The Ray ports a simulated pair's two nodes (one machine) must not share.
-SIM_PORTS = ("dashboard_agent_listen_port", "dashboard_agent_grpc_port",
+SIM_PORTS = ("dashboard_port", "dashboard_agent_listen_port", "dashboard_agent_grpc_port",
              "runtime_env_agent_port", "metrics_export_port")  # fmt: skip
 
 
@@ -72,6 +75,20 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def ray_temp_dir(run: Run, host: Host) -> str:
+    """A simulated Spark's Ray session directory for this run: short (Ray's unix sockets
+    live under it, 108 bytes at most), private (0700, ours, not a link), and known to both
+    the node and, on the head, the API server that joins it (a container mounts it)."""
+    path = Path(tempfile.gettempdir()) / f"sparkpanel-ray-{run.pk}-{host.name}"
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PairFailed(f"{path} is not a directory of this worker's own: refusing to use it")
+    path.chmod(0o700)
+    return str(path)
+
+
 def node_spec(run: Run, host: Host, pair: SparkPair) -> RayNodeSpec:
     """This Spark's side of the run's Ray cluster. A simulated Spark's node is small (one
     CPU, the least object store), takes its own ports (both sides share this machine) and
@@ -90,8 +107,7 @@ def node_spec(run: Run, host: Host, pair: SparkPair) -> RayNodeSpec:
             "num_cpus": 1,
             "object_store_bytes": ray_nodes.MIN_OBJECT_STORE_BYTES,
             "ports": {name: _free_port() for name in SIM_PORTS},
-            # private and short: Ray's unix sockets live under it (108 bytes at most)
-            "temp_dir": tempfile.mkdtemp(prefix=f"sp-ray-{run.pk}-"),
+            "temp_dir": ray_temp_dir(run, host),
         }
     node = ray_nodes.RayNode(
         role=role, node_ip=pair.link_address(host), head_ip=pair.head_link_address,
@@ -108,6 +124,12 @@ def server_env(run: Run) -> dict[str, str]:
         gcs_port=pair.ray_port, nccl_interface=pair.nccl_interface,
     )  # fmt: skip
     return ray_nodes.server_env(head)
+
+
+def server_temp_dir(run: Run) -> str:
+    """The head node's session directory, for the API server's container to mount (a real
+    Spark's node keeps Ray's default inside its container: nothing to share then)."""
+    return ray_temp_dir(run, run.host) if run.host.simulated else ""
 
 
 def _send(task: str, run: Run, host: Host) -> None:

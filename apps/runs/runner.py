@@ -109,7 +109,12 @@ def start(run_id: int) -> None:
             if run.state == S.STARTING and not run.handle:
                 pair.form_cluster(run, engine, pusher, _check_stop)
                 _save(run, step="Starting the server on the pair's head")
-            spec = dataclasses.replace(spec, pair=True, env={**spec.env, **pair.server_env(run)})
+            spec = dataclasses.replace(
+                spec,
+                pair=True,
+                env={**spec.env, **pair.server_env(run)},
+                ray_temp_dir=pair.server_temp_dir(run),
+            )
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))

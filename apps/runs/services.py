@@ -168,6 +168,18 @@ def pair_for_recipe(recipe: Recipe, host: Host) -> SparkPair | None:
             "Spark pairs; docs/two-sparks.md).",
             "needs_pair",
         )
+    bridged = [
+        h.name for h in found.hosts
+        if h.engine == Host.Engine.DOCKER and h.docker_network != Host.DockerNetwork.HOST
+    ]  # fmt: skip
+    if bridged:
+        raise RunRefused(
+            f"The pair {found.name} needs the hosts' network on both Sparks (Ray, NCCL and "
+            f"vLLM's ranks talk over the link addresses), and {' and '.join(bridged)} "
+            f"give{'s' if len(bridged) == 1 else ''} containers their own network. An admin "
+            "sets the container network to Host (docs/two-sparks.md).",
+            "pair_network",
+        )
     return found
 
 

@@ -103,6 +103,16 @@ def test_a_tp2_recipe_needs_a_pair(sim_host, qwen_tp2, operator):
     assert "is not in a pair" in str(refused.value)
 
 
+def test_a_pair_of_docker_hosts_with_their_own_networks_is_refused(qwen_tp2, operator):
+    hosts = [Host.objects.create(name=n, engine=Host.Engine.DOCKER) for n in ("d-1", "d-2")]
+    SparkPair.objects.create(name="dpair", head=hosts[0], worker=hosts[1],
+                             head_link_address="10.0.0.1", worker_link_address="10.0.0.2")  # fmt: skip
+    with pytest.raises(RunRefused) as refused:
+        run_start(recipe=qwen_tp2, host=hosts[0], user=operator)
+    assert refused.value.code == "pair_network"
+    assert "d-1 and d-2 give containers their own network" in str(refused.value)
+
+
 def test_the_pairs_second_spark_without_a_worker_is_refused_at_admission(
     pair_hosts, qwen_tp2, operator, redis_url
 ):
@@ -261,3 +271,58 @@ def test_the_heads_worker_killed_mid_start_is_adopted_with_one_of_everything(
     head = sorted((m.role, str(m.handle)) for m in engine_for(pair.head).list_managed())
     assert head == sorted([("server", run.handle), (ROLE_RAY, run.ray_handle)])
     assert [str(m.handle) for m in engine_for(pair.worker).list_managed()] == [run.peer_handle]
+
+
+def test_a_pair_of_docker_hosts_runs_its_ray_nodes_and_server_in_containers(
+    start_worker, docker_url, qwen_tp2, operator, tmp_path, settings
+):
+    import docker
+
+    from apps.hosts.engines.docker import LABEL_HOST
+
+    settings.VAR_DIR = tmp_path
+    hosts = []
+    for i, name in enumerate(["dpair-1", "dpair-2"]):
+        hosts.append(Host.objects.create(
+            name=name, engine=Host.Engine.DOCKER, simulated=True, docker_url=docker_url,
+            docker_network=Host.DockerNetwork.HOST, gpus=False, sim_time_scale=40,
+            port_min=24000 + 100 * i, port_max=24099 + 100 * i,
+        ))  # fmt: skip
+    pair = SparkPair.objects.create(
+        name="dpair", head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",
+        worker_link_address="127.0.0.3", ray_port=free_port(),
+    )  # fmt: skip
+    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    for host in hosts:
+        start_worker(host.queue, host.name, **shared)
+    client = docker.DockerClient(base_url=docker_url)
+    try:
+        run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+        wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 240, "pair ready")
+        run = _run(run)
+        assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-3000:])
+        # Each Spark: its Ray node is a container of its own, labelled with the run and
+        # its role; the head also runs the API server's.
+        for host, roles in ((hosts[0], {"ray", "server"}), (hosts[1], {"ray"})):
+            managed = engine_for(host).list_managed()
+            assert {m.role for m in managed} == roles and {m.run_id for m in managed} == {run.pk}
+            for container in client.containers.list(filters={"label": f"{LABEL_HOST}={host.name}"}):
+                config = container.attrs["HostConfig"]
+                assert not config["Privileged"] and not config["CapAdd"]
+                assert config["NetworkMode"] == "host"
+        answer = httpx.post(f"{run.local_endpoint}/v1/chat/completions",
+                            headers=run.upstream_headers, timeout=30,
+                            json={"model": run.served_name, "max_tokens": 4,
+                                  "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        run_stop(run=run)
+        wait_for(lambda: _run(run).state == RunState.STOPPED, 60, "pair stopped")
+        _nothing_left(pair)
+    finally:
+        for host in hosts:
+            for container in client.containers.list(
+                all=True, filters={"label": f"{LABEL_HOST}={host.name}"}
+            ):
+                container.remove(force=True)
+        client.close()

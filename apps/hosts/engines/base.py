@@ -30,6 +30,7 @@ class LaunchSpec:
     # A pair run's API server (tensor parallel over Ray): its ranks run in the Ray nodes,
     # which keep each Spark's memory; a simulated server then writes no meminfo itself.
     pair: bool = False
+    ray_temp_dir: str = ""  # the head Ray node's session files (a container mounts them)
 
 
 # What a managed thing is: a run's model server, or one of a pair run's Ray nodes.

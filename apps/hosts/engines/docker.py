@@ -33,7 +33,7 @@ import re
 import sys
 import tarfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +42,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from apps.hosts.engines.base import (
+    ROLE_SERVER,
     Engine,
     EngineError,
     Handle,
@@ -50,8 +51,11 @@ from apps.hosts.engines.base import (
     Managed,
     State,
     Status,
+    sim_args_for,
     sim_env,
 )
+from apps.hosts.engines.docker_pull import PullProgress, _PullState
+from apps.hosts.engines.docker_ray import LABEL_ROLE, DockerRayNodes
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,61 +68,6 @@ HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 SIM_BASE_IMAGE = "sparkpanel/sparksim-base:empty"
 MAX_SHM_GIB = 64
 _TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ?")
-
-
-@dataclass(frozen=True)
-class PullProgress:
-    """Where an image pull stands, summed over its layers."""
-
-    layers: int
-    layers_done: int
-    bytes_done: int
-    bytes_total: int
-    status: str
-
-    @property
-    def percent(self) -> float:
-        if self.bytes_total:
-            return min(100.0, 100.0 * self.bytes_done / self.bytes_total)
-        return 100.0 * self.layers_done / self.layers if self.layers else 0.0
-
-
-@dataclass
-class _PullState:
-    total: dict[str, int] = field(default_factory=dict)
-    done: dict[str, int] = field(default_factory=dict)
-    finished: set[str] = field(default_factory=set)
-    seen: list[str] = field(default_factory=list)
-
-    def feed(self, event: dict) -> str:
-        layer = event.get("id", "")
-        status = event.get("status", "")
-        if not layer or layer.startswith(("sha256:", "latest")) or ":" in layer:
-            return status
-        first = ("Pulling fs layer", "Waiting", "Downloading", "Already exists")
-        if layer not in self.seen and status.startswith(first):
-            self.seen.append(layer)
-        detail = event.get("progressDetail") or {}
-        if status == "Downloading" and detail.get("total"):
-            self.total[layer] = int(detail["total"])
-            self.done[layer] = int(detail.get("current", 0))
-        elif status in ("Download complete", "Verifying Checksum"):
-            if layer in self.total:
-                self.done[layer] = self.total[layer]
-        elif status in ("Pull complete", "Already exists"):
-            self.finished.add(layer)
-            if layer in self.total:
-                self.done[layer] = self.total[layer]
-        return status
-
-    def progress(self, status: str) -> PullProgress:
-        return PullProgress(
-            layers=len(self.seen),
-            layers_done=len(self.finished),
-            bytes_done=sum(self.done.values()),
-            bytes_total=sum(self.total.values()),
-            status=status,
-        )
 
 
 def split_image(image: str) -> tuple[str, str]:
@@ -205,7 +154,7 @@ def _disjoint(paths: list[str]) -> list[str]:
     return seen
 
 
-class DockerEngine(Engine):
+class DockerEngine(DockerRayNodes, Engine):
     name = "docker"
 
     def __init__(
@@ -389,7 +338,7 @@ class DockerEngine(Engine):
         if self.simulated:
             python = str(Path(sys.executable))
             entrypoint = [python]
-            command = ["-m", "sparksim", *spec.argv[1:], *self.sim_args]
+            command = ["-m", "sparksim", *spec.argv[1:], *sim_args_for(spec, self.sim_args)]
             for path in sim_runtime_mounts():
                 mounts[path] = {"bind": path, "mode": "ro"}
             if self.sim_state_dir:
@@ -429,6 +378,11 @@ class DockerEngine(Engine):
         }
         if working_dir:
             config["working_dir"] = working_dir
+        if spec.pair:  # vLLM's driver joins the head's Ray node through its session files
+            if spec.ray_temp_dir:
+                mounts[spec.ray_temp_dir] = {"bind": spec.ray_temp_dir, "mode": "rw"}
+            if self.network != "host":
+                raise EngineError("a pair's API server needs the host's network (Ray, NCCL)")
         if self.gpus:
             config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         if self.network == "host":
@@ -565,7 +519,8 @@ class DockerEngine(Engine):
             except ValueError:
                 continue
             handle = Handle(self.name, container.id)
-            managed.append(Managed(run_id, handle, self.status(handle)))
+            role = container.labels.get(LABEL_ROLE, ROLE_SERVER)
+            managed.append(Managed(run_id, handle, self.status(handle), role))
         return managed
 
     def list_unmanaged(self) -> list[dict]:
