@@ -132,6 +132,11 @@ def server_temp_dir(run: Run) -> str:
     return ray_temp_dir(run, run.host) if run.host.simulated else ""
 
 
+def head_node_ref(run: Run) -> str:
+    """The head's Ray node as its engine names it (a container's id)."""
+    return Handle.parse(run.ray_handle).ref if run.ray_handle else ""
+
+
 def _send(task: str, run: Run, host: Host) -> None:
     """A task for the other Spark's worker, by name (tasks imports the runner)."""
     current_app.send_task(task, args=[run.pk], queue=host.queue)

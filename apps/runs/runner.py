@@ -114,6 +114,7 @@ def start(run_id: int) -> None:
                 pair=True,
                 env={**spec.env, **pair.server_env(run)},
                 ray_temp_dir=pair.server_temp_dir(run),
+                ray_node_ref=pair.head_node_ref(run),
             )
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
         handle = engine.start(spec)  # a redelivered task gets the server already running

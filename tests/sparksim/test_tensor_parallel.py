@@ -115,7 +115,7 @@ def test_the_worker_spark_going_away_mid_serve_ends_the_server(tmp_path):
         assert "EngineDeadError: EngineCore encountered an issue" in log
         follower = LogFollower()
         follower.feed(log)
-        assert follower.error is not None and follower.error.cause == "engine_dead"
+        assert follower.error is not None and follower.error.cause == "ray_rank_died"
         assert time.monotonic() - started < 110
     finally:
         pair.stop()

@@ -31,6 +31,9 @@ class LaunchSpec:
     # which keep each Spark's memory; a simulated server then writes no meminfo itself.
     pair: bool = False
     ray_temp_dir: str = ""  # the head Ray node's session files (a container mounts them)
+    # The head Ray node's handle ref: vLLM's driver finds its node among the processes it
+    # can see, so a container shares that node's process namespace (never the host's).
+    ray_node_ref: str = ""
 
 
 # What a managed thing is: a run's model server, or one of a pair run's Ray nodes.

@@ -378,11 +378,13 @@ class DockerEngine(DockerRayNodes, Engine):
         }
         if working_dir:
             config["working_dir"] = working_dir
-        if spec.pair:  # vLLM's driver joins the head's Ray node through its session files
-            if spec.ray_temp_dir:
-                mounts[spec.ray_temp_dir] = {"bind": spec.ray_temp_dir, "mode": "rw"}
+        if spec.pair:  # vLLM's driver joins the head's Ray node on its own machine:
             if self.network != "host":
                 raise EngineError("a pair's API server needs the host's network (Ray, NCCL)")
+            if spec.ray_temp_dir:  # through its session files (sockets)...
+                mounts[spec.ray_temp_dir] = {"bind": spec.ray_temp_dir, "mode": "rw"}
+            if spec.ray_node_ref:  # ...and by finding its raylet among the processes
+                config["pid_mode"] = f"container:{spec.ray_node_ref}"
         if self.gpus:
             config["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         if self.network == "host":
