@@ -346,8 +346,8 @@ class SparkPair(models.Model):
     link_mtu = models.PositiveIntegerField(
         "expected MTU", null=True, blank=True,
         validators=[MinValueValidator(576), MaxValueValidator(9216)],
-        help_text="When set, each side's worker checks its NCCL interface has this MTU "
-        "before a start (9000 on a jumbo-frame link); blank skips the check.",
+        help_text="When set, each side's worker checks that its NCCL interface has this MTU "
+        "before it starts its Ray node (9000 on a jumbo-frame link); blank skips the check.",
     )  # fmt: skip
     created_at = models.DateTimeField(auto_now_add=True)
 

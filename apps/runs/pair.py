@@ -51,6 +51,12 @@ SIM_PORTS = ("dashboard_port", "dashboard_agent_listen_port", "dashboard_agent_g
              "runtime_env_agent_port", "metrics_export_port")  # fmt: skip
 
 
+MTU_ADVICE = (
+    "Set the same MTU on both Sparks' ConnectX interfaces (`ip link set <if> mtu 9000`, "
+    "and in netplan to keep it), or correct the pair's expected MTU (docs/two-sparks.md)."
+)
+
+
 class PairFailed(Exception):
     """One side of the pair failed; the message names it and the step."""
 
@@ -163,6 +169,9 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
     pair = pair_of_run(run)
     head, peer = run.host, run.peer_host
     side = f"{head.name} (the pair's head)"
+    mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
+    if mtu:
+        raise PairFailed(f"{side}: {mtu}", advice=MTU_ADVICE)
     _step(run, pusher, f"Starting the Ray head on {head.name}")
     try:
         handle = engine.start_ray_node(node_spec(run, head, pair))
@@ -239,6 +248,10 @@ def join(run_id: int) -> None:
     _report(run.pk, step=step)
     try:
         pair = pair_of_run(run)
+        mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
+        if mtu:
+            _report(run.pk, step="checking its link", error=mtu, advice=MTU_ADVICE)
+            return
         engine = engine_for(peer)
         handle = engine.start_ray_node(node_spec(run, peer, pair))
     except (PairFailed, EngineError) as exc:

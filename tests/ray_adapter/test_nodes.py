@@ -123,3 +123,15 @@ def test_ray_failures_become_reasons_with_advice(line, reason):
     found = probe.diagnose(["starting", line])
     assert found is not None and reason in found[0] and found[1]
     assert probe.diagnose(["all good"]) is None
+
+
+def test_the_mtu_check_reads_the_interface_where_the_node_runs(tmp_path):
+    (tmp_path / "enp1s0f1np1").mkdir()
+    (tmp_path / "enp1s0f1np1" / "mtu").write_text("1500\n")
+    problem = nodes.mtu_problem("enp1s0f1np1", 9000, str(tmp_path))
+    assert "has MTU 1500, the pair expects 9000" in problem
+    assert nodes.mtu_problem("enp1s0f1np1", 1500, str(tmp_path)) is None
+    assert "there is no interface eth9" in nodes.mtu_problem("eth9", 9000, str(tmp_path))
+    assert nodes.mtu_problem("", 9000) is None and nodes.mtu_problem("lo", None) is None
+    # this machine's own loopback, read for real
+    assert nodes.mtu_problem("lo", 65536) is None

@@ -123,6 +123,22 @@ def test_the_pairs_second_spark_without_a_worker_is_refused_at_admission(
     assert not Run.objects.exists()  # nothing started, on either side
 
 
+def test_a_link_with_another_mtu_than_the_pair_expects_fails_before_any_node_starts(
+    pair_workers, qwen_tp2, operator
+):
+    pair = pair_workers
+    # The pair's interface is this machine's loopback (MTU 65536); the pair expects 9000.
+    SparkPair.objects.filter(pk=pair.pk).update(nccl_interface="lo", link_mtu=9000)
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.FAILED, 60, "the pair fails")
+    run = _run(run)
+    assert "spark-p1 (the pair's head): its lo has MTU 65536, the pair expects 9000" in (
+        run.failure_reason
+    )
+    assert "same MTU on both Sparks" in run.failure_advice
+    _nothing_left(pair)
+
+
 def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
     pair_workers, qwen_tp2, operator, client_as
 ):
