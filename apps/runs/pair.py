@@ -33,7 +33,9 @@ from celery import current_app
 from apps.hosts.engines import Engine, EngineError, Handle, engine_for
 from apps.hosts.engines.base import SPARKSIM_HOST, RayNodeSpec, State
 from apps.hosts.models import Host, SparkPair
+from apps.runs import weights
 from apps.runs.models import STARTING_STATES, Run, RunState
+from hf_adapter.transfer import DownloadStopped
 from ray_adapter import nodes as ray_nodes
 from ray_adapter import probe as ray_probe
 from sparksim.facts import NODE_FAULTS_ENV, NODE_MEMINFO_ENV
@@ -179,16 +181,22 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
         raise PairFailed(f"{side}: the Ray head did not start: {exc}") from None
     Run.objects.filter(pk=run.pk).update(ray_handle=str(handle))
     run.ray_handle = str(handle)
-    _send("runs.pair_join", run, peer)
-    _step(run, pusher, f"Waiting for {peer.name} to join the Ray cluster")
+    if not Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first():
+        ask_to_join(run)  # not asked yet (a start resumed before the first ask)
     sides = {head.name: pair.head_link_address, peer.name: pair.worker_link_address}
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    # The worker Spark may still be downloading its copy of the weights: the wait ends
+    # when it has shown no progress for JOIN_TIMEOUT_S, not at a fixed time.
+    deadline, seen = time.monotonic() + JOIN_TIMEOUT_S, None
     problem = "not probed yet"
     while time.monotonic() < deadline:
         check_stop(run)
         if engine.status(handle).state is not State.RUNNING:
             raise _node_failure(engine, handle, side, "the cluster formed")
         reported = Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first()
+        if reported != seen:
+            seen, deadline = reported, time.monotonic() + JOIN_TIMEOUT_S
+            _step(run, pusher, f"Waiting for {peer.name} to join the Ray cluster"
+                  + (f" ({reported['step']})" if (reported or {}).get("step") else ""))  # fmt: skip
         if (reported or {}).get("error"):
             raise PairFailed(
                 f"{peer.name} (the pair's worker) failed at “{reported.get('step', '?')}”: "
@@ -198,6 +206,13 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
         view = ray_probe.parse_probe(engine.probe_cluster(handle, pair.ray_address))
         problem = ray_probe.cluster_problem(view, sides)
         if problem is None:
+            mismatch = _commit_mismatch(run, reported or {})
+            if mismatch:
+                raise PairFailed(
+                    mismatch,
+                    advice="Start it again: both Sparks then download "
+                    "the same, newest commit (or pin a revision on the recipe).",
+                )
             facts = {**run.facts, "ray_version": view.ray_version,
                      "pair": {"head": head.name, "worker": peer.name,
                               "ray_address": pair.ray_address}}  # fmt: skip
@@ -212,6 +227,27 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
         "the pair's link addresses right? docs/two-sparks.md has the checklist.",
         log_lines=engine.tail(handle, LOG_LINES),
     )
+
+
+def _commit_mismatch(run: Run, reported: dict) -> str | None:
+    """Both Sparks must serve the same checkpoint: the head pins the commit it downloaded;
+    the worker Spark reports the one it got."""
+    mine = (run.facts.get("weights") or {}).get("commit")
+    theirs = reported.get("commit")
+    if mine and theirs and mine != theirs:
+        return (
+            f"the two Sparks downloaded different commits of {run.recipe.model_id}: "
+            f"{run.host.name} {mine[:12]}, {run.peer_host.name} {theirs[:12]} (the model "
+            "changed upstream between the two downloads)"
+        )
+    return None
+
+
+def ask_to_join(run: Run) -> None:
+    """The worker Spark's worker is asked to do its half: at the start of the run, so it
+    downloads its copy of the weights while the head downloads its own."""
+    _report(run.pk, step="asked to join")
+    _send("runs.pair_join", run, run.peer_host)
 
 
 _RANK_DIED = re.compile(r"RayWorkerProc rank=\[?([\d, ]{1,20})\]? died unexpectedly")
@@ -244,22 +280,37 @@ def join(run_id: int) -> None:
     if run is None or run.state not in STARTING_STATES:
         return
     peer = run.peer_host
-    step = "starting its Ray node"
-    _report(run.pk, step=step)
     try:
         pair = pair_of_run(run)
-        mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
-        if mtu:
-            _report(run.pk, step="checking its link", error=mtu, advice=MTU_ADVICE)
+    except PairFailed as exc:
+        _report(run.pk, step="checking the pair", error=exc.reason)
+        return
+    mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
+    if mtu:
+        _report(run.pk, step="checking its link", error=mtu, advice=MTU_ADVICE)
+        return
+    commit = _download_here(run)
+    if commit is None:
+        return  # reported, or the run is no longer starting
+    # Its node joins the head's: wait for the head's node (the head may still download).
+    while not Run.objects.filter(pk=run.pk).exclude(ray_handle="").exists():
+        if Run.objects.filter(pk=run.pk).values_list("state", flat=True).first() not in (
+            STARTING_STATES
+        ):
             return
+        _report(run.pk, step="waiting for the head's Ray node", commit=commit)
+        time.sleep(WATCH_EVERY_S)
+    step = "starting its Ray node"
+    _report(run.pk, step=step, commit=commit)
+    try:
         engine = engine_for(peer)
         handle = engine.start_ray_node(node_spec(run, peer, pair))
     except (PairFailed, EngineError) as exc:
-        _report(run.pk, step=step, error=str(exc)[:1000])
+        _report(run.pk, step=step, error=str(exc)[:1000], commit=commit)
         return
     Run.objects.filter(pk=run.pk).update(peer_handle=str(handle))
     step = "joining the head's Ray cluster"
-    _report(run.pk, step=step)
+    _report(run.pk, step=step, commit=commit)
     while True:
         state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
         if state not in STARTING_STATES:
@@ -267,13 +318,47 @@ def join(run_id: int) -> None:
         if engine.status(handle).state is not State.RUNNING:
             failure = _node_failure(engine, handle, peer.name, step)
             _report(run.pk, step=step, error=failure.reason.partition(": ")[2],
-                    advice=failure.advice, log=failure.log_lines)  # fmt: skip
+                    advice=failure.advice, log=failure.log_lines, commit=commit)  # fmt: skip
             return
         time.sleep(WATCH_EVERY_S)
     if state in (S.STOPPING, S.STOPPED, S.FAILED):
         leave(run.pk)  # the head gave up: do not wait for its message
     else:
-        _report(run.pk, step="serving: its rank runs in its Ray node")
+        _report(run.pk, step="serving: its rank runs in its Ray node", commit=commit)
+
+
+def _download_here(run: Run) -> str | None:
+    """The worker Spark's own copy of the weights, in its own cache, with progress in
+    `peer_state` (docs/weights.md). The commit it has ("" where vLLM reads the model
+    itself); None when it failed (reported) or the run stopped meanwhile."""
+    peer, recipe = run.peer_host, run.recipe
+    if peer.weights_not_downloaded(recipe.model_id) is not None:
+        return ""
+    step = f"downloading {recipe.model_id}"
+    _report(run.pk, step=step)
+    last = 0.0
+
+    def progress(report: dict) -> None:
+        nonlocal last
+        if time.monotonic() - last >= 1.0:
+            last = time.monotonic()
+            line, _percent = weights.progress_line(report)
+            _report(run.pk, step=f"{step}: {line}"[:300], download=report)
+
+    def should_stop() -> bool:
+        state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
+        return state not in STARTING_STATES or state == S.STOPPING
+
+    try:
+        fetched = weights.fetch(peer, recipe.model_id, recipe.revision, on_progress=progress,
+                                should_stop=should_stop)  # fmt: skip
+    except DownloadStopped:
+        return None
+    except weights.WeightsFailed as exc:
+        _report(run.pk, step=step, error=exc.reason, advice=exc.advice)
+        return None
+    weights.scan(peer)  # its Hosts page shows what the download added
+    return fetched.commit
 
 
 def leave(run_id: int) -> None:

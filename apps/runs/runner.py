@@ -89,6 +89,8 @@ def start(run_id: int) -> None:
                           # sparksim computes memory from what the planner did
                           checkpoint=dataclasses.asdict(run.recipe.architecture()),
                           host_facts=dataclasses.asdict(run.host.spec()))  # fmt: skip
+        if run.is_pair and run.state in (S.QUEUED, S.PULLING) and not run.peer_state:
+            pair.ask_to_join(run)  # the worker Spark downloads its copy meanwhile
         if run.state in (S.QUEUED, S.PULLING) and engine.needs_pull(spec):
             _pull(run, engine, spec, pusher)
         if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):

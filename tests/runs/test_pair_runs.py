@@ -342,3 +342,36 @@ def test_a_pair_of_docker_hosts_runs_its_ray_nodes_and_server_in_containers(
             ):
                 container.remove(force=True)
         client.close()
+
+
+def test_each_spark_of_a_pair_downloads_its_own_copy_of_the_weights(
+    pair_hosts, qwen_tp2, operator, start_worker, hub, tmp_path, settings
+):
+    from hubsim import store
+    from tests.runs.test_weights import model_files
+
+    pair = pair_hosts
+    settings.HF_ENDPOINT, settings.WEIGHTS_DISK_RESERVE_BYTES = hub.url, 0
+    for host in pair.hosts:  # each Spark has its own Hugging Face cache
+        (tmp_path / f"{host.name}-hf").mkdir()
+        Host.objects.filter(pk=host.pk).update(hf_cache_path=str(tmp_path / f"{host.name}-hf"))
+    commit = store.publish(hub.root, qwen_tp2.model_id, model_files(shard_mib=16))
+    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY,
+              "HF_ENDPOINT": hub.url, "WEIGHTS_DISK_RESERVE_GB": "0"}  # fmt: skip
+    for host in pair.hosts:
+        start_worker(host.queue, host.name, **shared)
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "pair ready")
+    run = _run(run)
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_advice)
+    # Both Sparks hold the same commit in their own caches (the worker Spark downloaded
+    # its copy itself, while the head downloaded its own).
+    assert run.facts["weights"]["commit"] == run.peer_state["commit"] == commit
+    for host in pair.hosts:
+        host.refresh_from_db()
+        [model] = host.weights_cache["models"]
+        assert model["repo"] == qwen_tp2.model_id
+        assert [r["commit"] for r in model["revisions"]] == [commit]
+    run_stop(run=run)
+    wait_for(lambda: _run(run).state == RunState.STOPPED, 60, "pair stopped")
