@@ -137,12 +137,20 @@ def fit_check(*, recipe: Recipe, host: Host, user=None, fit_confirmation: str = 
     except ValueError:  # inputs the planner refuses are refused before this, by the flags
         return Admission(str(planner.Verdict.UNKNOWN))
     reason = planner.does_not_fit_reason(result)
+    return _admit_fit(recipe, result.verdict, reason, f"on {host.name}", user, fit_confirmation)
+
+
+def _admit_fit(
+    recipe: Recipe, verdict, reason: str | None, where: str, user, fit_confirmation: str
+) -> Admission:
+    """The verdict, or the refusal of a "does not fit" unless an operator typed the
+    recipe's name to override it (recorded on the run)."""
     if reason is None:
-        return Admission(str(result.verdict))
+        return Admission(str(verdict))
     typed = (fit_confirmation or "").strip()
     if typed and typed == recipe.name and can_override_fit(user):
-        return Admission(str(result.verdict), overridden=True)
-    message = f"The planner says “{recipe.name}” does not fit on {host.name}: {reason}"
+        return Admission(str(verdict), overridden=True)
+    message = f"The planner says “{recipe.name}” does not fit {where}: {reason}"
     if not typed:
         message += (
             " An operator can start it anyway by typing the recipe's name to confirm (the "
@@ -213,17 +221,8 @@ def pair_fit_check(
         return Admission(str(planner.Verdict.UNKNOWN))
     side, worst = result.worst()
     reason = planner.does_not_fit_reason(worst)
-    if reason is None:
-        return Admission(str(result.verdict))
-    typed = (fit_confirmation or "").strip()
-    if typed and typed == recipe.name and can_override_fit(user):
-        return Admission(str(result.verdict), overridden=True)
-    raise RunRefused(
-        f"The planner says “{recipe.name}” does not fit on the pair {pair.name}: on "
-        f"{side.name} ({side.role}), {reason} An operator can start it anyway by typing the "
-        "recipe's name to confirm.",
-        "does_not_fit",
-    )
+    where = f"on the pair {pair.name} (on {side.name}, its {side.role})"
+    return _admit_fit(recipe, result.verdict, reason, where, user, fit_confirmation)
 
 
 def _memory_refusal(host: Host, recipe: Recipe) -> None:

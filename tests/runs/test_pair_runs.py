@@ -9,6 +9,7 @@ import os
 import signal
 
 import httpx
+import openai
 import pytest
 from django.db import connection
 
@@ -57,11 +58,16 @@ def qwen_tp2(qwen) -> Recipe:
     return qwen
 
 
+def _shared(tmp_path, settings, **extra: str) -> dict[str, str]:
+    """The workers' environment: the test's database and var/, and its SECRET_KEY (the
+    run's own vLLM key is derived from it)."""
+    return {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+            "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY, **extra}  # fmt: skip
+
+
 @pytest.fixture
 def pair_workers(start_worker, pair_hosts, tmp_path, settings):
-    # the same SECRET_KEY: the run's own vLLM key is derived from it
-    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
-              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    shared = _shared(tmp_path, settings)
     for host in pair_hosts.hosts:
         start_worker(host.queue, host.name, **shared)
     return pair_hosts
@@ -140,7 +146,7 @@ def test_a_link_with_another_mtu_than_the_pair_expects_fails_before_any_node_sta
 
 
 def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
-    pair_workers, qwen_tp2, operator, client_as
+    pair_workers, qwen_tp2, operator, client_as, panel, gateway_key
 ):
     pair = pair_workers
     # Started from the worker Spark's name: a pair run lives on its head.
@@ -172,6 +178,11 @@ def test_a_pair_run_starts_on_both_sparks_serves_and_stops_on_both(
                         json={"model": run.served_name, "max_tokens": 5,
                               "messages": [{"role": "user", "content": "hi"}]}, timeout=30)  # fmt: skip
     assert answer.status_code == 200, answer.text
+    # The team's endpoint serves it like any ready run: the openai SDK through /v1.
+    client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(operator), max_retries=0)
+    reply = client.chat.completions.create(model=run.served_name, max_tokens=6,
+                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    assert reply.usage.completion_tokens == 6
     # The run page says it is a pair and shows the worker Spark's memory beside the head's.
     page = client_as(operator).get(run.get_absolute_url()).content.decode()
     assert "tensor parallel 2 over two Sparks on Ray" in page
@@ -270,8 +281,7 @@ def test_the_heads_worker_killed_mid_start_is_adopted_with_one_of_everything(
 ):
     pair = pair_hosts
     Host.objects.filter(pk__in=[h.pk for h in pair.hosts]).update(sim_time_scale=10)
-    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
-              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    shared = _shared(tmp_path, settings)
     head_node = start_worker(pair.head.queue, pair.head.name, **shared)
     start_worker(pair.worker.queue, pair.worker.name, **shared)
     run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
@@ -308,8 +318,7 @@ def test_a_pair_of_docker_hosts_runs_its_ray_nodes_and_server_in_containers(
         name="dpair", head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",
         worker_link_address="127.0.0.3", ray_port=free_port(),
     )  # fmt: skip
-    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
-              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY}  # fmt: skip
+    shared = _shared(tmp_path, settings)
     for host in hosts:
         start_worker(host.queue, host.name, **shared)
     client = docker.DockerClient(base_url=docker_url)
@@ -356,9 +365,7 @@ def test_each_spark_of_a_pair_downloads_its_own_copy_of_the_weights(
         (tmp_path / f"{host.name}-hf").mkdir()
         Host.objects.filter(pk=host.pk).update(hf_cache_path=str(tmp_path / f"{host.name}-hf"))
     commit = store.publish(hub.root, qwen_tp2.model_id, model_files(shard_mib=16))
-    shared = {"DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
-              "SPARKPANEL_VAR_DIR": str(tmp_path), "SECRET_KEY": settings.SECRET_KEY,
-              "HF_ENDPOINT": hub.url, "WEIGHTS_DISK_RESERVE_GB": "0"}  # fmt: skip
+    shared = _shared(tmp_path, settings, HF_ENDPOINT=hub.url, WEIGHTS_DISK_RESERVE_GB="0")
     for host in pair.hosts:
         start_worker(host.queue, host.name, **shared)
     run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
@@ -375,3 +382,30 @@ def test_each_spark_of_a_pair_downloads_its_own_copy_of_the_weights(
         assert [r["commit"] for r in model["revisions"]] == [commit]
     run_stop(run=run)
     wait_for(lambda: _run(run).state == RunState.STOPPED, 60, "pair stopped")
+
+
+def test_the_worker_sparks_worker_killed_mid_start_leaves_the_pair_to_come_up(
+    start_worker, pair_hosts, qwen_tp2, operator, tmp_path, settings
+):
+    pair = pair_hosts
+    Host.objects.filter(pk__in=[h.pk for h in pair.hosts]).update(sim_time_scale=10)
+    shared = _shared(tmp_path, settings)
+    start_worker(pair.head.queue, pair.head.name, **shared)
+    peer_node = start_worker(pair.worker.queue, pair.worker.name, **shared)
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.LOADING, 120, "loading")
+    peer_handle = _run(run).peer_handle
+    kill_worker_tree(start_worker.processes[peer_node])  # its Ray node lives on
+
+    # The worker Spark's node keeps its rank: the pair comes up without its worker...
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "ready")
+    run = _run(run)
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-2000:])
+    # ...and its restarted worker (which reconciles at start) leaves the running node be.
+    before = Host.objects.get(pk=pair.worker_id).inventory_at
+    start_worker(pair.worker.queue, pair.worker.name + "-2", **shared)
+    wait_for(lambda: Host.objects.get(pk=pair.worker_id).inventory_at != before, 60,
+             "the restarted worker's reconcile")  # fmt: skip
+    managed = engine_for(pair.worker).list_managed()
+    assert [str(m.handle) for m in managed] == [peer_handle]
+    assert managed[0].status.state is State.RUNNING

@@ -366,15 +366,7 @@ class DockerEngine(DockerRayNodes, Engine):
             "labels": {LABEL_RUN: str(spec.run_id), LABEL_HOST: self.host_name},
             "environment": env,
             "volumes": mounts,
-            "shm_size": f"{int(self.shm_size_gib * 1024)}m",
-            "privileged": False,
-            "cap_add": [],
-            "security_opt": ["no-new-privileges"],
-            "detach": True,
-            "stdin_open": False,
-            "tty": False,
-            "init": True,
-            "log_config": {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}},
+            **fixed_template(self.shm_size_gib),
         }
         if working_dir:
             config["working_dir"] = working_dir
@@ -543,6 +535,23 @@ class DockerEngine(DockerRayNodes, Engine):
             return self.client.containers.list(all=True, filters=filters)
         except docker.errors.APIError as exc:
             raise EngineError(f"Docker: {_short(exc)}") from None
+
+
+def fixed_template(shm_size_gib: float) -> dict:
+    """What every container the panel starts has, whatever a recipe says: no privilege,
+    no added capability, no-new-privileges, an init, the host's /dev/shm size, bounded
+    logs (docs/security.md)."""
+    return {
+        "shm_size": f"{int(shm_size_gib * 1024)}m",
+        "privileged": False,
+        "cap_add": [],
+        "security_opt": ["no-new-privileges"],
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+        "init": True,
+        "log_config": {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}},
+    }
 
 
 def container_name(host_name: str, run_id: int) -> str:

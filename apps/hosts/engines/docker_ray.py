@@ -38,6 +38,7 @@ class DockerRayNodes:
             LABEL_HOST,
             LABEL_RUN,
             SIM_BASE_IMAGE,
+            fixed_template,
             sim_runtime_mounts,
         )
 
@@ -84,15 +85,7 @@ class DockerRayNodes:
             "environment": env,
             "volumes": mounts,
             "network_mode": "host",
-            "shm_size": f"{int(self.shm_size_gib * 1024)}m",
-            "privileged": False,
-            "cap_add": [],
-            "security_opt": ["no-new-privileges"],
-            "detach": True,
-            "stdin_open": False,
-            "tty": False,
-            "init": True,
-            "log_config": {"type": "json-file", "config": {"max-size": "50m", "max-file": "2"}},
+            **fixed_template(self.shm_size_gib),
         }
         if self.gpus:
             from docker.types import DeviceRequest
