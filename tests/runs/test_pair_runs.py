@@ -409,3 +409,29 @@ def test_the_worker_sparks_worker_killed_mid_start_leaves_the_pair_to_come_up(
     managed = engine_for(pair.worker).list_managed()
     assert [str(m.handle) for m in managed] == [peer_handle]
     assert managed[0].status.state is State.RUNNING
+
+
+def test_a_benchmark_job_on_a_pair_starts_it_and_measures_it(
+    start_worker, pair_hosts, qwen_tp2, member, tmp_path, settings
+):
+    from apps.benchmarks import runner as jobs
+    from apps.benchmarks.models import J, Result, Suite
+    from apps.benchmarks.services import job_queue
+    from apps.runs import runner
+
+    pair = pair_hosts
+    start_worker(pair.worker.queue, pair.worker.name, **_shared(tmp_path, settings))
+    suite = Suite.objects.create(
+        name="pair quick", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 32}],
+        repetitions=1, warmup_requests=1, sweep_levels=[1, 2], requests_per_level=2,
+    )  # fmt: skip
+    # The head's worker's job, run here: it starts the pair run itself (both halves).
+    job = job_queue(suite=suite, recipe=qwen_tp2, host=pair.head, user=member)
+    jobs.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.DONE, job.error
+    run = _run(Run(pk=job.run_id))
+    assert run.is_pair and run.peer_host == pair.worker
+    assert all(r.complete and r.failed == 0 for r in job.results.filter(kind=Result.Kind.SWEEP))
+    runner.stop(run.pk)
+    _nothing_left(pair)
