@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
 import tempfile
@@ -83,11 +84,21 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _temp_path(run: Run, host: Host) -> Path:
+    return Path(tempfile.gettempdir()) / f"sparkpanel-ray-{run.pk}-{host.name}"
+
+
+def drop_temp_dir(run: Run, host: Host) -> None:
+    """A stopped simulated node's session files go with it."""
+    if host.simulated:
+        shutil.rmtree(_temp_path(run, host), ignore_errors=True)
+
+
 def ray_temp_dir(run: Run, host: Host) -> str:
     """A simulated Spark's Ray session directory for this run: short (Ray's unix sockets
     live under it, 108 bytes at most), private (0700, ours, not a link), and known to both
     the node and, on the head, the API server that joins it (a container mounts it)."""
-    path = Path(tempfile.gettempdir()) / f"sparkpanel-ray-{run.pk}-{host.name}"
+    path = _temp_path(run, host)
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     info = path.lstat()
@@ -371,6 +382,7 @@ def leave(run_id: int) -> None:
     with contextlib.suppress(EngineError):
         engine.stop(handle, timeout=15)
         engine.remove(handle)
+    drop_temp_dir(run, run.peer_host)
     state = {**(run.peer_state or {}), "step": "left the Ray cluster"}
     Run.objects.filter(pk=run.pk).update(peer_state=state)
 
@@ -386,6 +398,7 @@ def teardown(run: Run, engine: Engine | None = None) -> None:
         with contextlib.suppress(EngineError):
             engine.stop(handle, timeout=15)
             engine.remove(handle)
+        drop_temp_dir(run, run.host)
     peer = run.peer_host
     _send("runs.pair_leave", run, peer)
 
@@ -402,6 +415,7 @@ def stop_head(run_id: int) -> None:
         with contextlib.suppress(EngineError):
             engine.stop(handle, timeout=15)
             engine.remove(handle)
+    drop_temp_dir(run, run.host)
 
 
 def stop_other_side(run: Run, host: Host) -> None:

@@ -32,18 +32,34 @@ CHROMIUM_ARGS = [
 ]
 USERS = {"mia": "member", "otto": "operator", "ada": "admin"}
 # A run on local-sim (the one already active there, or the Qwen preset's, started): its id.
+# A model an earlier test stopped may still be giving its memory back (its last meminfo
+# lines, fresh for a few seconds, on a busy machine): admission refuses until it has, so
+# the start is retried for a while, as an operator would.
 READY_RUN = """
+import time
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run
-from apps.runs.services import run_start
+from apps.runs.services import RunRefused, run_start
 host = Host.objects.get(name="local-sim")
 run = Run.objects.active().filter(host=host).first()
-if run is None:
+for attempt in range(120):
+    if run is not None:
+        break
     recipe = Recipe.objects.get(slug="qwen3-5-35b-max-single-user")
-    run = run_start(recipe=recipe, host=host, user=None)
+    try:
+        run = run_start(recipe=recipe, host=host, user=None)
+    except RunRefused as exc:
+        if exc.code != "not_enough_memory" or attempt == 119:
+            raise
+        time.sleep(0.5)
 print(run.pk)
 """
+# local-sim's memory as admission reads it: GB available.
+MEMORY_FREE = (
+    "from apps.hosts.models import Host; "
+    "print(Host.objects.get(name='local-sim').measured_memory()[0].available_bytes / 1e9)"
+)
 # A run's state, by id.
 STATE = "from apps.runs.models import Run; print(Run.objects.get(pk={pk}).state)"
 
@@ -245,5 +261,12 @@ def idle_demo_host(live_server_asgi, demo_worker):
         lambda: live_server_asgi.manage("shell", "-c", COUNT_ACTIVE).split()[-1] == "0",
         60,
         "local-sim idle",
+    )
+    # ...and its memory given back (a stopped model's last meminfo lines stay fresh for a
+    # few seconds): a start right now would be refused for memory, rightly.
+    wait_for(
+        lambda: float(live_server_asgi.manage("shell", "-c", MEMORY_FREE).split()[-1]) > 100,
+        60,
+        "local-sim's memory given back",
     )
     return live_server_asgi
