@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 from celery import current_app
+from django.conf import settings
 
 from apps.hosts.engines import Engine, EngineError, Handle, engine_for
 from apps.hosts.engines.base import SPARKSIM_HOST, RayNodeSpec, State
@@ -85,7 +87,10 @@ def _free_port() -> int:
 
 
 def _temp_path(run: Run, host: Host) -> Path:
-    return Path(tempfile.gettempdir()) / f"sparkpanel-ray-{run.pk}-{host.name}"
+    # This panel's own (two panels, or two test sessions, on one machine count runs alike).
+    panel = hashlib.sha256(str(settings.VAR_DIR).encode()).hexdigest()[:8]
+    # short: Ray's unix sockets live under it (108 bytes at most), so the name is cut
+    return Path(tempfile.gettempdir()) / f"sparkpanel-ray-{panel}-{run.pk}-{host.name[:16]}"
 
 
 def drop_temp_dir(run: Run, host: Host) -> None:

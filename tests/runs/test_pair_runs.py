@@ -264,7 +264,7 @@ def test_the_worker_sparks_ray_node_killed_mid_serve_fails_the_pair_at_reconcile
     pair = pair_workers
     run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
     wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "pair ready")
-    assert _run(run).state == RunState.READY
+    assert _run(run).state == RunState.READY, (_run(run).failure_reason, _run(run).failure_log)
     os.killpg(_ray_node_pid(pair.worker, run), signal.SIGKILL)
     # The server dies with its rank; the head's periodic reconcile sees it.
     wait_for(lambda: engine_for(pair.head).status(Handle.parse(_run(run).handle)).state
