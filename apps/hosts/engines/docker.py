@@ -319,6 +319,16 @@ class DockerEngine(DockerRayNodes, Engine):
 
     # --- the container template ------------------------------------------------------------
 
+    def _add_sim_runtime(self, mounts: dict, env: dict) -> None:
+        """A simulated host's container: the panel's own runtime read-only at the same
+        paths, the host's state directory (its meminfo) writable."""
+        for path in sim_runtime_mounts():
+            mounts[path] = {"bind": path, "mode": "ro"}
+        if self.sim_state_dir:
+            Path(self.sim_state_dir).mkdir(parents=True, exist_ok=True)
+            mounts[self.sim_state_dir] = {"bind": self.sim_state_dir, "mode": "rw"}
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME="/tmp")  # noqa: S108
+
     def container_config(self, spec: LaunchSpec) -> dict:
         """Keyword arguments for `containers.create`: the whole, fixed template."""
         try:
@@ -339,12 +349,7 @@ class DockerEngine(DockerRayNodes, Engine):
             python = str(Path(sys.executable))
             entrypoint = [python]
             command = ["-m", "sparksim", *spec.argv[1:], *sim_args_for(spec, self.sim_args)]
-            for path in sim_runtime_mounts():
-                mounts[path] = {"bind": path, "mode": "ro"}
-            if self.sim_state_dir:
-                Path(self.sim_state_dir).mkdir(parents=True, exist_ok=True)
-                mounts[self.sim_state_dir] = {"bind": self.sim_state_dir, "mode": "rw"}
-            env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME="/tmp")  # noqa: S108
+            self._add_sim_runtime(mounts, env)
             working_dir = str(ROOT)
         else:
             # `vllm serve …` exactly as the recipe page shows it, whatever the image's

@@ -39,7 +39,6 @@ class DockerRayNodes:
             LABEL_RUN,
             SIM_BASE_IMAGE,
             fixed_template,
-            sim_runtime_mounts,
         )
 
         if self.network != "host":
@@ -58,12 +57,7 @@ class DockerRayNodes:
         if self.simulated:
             image = self.sim_image
             entrypoint = [str(Path(sys.executable).with_name("ray"))]
-            for path in sim_runtime_mounts():
-                mounts[path] = {"bind": path, "mode": "ro"}
-            if self.sim_state_dir:
-                Path(self.sim_state_dir).mkdir(parents=True, exist_ok=True)
-                mounts[self.sim_state_dir] = {"bind": self.sim_state_dir, "mode": "rw"}
-            env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", HOME="/tmp")  # noqa: S108
+            self._add_sim_runtime(mounts, env)
         else:
             image = spec.image
             self._check_image(image)
