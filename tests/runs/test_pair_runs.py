@@ -435,3 +435,26 @@ def test_a_benchmark_job_on_a_pair_starts_it_and_measures_it(
     assert all(r.complete and r.failed == 0 for r in job.results.filter(kind=Result.Kind.SWEEP))
     runner.stop(run.pk)
     _nothing_left(pair)
+
+
+def test_a_restarted_pair_run_comes_back_on_both_sparks(pair_workers, qwen_tp2, operator):
+    from apps.runs.services import run_restart
+
+    pair = pair_workers
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state in (RunState.READY, RunState.FAILED), 180, "pair ready")
+    assert _run(run).state == RunState.READY
+    run_restart(run=_run(run), user=operator)
+    wait_for(lambda: Run.objects.filter(restart_of=run).exists(), 90, "the new run")
+    new = Run.objects.get(restart_of=run)
+    wait_for(lambda: _run(new).state in (RunState.READY, RunState.FAILED), 180, "again ready")
+    new = _run(new)
+    assert new.state == RunState.READY, (new.failure_reason, new.failure_log[-2000:])
+    assert _run(run).state == RunState.STOPPED
+    assert (new.host, new.peer_host) == (pair.head, pair.worker)
+    # One server and one Ray node per side: the new run's; the old run's are gone.
+    for host in pair.hosts:
+        assert {m.run_id for m in engine_for(host).list_managed()} == {new.pk}
+    run_stop(run=new)
+    wait_for(lambda: _run(new).state == RunState.STOPPED, 60, "stopped")
+    _nothing_left(pair)
