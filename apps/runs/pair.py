@@ -309,12 +309,12 @@ def join(run_id: int) -> None:
     if commit is None:
         return  # reported, or the run is no longer starting
     # Its node joins the head's: wait for the head's node (the head may still download).
+    _report(run.pk, step="waiting for the head's Ray node", commit=commit)
     while not Run.objects.filter(pk=run.pk).exclude(ray_handle="").exists():
         if Run.objects.filter(pk=run.pk).values_list("state", flat=True).first() not in (
             STARTING_STATES
         ):
             return
-        _report(run.pk, step="waiting for the head's Ray node", commit=commit)
         time.sleep(WATCH_EVERY_S)
     step = "starting its Ray node"
     _report(run.pk, step=step, commit=commit)
