@@ -116,22 +116,3 @@ def server_env(head: RayNode) -> dict[str, str]:
     env = node_env(head)
     env["RAY_ADDRESS"] = head.head_address
     return env
-
-
-def mtu_problem(
-    interface: str, expected: int | None, sys_net: str = "/sys/class/net"
-) -> str | None:
-    """Why this Spark's link interface does not have the pair's expected MTU (None when it
-    does, or when no interface or MTU is set). Read where the node runs: its own Spark."""
-    if not interface or not expected:
-        return None
-    try:
-        actual = int(open(f"{sys_net}/{interface}/mtu").read().strip())  # noqa: SIM115
-    except (OSError, ValueError):
-        return f"there is no interface {interface} (the pair's NCCL interface) on this Spark"
-    if actual != expected:
-        return (
-            f"its {interface} has MTU {actual}, the pair expects {expected}: both ends of the "
-            "link need the same MTU"
-        )
-    return None

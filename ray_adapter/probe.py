@@ -10,6 +10,7 @@ head's worker makes before it starts `vllm serve`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 # Run as `python -c PROBE_SOURCE <head address>`; prints {"ray": version, "nodes": [...]} or
@@ -136,10 +137,24 @@ _DIAGNOSES = (
 )
 
 
+# Ray's check_version_info message (ray/_private/utils.py), as a joining node prints it.
+_VERSIONS = re.compile(
+    r"The cluster was started with:\s+Ray: (\S+)\s+Python: (\S+)\s+"
+    r"This process on node \S+ was started with:\s+Ray: (\S+)\s+Python: (\S+)"
+)
+
+
 def diagnose(lines: list[str]) -> tuple[str, str] | None:
     """(reason, advice) for the first known Ray failure in a node's log lines."""
     text = "\n".join(lines[-400:])
     for needle, reason, advice in _DIAGNOSES:
         if needle in text:
+            versions = _VERSIONS.search(text) if needle == "Version mismatch" else None
+            if versions:
+                ray_head, py_head, ray_here, py_here = versions.groups()
+                reason += (
+                    f": the head's cluster runs Ray {ray_head} (Python {py_head}), this "
+                    f"Spark's node Ray {ray_here} (Python {py_here})"
+                )
             return reason, advice
     return None

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -258,13 +259,13 @@ def start_worker(redis_url, tmp_path):
 
     procs: list[subprocess.Popen] = []
 
-    def start(queue: str, name: str, **env_overrides: str) -> str:
+    def start(queue: str, name: str, *, python: str = sys.executable, **env_overrides: str) -> str:
         node = f"{name}@{socket.gethostname()}"
         log = tmp_path / f"worker-{name}.log"
         env = child_env(
             **{"DATABASE_URL": f"sqlite:///{tmp_path / 'worker.sqlite3'}", **env_overrides}
         )
-        argv = [sys.executable, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue,
+        argv = [python, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue,
                 "-n", node, "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO",
                 "--without-mingle", "--without-gossip"]  # fmt: skip
         proc = subprocess.Popen(
@@ -301,6 +302,35 @@ def small_volume(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@dataclass
+class VethLink:
+    """Two ends of a veth pair: a stand-in for a ConnectX link whose state a test sets
+    (`ip link set … up/down`); the kernel reports it as it would a real one."""
+
+    near: str
+    far: str
+
+    def set(self, end: str, state: str) -> None:
+        subprocess.run(["ip", "link", "set", end, state], check=True, capture_output=True)
+
+
+@pytest.fixture
+def veth_link():
+    """A veth pair in this machine's network namespace (root), both ends down and without
+    addresses; deleted after the test. Nothing is routed through it."""
+    ip = shutil.which("ip")
+    require_service(bool(ip) and os.geteuid() == 0, "root with iproute2 (`ip`), for a veth pair")
+    tag = f"{os.getpid() % 100000}{uuid.uuid4().hex[:3]}"
+    link = VethLink(f"spk{tag}a", f"spk{tag}b")  # at most 15 characters
+    done = subprocess.run(["ip", "link", "add", link.near, "type", "veth", "peer", "name",
+                           link.far], capture_output=True, text=True)  # fmt: skip
+    require_service(done.returncode == 0, f"a veth pair ({done.stderr.strip()})")
+    try:
+        yield link
+    finally:
+        subprocess.run(["ip", "link", "del", link.near], check=False, capture_output=True)
 
 
 # --- hosts and recipes shared by the runs and benchmarks tests ----------------------------

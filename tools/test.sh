@@ -70,6 +70,15 @@ if ! tools/vllm_env.sh all; then
   echo "!! real vLLM is missing; the real_vllm tests will be skipped" >&2
 fi
 
+# A second Ray version beside the pinned one, for the pair tests' version mismatch.
+if ! tools/other_ray.sh; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "!! CI=true and the second Ray could not be installed" >&2
+    exit 1
+  fi
+  echo "!! the second Ray is missing; the Ray version mismatch test will be skipped" >&2
+fi
+
 echo ">> ruff check"; .venv/bin/ruff check .
 echo ">> ruff format --check"; .venv/bin/ruff format --check .
 echo ">> lint-imports (the layers in pyproject.toml)"; .venv/bin/lint-imports

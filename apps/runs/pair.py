@@ -39,6 +39,7 @@ from apps.hosts.models import Host, SparkPair
 from apps.runs import weights
 from apps.runs.models import STARTING_STATES, Run, RunState
 from hf_adapter.transfer import DownloadStopped
+from ray_adapter import link as ray_link
 from ray_adapter import nodes as ray_nodes
 from ray_adapter import probe as ray_probe
 from sparksim.facts import NODE_FAULTS_ENV, NODE_MEMINFO_ENV
@@ -54,12 +55,6 @@ LOG_LINES = 40
 # The Ray ports a simulated pair's two nodes (one machine) must not share.
 SIM_PORTS = ("dashboard_port", "dashboard_agent_listen_port", "dashboard_agent_grpc_port",
              "runtime_env_agent_port", "metrics_export_port")  # fmt: skip
-
-
-MTU_ADVICE = (
-    "Set the same MTU on both Sparks' ConnectX interfaces (`ip link set <if> mtu 9000`, "
-    "and in netplan to keep it), or correct the pair's expected MTU (docs/two-sparks.md)."
-)
 
 
 class PairFailed(Exception):
@@ -181,15 +176,35 @@ def _node_failure(engine: Engine, handle: Handle, side: str, step: str) -> PairF
     return PairFailed(reason, advice=found[1] if found else "", log_lines=lines)
 
 
+def check_link(run: Run, host: Host, pair: SparkPair, engine: Engine) -> PairFailed | None:
+    """This side's end of the link, read where its node will run, before the node starts:
+    the NCCL interface there, up, holding the side's link address, at the pair's MTU."""
+    spec = node_spec(run, host, pair)
+    try:
+        output = engine.check_link(spec)
+    except EngineError as exc:
+        return PairFailed(f"the link check could not run: {exc}")
+    problem = ray_link.link_problem(
+        output, spec.node.nccl_interface, spec.node.node_ip, pair.link_mtu
+    )
+    if problem is None:
+        return None
+    drop_temp_dir(run, host)  # no node will use it
+    lines = output.strip().splitlines()[-LOG_LINES:] if problem.kind == "unknown" else []
+    return PairFailed(problem.reason, advice=problem.advice, log_lines=lines)
+
+
 def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
     """The head's half: its Ray node, the worker Spark asked to join, the probe until the
     cluster is whole. Raises PairFailed naming the side and the step."""
     pair = pair_of_run(run)
     head, peer = run.host, run.peer_host
     side = f"{head.name} (the pair's head)"
-    mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
-    if mtu:
-        raise PairFailed(f"{side}: {mtu}", advice=MTU_ADVICE)
+    _step(run, pusher, f"Checking {head.name}'s end of the link")
+    failed = check_link(run, head, pair, engine)
+    if failed:
+        raise PairFailed(f"{side}: {failed.reason}", advice=failed.advice,
+                         log_lines=failed.log_lines)  # fmt: skip
     _step(run, pusher, f"Starting the Ray head on {head.name}")
     try:
         handle = engine.start_ray_node(node_spec(run, head, pair))
@@ -301,9 +316,12 @@ def join(run_id: int) -> None:
     except PairFailed as exc:
         _report(run.pk, step="checking the pair", error=exc.reason)
         return
-    mtu = ray_nodes.mtu_problem(pair.nccl_interface, pair.link_mtu)
-    if mtu:
-        _report(run.pk, step="checking its link", error=mtu, advice=MTU_ADVICE)
+    engine = engine_for(peer)
+    _report(run.pk, step="checking its link")
+    failed = check_link(run, peer, pair, engine)
+    if failed:
+        _report(run.pk, step="checking its link", error=failed.reason, advice=failed.advice,
+                log=failed.log_lines)  # fmt: skip
         return
     commit = _download_here(run)
     if commit is None:
@@ -319,7 +337,6 @@ def join(run_id: int) -> None:
     step = "starting its Ray node"
     _report(run.pk, step=step, commit=commit)
     try:
-        engine = engine_for(peer)
         handle = engine.start_ray_node(node_spec(run, peer, pair))
     except (PairFailed, EngineError) as exc:
         _report(run.pk, step=step, error=str(exc)[:1000], commit=commit)

@@ -447,7 +447,7 @@ def _why_it_ended(reason: str, lines: list[str]) -> tuple[str, str]:
 def _sweep(host, engine: Engine) -> None:
     """Stop leftovers of finished runs; record what the panel did not start."""
     finished = set(
-        Run.objects.filter(host=host, state__in=[S.STOPPED, S.FAILED]).values_list("pk", flat=True)
+        Run.objects.on(host).filter(state__in=[S.STOPPED, S.FAILED]).values_list("pk", flat=True)
     )
     for item in engine.list_managed():
         if item.run_id in finished:

@@ -1,6 +1,8 @@
 """The Docker engine: its fixed container template, and the whole lifecycle against a
 real Docker engine running sparksim in a container."""
 
+import dataclasses
+
 import docker
 import httpx
 import pytest
@@ -206,3 +208,27 @@ def test_unmanaged_containers_are_listed_and_managed_ones_are_not(engine):
         assert listed[0]["image"]
     finally:
         other.remove(force=True)
+
+
+@pytest.mark.services
+def test_the_link_check_runs_on_the_hosts_network_in_a_container_that_goes_away(engine):
+    """A worker in a Compose container sees its own network: the check runs in a container
+    of its own on the host's network, and reads the Spark's interfaces."""
+    import socket
+
+    from apps.hosts.engines.base import RayNodeSpec
+    from ray_adapter import link, nodes
+
+    node = nodes.RayNode(role="worker", node_ip="127.0.0.3", head_ip="127.0.0.2",
+                         gcs_port=free_port(), nccl_interface="enp1s0f1np1")  # fmt: skip
+    output = engine.check_link(RayNodeSpec(run_id=7, host_name="engine-test", node=node,
+                                           image="unused-by-a-simulated-host"))  # fmt: skip
+    problem = link.link_problem(output, "enp1s0f1np1", "127.0.0.3")
+    assert problem.kind == "missing"
+    here = sorted(name for _, name in socket.if_nameindex())  # this machine's, not a bridge's
+    assert problem.reason.endswith(f"(it has: {', '.join(here)})")
+    lo = dataclasses.replace(node, nccl_interface="lo")
+    output = engine.check_link(RayNodeSpec(run_id=7, host_name="engine-test", node=lo,
+                                           image="unused-by-a-simulated-host"))  # fmt: skip
+    assert link.link_problem(output, "lo", "127.0.0.3") is None
+    assert engine.list_managed() == []  # the check's container is gone

@@ -125,13 +125,22 @@ def test_ray_failures_become_reasons_with_advice(line, reason):
     assert probe.diagnose(["all good"]) is None
 
 
-def test_the_mtu_check_reads_the_interface_where_the_node_runs(tmp_path):
-    (tmp_path / "enp1s0f1np1").mkdir()
-    (tmp_path / "enp1s0f1np1" / "mtu").write_text("1500\n")
-    problem = nodes.mtu_problem("enp1s0f1np1", 9000, str(tmp_path))
-    assert "has MTU 1500, the pair expects 9000" in problem
-    assert nodes.mtu_problem("enp1s0f1np1", 1500, str(tmp_path)) is None
-    assert "there is no interface eth9" in nodes.mtu_problem("eth9", 9000, str(tmp_path))
-    assert nodes.mtu_problem("", 9000) is None and nodes.mtu_problem("lo", None) is None
-    # this machine's own loopback, read for real
-    assert nodes.mtu_problem("lo", 65536) is None
+def test_a_version_mismatch_names_both_versions():
+    # Ray 2.59's joining node against a 2.60 head, as it printed it here
+    # (tests/runs/test_pair_runs.py produces it for real).
+    lines = [
+        '  File ".../ray/_private/utils.py", line 1440, in check_version_info',
+        "    raise RuntimeError(error_message)",
+        "RuntimeError: Version mismatch: The cluster was started with:",
+        "    Ray: 2.60.0",
+        "    Python: 3.11.7",
+        "This process on node 192.0.2.2 was started with:",
+        "    Ray: 2.59.0",
+        "    Python: 3.11.7",
+    ]
+    reason, advice = probe.diagnose(lines)
+    assert reason == (
+        "the two Sparks run different Ray (or Python) versions: the head's cluster runs Ray "
+        "2.60.0 (Python 3.11.7), this Spark's node Ray 2.59.0 (Python 3.11.7)"
+    )
+    assert "same image" in advice

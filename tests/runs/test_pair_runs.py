@@ -21,9 +21,17 @@ from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_start, run_stop
 from apps.telemetry.models import Incident
 from sparkdomain.spark import GB
-from tests.conftest import free_port, kill_worker_tree, stop_process, wait_for
+from tests.conftest import (
+    ROOT,
+    free_port,
+    kill_worker_tree,
+    require_service,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+OTHER_RAY = "2.59.0"  # tools/other_ray.sh
 
 
 def _run(run: Run) -> Run:
@@ -129,19 +137,82 @@ def test_the_pairs_second_spark_without_a_worker_is_refused_at_admission(
     assert not Run.objects.exists()  # nothing started, on either side
 
 
-def test_a_link_with_another_mtu_than_the_pair_expects_fails_before_any_node_starts(
-    pair_workers, qwen_tp2, operator
+@pytest.mark.parametrize("case", ["mtu", "missing", "down", "not the link's"])
+def test_a_bad_link_fails_the_pair_before_any_node_starts(
+    request, pair_workers, qwen_tp2, operator, case
 ):
+    """Each side's worker reads its end of the link from the kernel before its Ray node
+    starts: the interface, its state, the side's address on it, its MTU."""
     pair = pair_workers
-    # The pair's interface is this machine's loopback (MTU 65536); the pair expects 9000.
-    SparkPair.objects.filter(pk=pair.pk).update(nccl_interface="lo", link_mtu=9000)
+    mtu = int(open("/sys/class/net/lo/mtu").read())  # noqa: SIM115
+    interface, expected_mtu = "lo", None
+    if case == "mtu":  # this machine's loopback, and a pair that expects jumbo frames
+        expected_mtu, want = 9000, f"its lo has MTU {mtu}, the pair expects 9000"
+        advice = "same MTU on both Sparks"
+    elif case == "missing":  # a name from another machine: NCCL interface wrong
+        interface, want = "enp1s0f1np1", "there is no interface enp1s0f1np1 (the pair's NCCL"
+        advice = "ConnectX interface's name"
+    else:  # a real interface (a veth pair): down at the far end, or up but not the link's
+        veth = request.getfixturevalue("veth_link")
+        interface = veth.near
+        veth.set(veth.near, "up")
+        if case == "down":
+            want, advice = f"the link is down: its {interface} has no carrier", "check the cable"
+        else:
+            veth.set(veth.far, "up")
+            want = f"its link address 127.0.0.2 is not on {interface}; {interface} has no IPv4"
+            advice = "must be an address of its NCCL interface"
+    SparkPair.objects.filter(pk=pair.pk).update(nccl_interface=interface, link_mtu=expected_mtu)
     run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
     wait_for(lambda: _run(run).state == RunState.FAILED, 60, "the pair fails")
     run = _run(run)
-    assert "spark-p1 (the pair's head): its lo has MTU 65536, the pair expects 9000" in (
-        run.failure_reason
-    )
-    assert "same MTU on both Sparks" in run.failure_advice
+    assert f"spark-p1 (the pair's head): {want}" in run.failure_reason
+    assert advice in run.failure_advice
+    assert not run.ray_handle and not run.peer_handle  # no Ray node started on either side
+    _nothing_left(pair)
+
+
+def test_the_worker_sparks_bad_link_is_named_as_its_failure(pair_workers, qwen_tp2, operator):
+    pair = pair_workers
+    # The head's end is fine; the worker Spark's address is none of this machine's
+    # (TEST-NET-2: the check only tries to bind it, nothing is sent there).
+    SparkPair.objects.filter(pk=pair.pk).update(worker_link_address="198.51.100.7")
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.FAILED, 90, "the pair fails")
+    run = _run(run)
+    assert run.failure_reason.startswith(
+        "spark-p2 (the pair's worker) failed at “checking its link”: no interface of this "
+        "Spark has its link address 198.51.100.7"
+    ), run.failure_reason
+    assert "correct the pair's link addresses" in run.failure_advice
+    assert not run.peer_handle
+    _nothing_left(pair)
+
+
+def test_a_worker_spark_with_another_ray_version_fails_the_pair_naming_both(
+    start_worker, pair_hosts, qwen_tp2, operator, tmp_path, settings
+):
+    """The worker Spark's worker runs with Ray 2.59 (tools/other_ray.sh: as if its image
+    had another vLLM), the head's with the pinned 2.60: Ray itself refuses the join."""
+    import ray
+
+    other = ROOT / "var" / f"ray-{OTHER_RAY}" / "bin" / "python"
+    require_service(other.exists(), f"Ray {OTHER_RAY} in var/ (tools/other_ray.sh)")
+    pair = pair_hosts
+    shared = _shared(tmp_path, settings)
+    start_worker(pair.head.queue, pair.head.name, **shared)
+    start_worker(pair.worker.queue, pair.worker.name, python=str(other), **shared)
+    run = run_start(recipe=qwen_tp2, host=pair.head, user=operator)
+    wait_for(lambda: _run(run).state == RunState.FAILED, 180, "the pair fails")
+    run = _run(run)
+    assert run.failure_reason.startswith(
+        "spark-p2 (the pair's worker) failed at “joining the head's Ray cluster”: its Ray "
+        "node exited while joining the head's Ray cluster — the two Sparks run different "
+        f"Ray (or Python) versions: the head's cluster runs Ray {ray.__version__} "
+    ), run.failure_reason
+    assert f"this Spark's node Ray {OTHER_RAY} " in run.failure_reason
+    assert "same image" in run.failure_advice
+    assert "RuntimeError: Version mismatch: The cluster was started with:" in run.failure_log
     _nothing_left(pair)
 
 

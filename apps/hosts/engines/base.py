@@ -188,6 +188,11 @@ class Engine(abc.ABC):
         run; a redelivered task gets the node already running."""
         raise EngineError(f"the {self.name} engine cannot run a pair's Ray node")
 
+    def check_link(self, spec: RayNodeSpec, timeout: float = 60) -> str:
+        """Run ray_adapter's link check where `spec`'s node would run (this Spark's own
+        network namespace, with the image's Python); its output."""
+        raise EngineError(f"the {self.name} engine cannot check a pair's link")
+
     def probe_cluster(self, handle: Handle, head_address: str, timeout: float = 60) -> str:
         """Run ray_adapter's probe in the environment of the Ray node `handle` (the image's
         own Python and Ray); its output."""

@@ -17,12 +17,15 @@ import sys
 from pathlib import Path
 
 import docker
+import requests
 
 from apps.hosts.engines.base import ROLE_RAY, EngineError, Handle, RayNodeSpec
+from ray_adapter import link as ray_link
 from ray_adapter import nodes as ray_nodes
 from ray_adapter import probe as ray_probe
 
 LABEL_ROLE = "sparkpanel.role"
+ROLE_LINK = "link-check"  # a pair side's link check, gone within a minute
 
 
 def ray_container_name(host_name: str, run_id: int) -> str:
@@ -110,6 +113,38 @@ class DockerRayNodes:
             raise EngineError(f"Docker refused the Ray node's container: {exc}") from None
         self._start(container)
         return Handle(self.name, container.id)
+
+    def check_link(self, spec: RayNodeSpec, timeout: float = 60) -> str:
+        """The link check in a throwaway container of the node's own image and template on
+        the host's network: this worker may itself run in a container with a network of
+        its own, which would show its interfaces, not the Spark's."""
+        config = self.ray_container_config(spec)  # refuses alike (image, network)
+        node = spec.node
+        config.update(
+            entrypoint=[sys.executable if self.simulated else "python3"],
+            command=ray_link.link_argv("", node.nccl_interface, node.node_ip)[1:],
+            name=f"{config['name']}-link",
+            labels={**config["labels"], LABEL_ROLE: ROLE_LINK},
+        )
+        config.pop("device_requests", None)  # it reads the network, not the GPU
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self.client.containers.get(config["name"]).remove(force=True)  # an earlier try's
+        try:
+            container = self.client.containers.create(**config)
+        except docker.errors.ImageNotFound:
+            raise EngineError(f"the image {config['image']} is not on {self.host_name}") from None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"Docker refused the link check's container: {exc}") from None
+        try:
+            container.start()
+            container.wait(timeout=timeout)
+            output = container.logs(stdout=True, stderr=True, tail=200)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            return f"the link check did not finish: {type(exc).__name__}: {str(exc)[:300]}"
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        return output.decode("utf-8", "replace")[-ray_link.MAX_OUTPUT :]
 
     def probe_cluster(self, handle: Handle, head_address: str, timeout: float = 60) -> str:
         container = self._container(handle)

@@ -38,6 +38,7 @@ from apps.hosts.engines.base import (
     sim_args_for,
     sim_env,
 )
+from ray_adapter import link as ray_link
 from ray_adapter import nodes as ray_nodes
 from ray_adapter import probe as ray_probe
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
@@ -213,6 +214,20 @@ class ProcessEngine(Engine):
         env.update(ray_nodes.node_env(spec.node))
         env.update(spec.env)
         return self._spawn(command, env, run_dir, spec.run_id, spec.host_name)
+
+    def check_link(self, spec: RayNodeSpec, timeout: float = 60) -> str:
+        """This worker runs on the Spark, so the check runs here, with the node's Python."""
+        argv = ray_link.link_argv(self._python(), spec.node.nccl_interface, spec.node.node_ip)
+        try:
+            done = subprocess.run(
+                argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                stdin=subprocess.DEVNULL, env=server_environment(os.environ),
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return "the link check did not answer in time"
+        except OSError as exc:
+            raise EngineError(f"could not run the link check: {exc}") from None
+        return (done.stdout + done.stderr[-2000:])[-ray_link.MAX_OUTPUT :]
 
     def probe_cluster(self, handle: Handle, head_address: str, timeout: float = 60) -> str:
         env = server_environment(os.environ)
