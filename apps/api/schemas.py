@@ -367,7 +367,11 @@ class SuiteOut(Schema):
     scenarios: list[Any]
     repetitions: int
     sweep_enabled: bool
+    sweep_mode: str = Field(description="`concurrency` (closed loop) or `rate` (open loop).")
     sweep_levels: list[int]
+    sweep_rates: list[float] = Field(description="A rate sweep's requests per second.")
+    arrival_kind: str = Field(description="`poisson`, `gamma` or `constant`.")
+    burstiness: float
     slo_ttft_s: float
     slo_tpot_s: float
 

@@ -12,17 +12,20 @@ class SuiteAdmin(admin.ModelAdmin):
             "description": 'A list of {"name", "prompt_tokens", "output_tokens"}.',
             "fields": ["scenarios", "repetitions", "warmup_requests", "warm_prefix"],
         }),
-        ("Concurrency sweep", {"fields": ["sweep_enabled", "sweep_prompt_tokens",
-                                          "sweep_output_tokens", "sweep_levels",
-                                          "requests_per_level"]}),
+        ("Sweep", {"fields": ["sweep_enabled", "sweep_mode", "sweep_prompt_tokens",
+                              "sweep_output_tokens", "sweep_levels", "sweep_rates",
+                              "requests_per_level"]}),
+        ("Request-rate sweep: arrivals", {"fields": ["arrival_kind", "burstiness",
+                                                     "rate_max_concurrency", "ramp_up_s",
+                                                     "arrival_seed"]}),
         ("SLO for goodput and the capacity answer", {"fields": ["slo_ttft_s", "slo_tpot_s"]}),
     ]  # fmt: skip
 
 
 class ResultInline(admin.TabularInline):
     model = Result
-    fields = ["kind", "scenario", "concurrency", "ok", "failed", "complete", "ttft_p50_s",
-              "decode_tps_p50", "output_tps"]  # fmt: skip
+    fields = ["kind", "scenario", "concurrency", "request_rate", "ok", "failed", "complete",
+              "ttft_p50_s", "decode_tps_p50", "output_tps"]  # fmt: skip
     readonly_fields = fields
     extra = 0
     can_delete = False

@@ -7,6 +7,7 @@ from apps.benchmarks.models import (
     MAX_SCENARIOS,
     Suite,
     validate_levels,
+    validate_rates,
     validate_scenarios,
 )
 from apps.hosts.models import Host
@@ -32,6 +33,8 @@ class CompareForm(forms.Form):
 # A token count as typed: ASCII digits only ("²".isdigit() is true, int("²") fails), and no
 # more of them than the largest bound needs (int() of 5,000 digits is refused by Python).
 _COUNT = re.compile(r"\d{1,9}", re.ASCII)
+# A rate as typed: ASCII digits with at most one decimal point, bounded in length.
+_RATE = re.compile(r"\d{1,6}(\.\d{1,6})?|\.\d{1,6}", re.ASCII)
 
 
 class SuiteForm(forms.ModelForm):
@@ -52,11 +55,20 @@ class SuiteForm(forms.ModelForm):
         "max-num-seqs.",
     )
 
+    rates_text = forms.CharField(
+        label="Request rates (req/s)",
+        required=False,
+        max_length=MAX_LEVELS * 12,
+        help_text="For a rate sweep, e.g. 0.5, 1, 2, 4 — each is one level; once a level's "
+        "backlog grows without bound it ends early and the higher rates are not run.",
+    )
+
     class Meta:
         model = Suite
         fields = ["name", "description", "repetitions", "warmup_requests", "warm_prefix",
-                  "sweep_enabled", "sweep_prompt_tokens", "sweep_output_tokens",
-                  "requests_per_level", "slo_ttft_s", "slo_tpot_s"]  # fmt: skip
+                  "sweep_enabled", "sweep_mode", "sweep_prompt_tokens", "sweep_output_tokens",
+                  "requests_per_level", "arrival_kind", "burstiness", "rate_max_concurrency",
+                  "ramp_up_s", "arrival_seed", "slo_ttft_s", "slo_tpot_s"]  # fmt: skip
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
 
     def __init__(self, *args, **kwargs):
@@ -67,6 +79,12 @@ class SuiteForm(forms.ModelForm):
                 for s in self.instance.scenarios
             )
             self.initial["levels_text"] = ", ".join(str(c) for c in self.instance.sweep_levels)
+            self.initial["rates_text"] = ", ".join(f"{r:g}" for r in self.instance.sweep_rates)
+        # the field order above puts the rates after the concurrency levels
+        order = list(self.fields)
+        order.remove("rates_text")
+        order.insert(order.index("levels_text") + 1, "rates_text")
+        self.order_fields(order)
 
     def clean_scenarios_text(self) -> list[dict]:
         scenarios = []
@@ -109,6 +127,19 @@ class SuiteForm(forms.ModelForm):
         validate_levels(levels)
         return levels
 
+    def clean_rates_text(self) -> list[float]:
+        text = self.cleaned_data["rates_text"].replace(" ", "")
+        if not text:
+            return []
+        values = [v for v in text.split(",") if v]
+        if not all(_RATE.fullmatch(v) for v in values):
+            raise forms.ValidationError(
+                "Requests per second separated by commas, e.g. 0.5, 1, 2, 4."
+            )
+        rates = [int(v) if v.isdigit() else float(v) for v in values]
+        validate_rates(rates)
+        return rates
+
     def clean(self):
         data = super().clean()
         # The model's clean() (bounds across fields) sees what will be saved.
@@ -116,9 +147,12 @@ class SuiteForm(forms.ModelForm):
             self.instance.scenarios = data["scenarios_text"]
         if "levels_text" in data:
             self.instance.sweep_levels = data["levels_text"]
+        if "rates_text" in data:
+            self.instance.sweep_rates = data["rates_text"]
         return data
 
     def save(self, commit: bool = True) -> Suite:
         self.instance.scenarios = self.cleaned_data["scenarios_text"]
         self.instance.sweep_levels = self.cleaned_data["levels_text"]
+        self.instance.sweep_rates = self.cleaned_data["rates_text"]
         return super().save(commit)

@@ -35,6 +35,8 @@ def job_context(job: Job) -> dict:
         "seed_footnotes": selectors.seed_footnotes(rows),
         "sweep": selectors.sweep_results(job),
         "capacity": selectors.capacity_answer(job),
+        "rates": selectors.rate_results(job),
+        "rate_answer": selectors.rate_answer(job),
         "ceiling": selectors.decode_ceiling(job),
         "scenario_chart": selectors.scenario_chart(job),
         "curve_chart": selectors.curve_chart([job]),

@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.benchmarks import signals
+from apps.benchmarks.harness.arrivals import MAX_RAMP_S, MAX_RATE, Arrivals
 from apps.benchmarks.harness.types import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
@@ -69,6 +70,22 @@ def validate_levels(value) -> None:
         raise ValidationError("Concurrency levels must be increasing, without repeats.")
 
 
+def validate_rates(value) -> None:
+    if not isinstance(value, list) or not all(
+        type(v) in (int, float) and 0 < v <= MAX_RATE for v in value
+    ):
+        raise ValidationError(f"Request rates are numbers above 0, at most {MAX_RATE:g}/s.")
+    if len(value) > MAX_LEVELS:
+        raise ValidationError(f"At most {MAX_LEVELS} request rates ({len(value):,} given).")
+    if value != sorted(set(value)):
+        raise ValidationError("Request rates must be increasing, without repeats.")
+
+
+ARRIVAL_CHOICES = [("poisson", "Poisson"), ("gamma", "Gamma (set the burstiness)"),
+                   ("constant", "Constant (evenly spaced)")]  # fmt: skip
+RATE_WARMUP_STREAMS = 4  # a rate level's warm-up runs as a closed loop of this many (or the cap)
+
+
 def default_levels(max_num_seqs: int) -> list[int]:
     """1, 2, 4, … up to twice the recipe's max-num-seqs (what an empty list means)."""
     levels, c = [], 1
@@ -91,7 +108,22 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         )
         levels.append(("scenario", spec))
     sweep = plan["sweep"]
-    if sweep["enabled"]:
+    if sweep["enabled"] and sweep.get("mode") == "rate":  # plans queued before have no mode
+        shape = Scenario(
+            f"rates {sweep['prompt_tokens']}/{sweep['output_tokens']}",
+            sweep["prompt_tokens"],
+            sweep["output_tokens"],
+        )
+        arrivals = sweep["arrivals"]
+        cap = arrivals.get("max_concurrency")
+        streams = min(cap or RATE_WARMUP_STREAMS, RATE_WARMUP_STREAMS)
+        for rate in sweep["rates"]:
+            spec = LevelSpec(
+                shape, streams, sweep["requests_per_level"], max(plan["warmup_requests"], streams),
+                plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals),
+            )  # fmt: skip
+            levels.append(("rate", spec))
+    elif sweep["enabled"]:
         shape = Scenario(
             f"sweep {sweep['prompt_tokens']}/{sweep['output_tokens']}",
             sweep["prompt_tokens"],
@@ -115,7 +147,15 @@ def plan_refusal(plan: dict, *, max_num_seqs: int, max_model_len: int | None) ->
 
 
 class Suite(models.Model):
-    """What a job measures: single-stream scenarios, then a concurrency sweep."""
+    """What a job measures: single-stream scenarios, then a sweep — of concurrency (closed
+    loop) or of request rates (open loop: arrivals at a rate, docs/benchmarks.md)."""
+
+    class SweepMode(models.TextChoices):
+        CONCURRENCY = "concurrency", "Concurrency (closed loop: N users, each waits for its answer)"
+        RATE = (
+            "rate",
+            "Request rate (open loop: requests arrive at a rate, whatever the answers do)",
+        )
 
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
@@ -144,6 +184,48 @@ class Suite(models.Model):
         validators=[validate_levels],
         help_text="Concurrency levels; empty means 1, 2, 4, … up to twice the recipe's "
         "max-num-seqs.",
+    )
+    sweep_mode = models.CharField(
+        "sweep", max_length=12, choices=SweepMode.choices, default=SweepMode.CONCURRENCY
+    )
+    sweep_rates = models.JSONField(
+        "request rates",
+        default=list,
+        blank=True,
+        validators=[validate_rates],
+        help_text="Requests per second for a rate sweep, increasing.",
+    )
+    arrival_kind = models.CharField(
+        "arrivals",
+        max_length=8,
+        choices=ARRIVAL_CHOICES,
+        default="poisson",
+    )
+    burstiness = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0.01), MaxValueValidator(100)],
+        help_text="Gamma arrivals: below 1 burstier, above 1 smoother (as `vllm bench serve "
+        "--burstiness`).",
+    )
+    rate_max_concurrency = models.PositiveIntegerField(
+        "at most in flight",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_LEVEL)],
+        help_text="Rate sweep: requests beyond this many in flight wait (empty: no cap).",
+    )
+    ramp_up_s = models.FloatField(
+        "ramp-up (s)",
+        default=0.0,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_RAMP_S)],
+        help_text="Rate sweep: each level's rate grows from 0 over this many seconds.",
+    )
+    arrival_seed = models.PositiveIntegerField(
+        "arrival seed",
+        default=0,
+        validators=[MaxValueValidator(2**31 - 1)],
+        help_text="The same seed sends the same arrival times (compare recipes on the same "
+        "traffic).",
     )
     requests_per_level = models.PositiveSmallIntegerField(
         default=8,
@@ -197,6 +279,15 @@ class Suite(models.Model):
                 "output_tokens": self.sweep_output_tokens,
                 "levels": list(self.sweep_levels),
                 "requests_per_level": self.requests_per_level,
+                "mode": self.sweep_mode,
+                "rates": list(self.sweep_rates),
+                "arrivals": {
+                    "kind": self.arrival_kind,
+                    "burstiness": self.burstiness,
+                    "max_concurrency": self.rate_max_concurrency,
+                    "ramp_up_s": self.ramp_up_s,
+                    "seed": self.arrival_seed,
+                },
             },
             "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "warm_prefix": self.warm_prefix,
@@ -205,9 +296,12 @@ class Suite(models.Model):
     def clean(self) -> None:
         """What no recipe could run: prompts a level cannot hold (the bound against a
         recipe's max_model_len is checked when a job is queued, see `plan_refusal`)."""
+        if self.sweep_enabled and self.sweep_mode == self.SweepMode.RATE and not self.sweep_rates:
+            raise ValidationError("A rate sweep needs at least one request rate.")
         try:
             validate_scenarios(self.scenarios)
             validate_levels(self.sweep_levels)
+            validate_rates(self.sweep_rates)
             # An empty level list depends on the recipe: the smallest sweep is checked here.
             refusal = plan_refusal(self.plan(), max_num_seqs=1, max_model_len=None)
         except (ValidationError, TypeError, ValueError, KeyError):
@@ -327,13 +421,15 @@ class Result(models.Model):
     class Kind(models.TextChoices):
         SCENARIO = "scenario", "Single-stream scenario"
         SWEEP = "sweep", "Concurrency sweep level"
+        RATE = "rate", "Request-rate level"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="results")
     kind = models.CharField(max_length=8, choices=Kind.choices)
     scenario = models.CharField(max_length=100)
     prompt_tokens = models.PositiveIntegerField()
     output_tokens = models.PositiveIntegerField()
-    concurrency = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()  # a rate level: its cap (0: none)
+    request_rate = models.FloatField(null=True, blank=True)  # a rate level's requested rate
     ok = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     complete = models.BooleanField(default=True, help_text="False: cut short by a cancel or crash.")

@@ -188,11 +188,7 @@ def _measure(job: Job, run: Run) -> bool:
         for kind, spec in levels:
             if monitor.cancel.is_set():
                 return True
-            label = (
-                f"{spec.scenario.prompt_tokens}/{spec.scenario.output_tokens}, single stream"
-                if kind == Result.Kind.SCENARIO
-                else f"sweep at {spec.concurrency} concurrent"
-            )
+            label = _label(kind, spec)
 
             def on_progress(done: int, _total: int, base=finished_before, label=label) -> None:
                 monitor.update(
@@ -218,11 +214,21 @@ def _measure(job: Job, run: Run) -> bool:
                 push_progress(job, results=True)
             if result.stopped or interrupted:
                 return True
+            if result.saturated:  # a higher rate would only saturate sooner: not run
+                break
     finally:
         monitor.done.set()
         monitor.join(timeout=10)
         close_old_connections()
     return False
+
+
+def _label(kind: str, spec: LevelSpec) -> str:
+    if kind == Result.Kind.SCENARIO:
+        return f"{spec.scenario.prompt_tokens}/{spec.scenario.output_tokens}, single stream"
+    if spec.arrivals is not None:
+        return f"rate {spec.arrivals.rate:g} req/s"
+    return f"sweep at {spec.concurrency} concurrent"
 
 
 def _run_loop(coro):
@@ -239,11 +245,19 @@ async def _run_level(server, spec, slo, scale, on_progress, should_stop):
     base_url, model, api_key = server
     async with await harness.Client.create(
         base_url, model=model, api_key=api_key or None,
-        max_connections=max(64, spec.concurrency * 2),
+        max_connections=_connections(spec),
     ) as client:  # fmt: skip
         return await harness.run_level(
             client, spec, slo, time_scale=scale, on_progress=on_progress, should_stop=should_stop
         )
+
+
+def _connections(spec: LevelSpec) -> int:
+    """Closed loop: twice the streams. Open loop: the cap, or the client's most (1,024)
+    when there is none (beyond it a due request waits for a connection: its lag shows)."""
+    if spec.arrivals is not None:
+        return max(64, spec.arrivals.max_concurrency or 1024)
+    return max(64, spec.concurrency * 2)
 
 
 def _p95(values: list[float]) -> float | None:
@@ -260,10 +274,12 @@ def _store(job: Job, kind: str, level: harness.LevelResult, cut_short: bool = Fa
         scenario=spec.scenario.name,
         prompt_tokens=spec.scenario.prompt_tokens,
         output_tokens=spec.scenario.output_tokens,
-        concurrency=spec.concurrency,
+        concurrency=(spec.arrivals.max_concurrency or 0) if spec.arrivals else spec.concurrency,
+        request_rate=spec.arrivals.rate if spec.arrivals else None,
         ok=level.ok,
         failed=level.failed,
-        complete=not (cut_short or level.stopped) and level.sent == spec.requests,
+        complete=not (cut_short or level.stopped or level.saturated)
+        and level.sent == spec.requests,
         ttft_p50_s=level.ttft.get("p50"),
         ttft_p95_s=_p95([r["ttft"] for r in level.requests if r["ok"] and r["ttft"] is not None]),
         ttft_p99_s=level.ttft.get("p99"),

@@ -332,8 +332,14 @@ def test_results_json_csv_and_compare(member, sim_host, qwen, suite, api_as):
 
 
 def test_suites_list(member, suite, api_as):
-    names = [s["name"] for s in api_as(member).get("/suites").data["items"]]
-    assert "api quick" in names and "Quick check" in names
+    Suite.objects.filter(pk=suite.pk).update(sweep_mode="rate", sweep_rates=[0.5, 2])
+    items = {s["name"]: s for s in api_as(member).get("/suites").data["items"]}
+    assert "api quick" in items and "Quick check" in items
+    assert (items["api quick"]["sweep_mode"], items["api quick"]["sweep_rates"]) == (
+        "rate",
+        [0.5, 2.0],
+    )
+    assert items["Quick check"]["sweep_mode"] == "concurrency"
 
 
 def test_outsiders_cannot_queue(outsider, sim_host, qwen, suite, api_as):

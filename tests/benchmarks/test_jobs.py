@@ -181,3 +181,38 @@ def test_results_export_as_csv_and_json(client_as, sim_host, qwen, quick_suite, 
     data = json.loads(client.get(reverse("benchmark-json", args=[job.pk])).content)
     assert data["results"][0]["median_decode_tok_s"] == 30.0 and data["host"] == sim_host.name
     assert data["decode_ceiling_tps"] > 0
+
+
+def test_a_rate_sweep_finds_the_rate_the_recipe_holds_and_stops_past_saturation(
+    client_as, sim_host, qwen_team, member
+):
+    """Open loop on a real sparksim server: a rate it serves, one far beyond its capacity
+    (eight sequences of 128 tokens), and one that is then not run."""
+    from apps.benchmarks.harness.arrivals import Arrivals, offsets
+    from apps.benchmarks.models import Suite
+
+    sim_host.sim_time_scale = 10
+    sim_host.save(update_fields=["sim_time_scale"])
+    suite = Suite.objects.create(
+        name="rates", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 16}],
+        repetitions=1, warmup_requests=1, sweep_prompt_tokens=200, sweep_output_tokens=128,
+        sweep_mode="rate", sweep_rates=[0.5, 200, 400], requests_per_level=60,
+        arrival_kind="poisson", arrival_seed=3, slo_ttft_s=2.0, slo_tpot_s=0.1,
+    )  # fmt: skip
+    job = job_queue(suite=suite, recipe=qwen_team, host=sim_host, user=member)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.DONE, job.error
+    levels = list(job.results.filter(kind=Result.Kind.RATE).order_by("request_rate"))
+    assert [r.request_rate for r in levels] == [0.5, 200]  # 400 not run: 200 saturated
+    held, over = levels
+    assert not held.metrics["saturated"] and held.complete and held.ok == 60
+    due = offsets(Arrivals(rate=0.5, seed=3), 60)  # the schedule the level followed
+    assert held.metrics["arrival"]["achieved_rate"] == pytest.approx(59 / due[-1], rel=0.25)
+    assert over.metrics["saturated"] and not over.complete
+    assert over.metrics["arrival"]["arrived"] < 60
+    answer = selectors.rate_answer(job)
+    assert answer["rate"] == 0.5 and answer["saturated_at"] == 200 and answer["not_run"] == [400]
+    assert answer["text"].startswith("Holds 0.5 requests/s of 200/128 with TTFT p95 ≤ 2 s")
+    html = client_as(member).get(reverse("benchmark-job", args=[job.pk])).content.decode()
+    assert "Request-rate sweep" in html and "saturated" in html and "Not run: 400 req/s" in html

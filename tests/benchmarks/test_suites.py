@@ -3,7 +3,8 @@
 import pytest
 from django.urls import reverse
 
-from apps.benchmarks.models import Suite
+from apps.benchmarks.harness.arrivals import Arrivals
+from apps.benchmarks.models import Suite, plan_levels
 
 pytestmark = pytest.mark.django_db
 
@@ -12,8 +13,11 @@ FORM = {
     "sweep_enabled": "on", "sweep_prompt_tokens": 7234, "sweep_output_tokens": 124,
     "requests_per_level": 8, "slo_ttft_s": 5, "slo_tpot_s": 0.1,
     "scenarios_text": "long prompt, short gen: 7234/32\n\n: 1834/108\n",
-    "levels_text": "1, 2, 4, 8",
+    "levels_text": "1, 2, 4, 8", "sweep_mode": "concurrency", "arrival_kind": "poisson",
+    "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0,
 }  # fmt: skip
+RATES = {**FORM, "sweep_mode": "rate", "rates_text": "0.5, 1, 2.5", "arrival_kind": "gamma",
+         "burstiness": 0.5, "rate_max_concurrency": 8, "ramp_up_s": 2, "arrival_seed": 9}  # fmt: skip
 
 
 def test_an_operator_creates_and_edits_a_suite(client_as, operator):
@@ -49,6 +53,55 @@ def test_bad_suite_input_is_refused_and_kept(client_as, operator, field, value, 
     assert response.status_code == 400 and message in html
     assert "Long context" in html  # what was typed is still there
     assert not Suite.objects.filter(name="Long context").exists()
+
+
+def test_an_operator_builds_a_request_rate_sweep(client_as, operator):
+    client = client_as(operator)
+    assert client.post(reverse("benchmark-suite-new"), RATES).status_code == 302
+    suite = Suite.objects.get(name="Long context")
+    assert (suite.sweep_mode, suite.sweep_rates) == ("rate", [0.5, 1, 2.5])
+    sweep = suite.plan()["sweep"]
+    assert sweep["arrivals"] == {"kind": "gamma", "burstiness": 0.5, "max_concurrency": 8,
+                                 "ramp_up_s": 2.0, "seed": 9}  # fmt: skip
+    levels = plan_levels(suite.plan(), max_num_seqs=4)
+    rates = [(kind, spec.arrivals.rate) for kind, spec in levels if kind != "scenario"]
+    assert rates == [("rate", 0.5), ("rate", 1), ("rate", 2.5)]
+    spec = levels[-1][1]
+    assert spec.arrivals == Arrivals(rate=2.5, kind="gamma", burstiness=0.5, ramp_up_s=2,
+                                     seed=9, max_concurrency=8)  # fmt: skip
+    assert spec.requests == 8 and spec.concurrency == 4  # warm-up streams: min(cap, 4)
+    html = client.get(reverse("benchmark-suite-edit", args=[suite.pk])).content.decode()
+    assert 'value="0.5, 1, 2.5"' in html
+    listing = client.get(reverse("benchmark-suites")).content.decode()
+    assert "7234/124 at 0.5, 1, 2.5 req/s (Gamma" in listing
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rates_text": "2, 1"}, "increasing"),
+        ({"rates_text": "1, fast"}, "Requests per second separated by commas"),
+        ({"rates_text": "1e9"}, "Requests per second separated by commas"),
+        ({"rates_text": "999999"}, "at most 10000"),
+        ({"rates_text": ""}, "A rate sweep needs at least one request rate"),
+        ({"burstiness": 0}, "greater than or equal to 0.01"),
+        ({"ramp_up_s": 99999}, "less than or equal to 3600"),
+    ],
+)
+def test_bad_rate_sweeps_are_refused_and_kept(client_as, operator, change, message):
+    response = client_as(operator).post(reverse("benchmark-suite-new"), {**RATES, **change})
+    html = response.content.decode()
+    assert response.status_code == 400 and message in html
+    assert not Suite.objects.filter(name="Long context").exists()
+
+
+def test_a_plan_queued_before_rate_sweeps_still_runs_its_concurrency_levels():
+    plan = Suite(name="x", scenarios=[{"name": "a", "prompt_tokens": 5, "output_tokens": 2}],
+                 sweep_levels=[1, 2]).plan()  # fmt: skip
+    for key in ("mode", "rates", "arrivals"):
+        del plan["sweep"][key]  # as jobs queued before this version stored it
+    kinds = [(kind, spec.concurrency) for kind, spec in plan_levels(plan, max_num_seqs=4)]
+    assert kinds == [("scenario", 1), ("sweep", 1), ("sweep", 2)]
 
 
 def test_members_see_suites_but_cannot_edit_them(client_as, member):

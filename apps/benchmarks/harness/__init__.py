@@ -8,7 +8,12 @@ vLLM adapter: paths and bodies from `vllm_adapter.endpoints`, the SSE decoding f
 How a level runs
 ----------------
 `LevelSpec(scenario, concurrency, requests, warmup)` is a **closed loop**: `concurrency`
-workers each send a request, read its stream to the end, and send the next one.
+workers each send a request, read its stream to the end, and send the next one. With
+`arrivals=Arrivals(rate, …)` the measured requests are an **open loop** instead: each is
+sent at its due time from the level's start (arrivals.py), at most the cap in flight,
+whatever the answers do; the level stops sending once its backlog grows without bound
+(`LevelResult.saturated`), and `LevelResult.arrival` records the requested and achieved
+rate and how late the sends were. The warm-up stays a closed loop.
 
 1. Prompts are built before anything is sent (`build_messages`): chat messages whose
    chat-templated length, counted by the server's own `POST /tokenize`, is exactly
@@ -92,7 +97,11 @@ Where each part lives
   (`build_payloads`).
 - `metrics.py`: the /metrics cross-check (`parse_metrics`, `scrape_metrics`,
   `_server_delta`).
-- `levels.py`: running a level (`run_level`, `_one_request`, `_finish_request`, `_tick`).
+- `arrivals.py`: open-loop levels — when each request is due (`Arrivals`, `offsets`:
+  constant, Poisson, gamma with burstiness, ramp-up; seeded) and when a level has stopped
+  keeping up (`Saturation`).
+- `levels.py`: running a level (`run_level`, `_open_phase`, `_one_request`,
+  `_finish_request`, `_tick`).
 
 This package re-exports the public names; the benchmark app imports them from here.
 """

@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 import httpx
 
+from apps.benchmarks.harness.arrivals import Saturation
+from apps.benchmarks.harness.arrivals import offsets as arrival_offsets
 from apps.benchmarks.harness.client import Client
 from apps.benchmarks.harness.metrics import _server_delta, _try_scrape
 from apps.benchmarks.harness.prompts import build_payloads
-from apps.benchmarks.harness.stats import _aggregate, _diagnostics, stream_metrics
+from apps.benchmarks.harness.stats import _aggregate, _diagnostics, percentiles, stream_metrics
 from apps.benchmarks.harness.stream import StreamParser
 from apps.benchmarks.harness.transport import _Stream
 from apps.benchmarks.harness.types import (
@@ -53,10 +55,11 @@ async def run_level(
     send and ends the level early (in-flight requests finish)."""
     if time_scale <= 0:
         raise ValueError("time_scale must be positive")
-    if spec.concurrency > client.max_connections:
+    cap = spec.arrivals.max_concurrency if spec.arrivals else None
+    if max(spec.concurrency, cap or 0) > client.max_connections:
         raise ValueError(
-            f"concurrency {spec.concurrency} exceeds the client's {client.max_connections} "
-            "connections"
+            f"concurrency {max(spec.concurrency, cap or 0)} exceeds the client's "
+            f"{client.max_connections} connections"
         )
     result = LevelResult(spec=spec, slo=slo, time_scale=time_scale, started=time.time())
     total = spec.warmup + spec.requests
@@ -97,8 +100,18 @@ async def run_level(
     gc.freeze()
     ticker = asyncio.create_task(_tick(lags))
     try:
-        if not state["stopped"]:
+        if state["stopped"]:
+            pass
+        elif spec.arrivals is None:
             await phase(range(spec.warmup, total), warmup=False)
+        else:
+            result.arrival = await _open_phase(
+                client, spec, payloads, results, range(spec.warmup, total), time_scale,
+                lambda: should_stop is not None and bool(_call(should_stop)),
+                lambda: _count(state, on_progress, total),
+            )  # fmt: skip
+            state["stopped"] = result.arrival.pop("stopped")
+            result.saturated = result.arrival["saturated"]
     finally:
         gc.unfreeze()
         ticker.cancel()
@@ -114,6 +127,90 @@ async def run_level(
     else:
         result.server = _server_delta(before, after, result.ttft.get("mean"), time_scale)
     return result
+
+
+def _count(state: dict, on_progress, total: int) -> None:
+    state["done"] += 1
+    if on_progress is not None:
+        _call(on_progress, state["done"], total)
+
+
+async def _open_phase(
+    client: Client,
+    spec: LevelSpec,
+    payloads: list[bytes],
+    results: list,
+    indices: range,
+    scale: float,
+    should_stop: Callable[[], bool],
+    finished: Callable[[], None],
+) -> dict:
+    """Send each request at its due time (absolute, from the phase's start: no drift),
+    whatever the earlier answers do; at most the cap in flight (a due request waits for
+    a slot: the wait shows as its arrival lag). Stops sending when asked to or when the
+    backlog grows without bound; the requests in flight finish."""
+    arrivals = spec.arrivals
+    due = [t / scale for t in arrival_offsets(arrivals, len(indices))]  # wall seconds
+    slots = asyncio.Semaphore(arrivals.max_concurrency or client.max_connections)
+    watch = Saturation()
+    counts = {"arrived": 0, "finished": 0}
+    monotonic = time.monotonic
+
+    async def send(index: int, at: float) -> None:
+        try:
+            async with slots:
+                r = await _one_request(client, payloads[index], index, False, spec.scenario,
+                                       scale)  # fmt: skip
+            r.scheduled_at = at
+            results[index] = r
+        finally:
+            counts["finished"] += 1
+            finished()
+
+    tasks: list[asyncio.Task] = []
+    stopped = False
+    start = monotonic()
+    for offset, index in zip(due, indices, strict=True):
+        delay = start + offset - monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if should_stop():
+            stopped = True
+            break
+        counts["arrived"] += 1
+        tasks.append(asyncio.create_task(send(index, start + offset)))
+        if watch.observe(counts["arrived"] - counts["finished"]):
+            break
+    await asyncio.gather(*tasks)
+    sent = sorted(r.sent_at for r in results[indices.start :] if r is not None and r.sent_at)
+    achieved = (len(sent) - 1) / ((sent[-1] - sent[0]) * scale) if len(sent) > 1 and (
+        sent[-1] > sent[0]
+    ) else None  # fmt: skip
+    late = [
+        (r.ready_at - r.scheduled_at) * 1000
+        for r in results[indices.start :]
+        if r is not None and r.ready_at is not None and r.scheduled_at is not None
+    ]
+    lag = percentiles(late, (50, 99))
+    return {
+        "describe": arrivals.describe(),
+        "kind": arrivals.kind,
+        "burstiness": arrivals.burstiness,
+        "seed": arrivals.seed,
+        "ramp_up_s": arrivals.ramp_up_s,
+        "max_concurrency": arrivals.max_concurrency,
+        "requested_rate": arrivals.rate,
+        "achieved_rate": achieved,
+        "arrived": counts["arrived"],
+        "planned": len(indices),
+        "lag_p50_ms": lag["p50"],
+        "lag_p99_ms": lag["p99"],
+        "lag_max_ms": max(late, default=None),
+        "saturated": watch.tripped,
+        "saturation": watch.reason,
+        "peak_backlog": max(watch.backlog, default=0),
+        "stopped": stopped,
+    }
 
 
 async def _one_request(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from apps.benchmarks.harness.arrivals import Arrivals
 from vllm_adapter import endpoints
 
 # Bounds on what a level may build, whatever a suite says (suites are validated against
@@ -32,13 +33,18 @@ class Scenario:
 
 @dataclass
 class LevelSpec:
-    """One closed-loop level. `warmup` is raised to `concurrency` when lower."""
+    """One level. Closed loop: `concurrency` streams, each sending its next request when
+    its answer ends. Open loop (`arrivals` set): the measured requests are sent at the
+    arrivals' times whatever the answers do (at most `arrivals.max_concurrency` in flight);
+    `concurrency` is then the warm-up's streams. `warmup` is raised to `concurrency` when
+    lower."""
 
     scenario: Scenario
     concurrency: int
     requests: int
     warmup: int
     warm_prefix: bool = False
+    arrivals: Arrivals | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 1:
@@ -69,6 +75,7 @@ class RequestResult:
     error: str | None = None
     status: int | None = None
     response_id: str | None = None
+    scheduled_at: float | None = None  # open loop: when the arrivals said it was due
     ready_at: float | None = None
     sent_at: float | None = None
     first_byte_at: float | None = None
@@ -121,6 +128,8 @@ class LevelResult:
     started: float  # wall-clock time.time() of the start
     error: str | None = None  # the level could not run at all (e.g. prompts not buildable)
     stopped: bool = False  # should_stop() ended it early
+    saturated: bool = False  # open loop: ended early, the backlog grew without bound
+    arrival: dict = field(default_factory=dict)  # open loop: requested vs achieved rate, lag
     sent: int = 0  # measured requests sent
     ok: int = 0
     failed: int = 0

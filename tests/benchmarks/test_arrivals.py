@@ -1,0 +1,134 @@
+"""Open-loop arrivals (apps.benchmarks.harness.arrivals): the schedules' statistics with a
+fixed seed, the ramp-up, the saturation rule, and open-loop levels against real sparksim
+processes (a rate it serves, and one far above its capacity)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import pytest
+
+from apps.benchmarks.harness.arrivals import Arrivals, Saturation, offsets
+from tests.benchmarks.test_harness import level, spec
+from tests.sparksim.conftest import NEMOTRON_FLAGS, launch
+
+
+def _gaps(arrivals: Arrivals, n: int) -> list[float]:
+    times = offsets(arrivals, n)
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def test_poisson_arrivals_have_the_rate_and_the_dispersion_of_a_poisson_process():
+    rate, n = 4.0, 20_000
+    times = offsets(Arrivals(rate=rate, kind="poisson", seed=7), n)
+    assert times[0] == 0.0 and times == sorted(times)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # the mean interval is 1/rate within four standard errors (the SE of a mean of
+    # exponentials is mean/√n)
+    assert abs(statistics.fmean(gaps) - 1 / rate) < 4 * (1 / rate) / math.sqrt(n)
+    # exponential intervals: coefficient of variation 1
+    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, abs=0.03)
+    # counts per second: a Poisson count has variance = mean (index of dispersion 1); the
+    # dispersion test's statistic, (k−1)·var/mean over k windows, is χ² with k−1 degrees
+    counts = [0] * int(times[-1])
+    for t in times:
+        if int(t) < len(counts):
+            counts[int(t)] += 1
+    k = len(counts)
+    chi2 = (k - 1) * statistics.variance(counts) / statistics.fmean(counts)
+    z = (chi2 - (k - 1)) / math.sqrt(2 * (k - 1))
+    assert abs(z) < 3.3, (chi2, k)  # two-sided, p ≈ 0.001
+    assert statistics.fmean(counts) == pytest.approx(rate, rel=0.03)
+
+
+@pytest.mark.parametrize(("burstiness", "cv"), [(0.25, 2.0), (1.0, 1.0), (4.0, 0.5)])
+def test_gamma_burstiness_keeps_the_rate_and_sets_the_spread(burstiness, cv):
+    gaps = _gaps(Arrivals(rate=10, kind="gamma", burstiness=burstiness, seed=3), 20_000)
+    assert statistics.fmean(gaps) == pytest.approx(0.1, rel=0.04)
+    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(cv, rel=0.06)
+
+
+def test_constant_arrivals_are_evenly_spaced_and_a_seed_repeats_a_schedule():
+    assert offsets(Arrivals(rate=4, kind="constant"), 4) == [0.0, 0.25, 0.5, 0.75]
+    one = offsets(Arrivals(rate=3, seed=11), 50)
+    assert one == offsets(Arrivals(rate=3, seed=11), 50)
+    assert one != offsets(Arrivals(rate=3, seed=12), 50)
+
+
+def test_a_ramp_up_starts_slow_and_reaches_the_rate():
+    ramp, rate = 20.0, 10.0
+    times = offsets(Arrivals(rate=rate, kind="constant", ramp_up_s=ramp), 2000)
+    during = sum(t < ramp for t in times)
+    assert during == pytest.approx(rate * ramp / 2, abs=2)  # ∫ linear ramp = half the rate
+    first_half = sum(t < ramp / 2 for t in times)
+    assert first_half == pytest.approx(rate * ramp / 8, abs=2)  # a quarter of the ramp's
+    after = [b - a for a, b in itertools.pairwise(times) if a >= ramp]
+    assert after and all(g == pytest.approx(1 / rate) for g in after)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rate": 0}, "above 0"),
+        ({"rate": 1e9}, "at most"),
+        ({"kind": "bursty"}, "arrivals are constant, poisson, gamma"),
+        ({"burstiness": 0}, "burstiness"),
+        ({"ramp_up_s": -1}, "ramp-up"),
+        ({"max_concurrency": 0}, "cap"),
+    ],
+)
+def test_impossible_arrivals_are_refused_with_the_reason(change, message):
+    with pytest.raises(ValueError, match=message):
+        Arrivals(**{"rate": 1.0, **change})
+
+
+def test_the_saturation_rule_trips_on_a_growing_backlog_only():
+    steady = Saturation()
+    for i in range(500):  # a stationary backlog around 20, noisy
+        assert not steady.observe(20 + (i * 7919) % 9 - 4)
+    growing = Saturation()
+    tripped_at = next(i for i in range(500) if growing.observe(i // 2))  # half pile up
+    assert tripped_at < 80 and "not keeping up" in growing.reason
+    small = Saturation()
+    assert not any(small.observe(min(i, 10)) for i in range(200))  # under the floor
+
+
+# --- against sparksim -----------------------------------------------------------------------
+
+FAST = 10
+
+
+@pytest.fixture(scope="module")
+def small_sim(tmp_path_factory):
+    """Nemotron at 10× speed with room for two sequences: saturates at a few requests/s."""
+    flags = list(NEMOTRON_FLAGS)
+    flags[flags.index("--max-num-seqs") + 1] = "2"
+    sim = launch(tmp_path_factory.mktemp("small"), *flags, time_scale=FAST)
+    yield sim
+    sim.stop()
+
+
+def test_an_open_loop_level_sends_at_the_requested_rate(small_sim):
+    arrivals = Arrivals(rate=0.5, kind="poisson", seed=5)  # simulated req/s: 5 wall req/s
+    result = level(small_sim, spec(58, 2, requests=20, warmup=1, arrivals=arrivals), FAST)
+    assert result.error is None and result.ok == 20 and not result.saturated
+    info = result.arrival
+    assert info["requested_rate"] == 0.5 and info["arrived"] == info["planned"] == 20
+    # The sends follow the schedule: the achieved rate is the schedule's own rate (a busy
+    # machine delays single sends; with absolute due times it cannot drift the rest).
+    due = offsets(arrivals, 20)
+    scheduled = (len(due) - 1) / due[-1]
+    assert info["achieved_rate"] == pytest.approx(scheduled, rel=0.25)
+    assert info["lag_p50_ms"] is not None and info["lag_p50_ms"] >= 0
+
+
+def test_a_rate_far_above_capacity_trips_the_saturation_stop(small_sim):
+    # two sequences of 108 tokens at ~24 tok/s serve ≈ 0.4 req/s; ask for 20
+    arrivals = Arrivals(rate=20, kind="constant")
+    result = level(small_sim, spec(58, 108, requests=300, warmup=1, arrivals=arrivals), FAST)
+    assert result.saturated and result.arrival["saturated"]
+    assert "not keeping up" in result.arrival["saturation"]
+    assert result.arrival["arrived"] < 300 and result.sent == result.arrival["arrived"]
+    assert result.arrival["peak_backlog"] >= 16
