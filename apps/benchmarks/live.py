@@ -37,6 +37,7 @@ def job_context(job: Job) -> dict:
         "capacity": selectors.capacity_answer(job),
         "rates": selectors.rate_results(job),
         "rate_answer": selectors.rate_answer(job),
+        "kv_observation": selectors.kv_observation(job),
         "ceiling": selectors.decode_ceiling(job),
         "scenario_chart": selectors.scenario_chart(job),
         "curve_chart": selectors.curve_chart([job]),

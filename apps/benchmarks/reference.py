@@ -70,3 +70,35 @@ def reference_missing_detail(model_id: str) -> str:
         f"the published figures for these scenarios ({SEED_SOURCE}) are for {SEED_MODEL} on "
         f"one Spark, not {model_id}, so this job's rows have nothing beside them."
     )
+
+
+# The seeds' observation on KV cache usage (seed 001–003, SPEC §4): with a 120B NVFP4 MoE
+# model, usually under 5 % for one user and under 30 % for small-batch demo traffic.
+KV_SINGLE_USER_MAX = 0.05
+KV_SMALL_BATCH_MAX = 0.30
+SMALL_BATCH = 4  # "small batches": sweep levels up to this many concurrent requests
+KV_SOURCE = "the seeds' observation (120B NVFP4 MoE on one Spark)"
+
+
+def kv_check(single_peaks: list[float], small_batch_peaks: list[float]) -> dict | None:
+    """The seeds' KV observation as a check on a job: the highest KV cache usage the server
+    reported (sampled during each level) for one user and for small batches, against < 5 %
+    and < 30 %. None when no level has a KV reading."""
+    parts, ok = [], True
+    for label, peaks, bound in (
+        ("one user", single_peaks, KV_SINGLE_USER_MAX),
+        (f"batches of up to {SMALL_BATCH}", small_batch_peaks, KV_SMALL_BATCH_MAX),
+    ):
+        if peaks:
+            peak = max(peaks)
+            holds = peak < bound
+            ok = ok and holds
+            parts.append({"label": label, "peak": peak, "bound": bound, "holds": holds})
+    if not parts:
+        return None
+    text = "; ".join(
+        f"{p['label']}: peak {p['peak'] * 100:.1f} % ({'under' if p['holds'] else 'over'} "
+        f"{p['bound'] * 100:.0f} %)"
+        for p in parts
+    )
+    return {"parts": parts, "holds": ok, "text": f"KV cache usage — {text}", "source": KV_SOURCE}

@@ -12,7 +12,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
-from apps.benchmarks import harness
+from apps.benchmarks import harness, reference
 from apps.benchmarks.models import J, Job, Result, Suite
 from apps.benchmarks.reference import (
     SEED_SOURCE,
@@ -419,6 +419,21 @@ def rate_answer(job: Job) -> dict | None:
         "shape": shape,
         "arrivals": (levels[0].arrival or {}).get("describe", "").partition(", ")[2],
     }
+
+
+def kv_observation(job: Job) -> dict | None:
+    """The seeds' "KV under 5 % for one user, under 30 % for small batches" checked on
+    this job's levels (the server's KV usage, sampled while each level ran)."""
+    single, small = [], []
+    for r in job.results.all():
+        peak = ((r.metrics or {}).get("server") or {}).get("kv_usage_peak")
+        if peak is None:
+            continue
+        if r.kind == Result.Kind.SCENARIO or (r.kind == Result.Kind.SWEEP and r.concurrency == 1):
+            single.append(peak)
+        elif r.kind == Result.Kind.SWEEP and r.concurrency <= reference.SMALL_BATCH:
+            small.append(peak)
+    return reference.kv_check(single, small)
 
 
 def summary_of(answer: dict | None) -> dict:

@@ -122,6 +122,11 @@ def test_an_open_loop_level_sends_at_the_requested_rate(small_sim):
     scheduled = (len(due) - 1) / due[-1]
     assert info["achieved_rate"] == pytest.approx(scheduled, rel=0.25)
     assert info["lag_p50_ms"] is not None and info["lag_p50_ms"] >= 0
+    # What the server did meanwhile, from its /metrics sampled during the level
+    server = result.server
+    assert server["samples"] >= 3 and server["sample_failures"] == 0
+    assert 0 < server["kv_usage_peak"] <= 1 and server["kv_usage_mean"] <= server["kv_usage_peak"]
+    assert server["running_peak"] >= 1 and server["preemptions"] == 0
 
 
 def test_a_rate_far_above_capacity_trips_the_saturation_stop(small_sim):
@@ -132,3 +137,13 @@ def test_a_rate_far_above_capacity_trips_the_saturation_stop(small_sim):
     assert "not keeping up" in result.arrival["saturation"]
     assert result.arrival["arrived"] < 300 and result.sent == result.arrival["arrived"]
     assert result.arrival["peak_backlog"] >= 16
+    # the server saw it too: requests waiting, and time spent queued
+    assert result.server["waiting_peak"] >= 8
+    assert result.server["mean_queue_s"] > 1.0
+
+
+def test_a_warm_prefix_shows_as_prefix_cache_hits_on_the_server(small_sim):
+    cold = level(small_sim, spec(1834, 2, requests=4, warmup=1), FAST)
+    warm = level(small_sim, spec(1834, 2, requests=4, warmup=1, warm_prefix=True), FAST)
+    assert warm.server["prefix_hit_rate"] > 0.8
+    assert cold.server["prefix_hit_rate"] < 0.1

@@ -216,3 +216,36 @@ def test_a_rate_sweep_finds_the_rate_the_recipe_holds_and_stops_past_saturation(
     assert answer["text"].startswith("Holds 0.5 requests/s of 200/128 with TTFT p95 ≤ 2 s")
     html = client_as(member).get(reverse("benchmark-job", args=[job.pk])).content.decode()
     assert "Request-rate sweep" in html and "saturated" in html and "Not run: 400 req/s" in html
+    assert 'data-testid="server-during-level"' in html  # the server's KV and queue per level
+
+
+def test_the_seeds_kv_observation_is_checked_on_the_results_page(
+    client_as, sim_host, qwen, quick_suite, member
+):
+    job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+    job.move(J.QUEUED, J.DONE)
+
+    def level(kind, concurrency, kv_peak, **server):
+        server = {"samples": 5, "kv_usage_peak": kv_peak, "kv_usage_mean": kv_peak / 2,
+                  "waiting_peak": 0, "preemptions": 0, **server}  # fmt: skip
+        Result.objects.create(job=job, kind=kind, scenario="s", prompt_tokens=200,
+                              output_tokens=128, concurrency=concurrency, ok=4,
+                              metrics={"server": server})  # fmt: skip
+
+    level("scenario", 1, 0.012)
+    level("sweep", 2, 0.08)
+    level("sweep", 4, 0.21, preemptions=3, prefix_hit_rate=0.0, mean_queue_s=0.4)
+    level("sweep", 8, 0.95)  # not a small batch: not judged
+    observation = selectors.kv_observation(job)
+    assert observation["holds"]
+    assert observation["text"] == ("KV cache usage — one user: peak 1.2 % (under 5 %); "
+                                   "batches of up to 4: peak 21.0 % (under 30 %)")  # fmt: skip
+    html = client_as(member).get(reverse("benchmark-job", args=[job.pk])).content.decode()
+    assert 'data-testid="kv-observation"' in html and "peak 21.0 % (under 30 %)" in html
+    assert "KV 21.0 % peak (10.5 % mean)" in html and "3 preempted" in html
+    assert "queued 0.40 s mean" in html
+    Result.objects.filter(job=job, concurrency=4).update(
+        metrics={"server": {"samples": 5, "kv_usage_peak": 0.45}}
+    )
+    observation = selectors.kv_observation(job)
+    assert not observation["holds"] and "peak 45.0 % (over 30 %)" in observation["text"]

@@ -101,9 +101,15 @@ def test_the_telemetry_parser_reads_the_table():
 def test_the_harness_cross_check_reads_the_table():
     from apps.benchmarks import harness
 
-    assert metric_names.read_by(BENCHMARKS) == {**harness.HISTOGRAMS, **harness.COUNTERS}
-    assert set(harness.HISTOGRAMS) == {"ttft", "itl", "e2e", "prefill", "decode"}
-    assert set(harness.COUNTERS) == {"prompt_tokens", "generation_tokens"}
+    assert metric_names.read_by(BENCHMARKS) == {
+        **harness.HISTOGRAMS,
+        **harness.COUNTERS,
+        **harness.GAUGES,
+    }
+    assert set(harness.HISTOGRAMS) == {"ttft", "itl", "e2e", "prefill", "decode", "queue"}
+    assert set(harness.COUNTERS) == {"prompt_tokens", "generation_tokens", "preemptions",
+                                     "prefix_queries", "prefix_hits"}  # fmt: skip
+    assert set(harness.GAUGES) == {"running", "waiting", "kv_usage"}
 
 
 def test_sparksim_emits_every_family_of_the_table_with_its_type_labels_and_help():

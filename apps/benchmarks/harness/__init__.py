@@ -108,7 +108,14 @@ This package re-exports the public names; the benchmark app imports them from he
 
 from apps.benchmarks.harness.client import CHAT_PATH, Client
 from apps.benchmarks.harness.levels import TICK_S, run_level
-from apps.benchmarks.harness.metrics import COUNTERS, HISTOGRAMS, parse_metrics, scrape_metrics
+from apps.benchmarks.harness.metrics import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    ServerSampler,
+    parse_metrics,
+    scrape_metrics,
+)
 from apps.benchmarks.harness.prompts import (
     FILLER_CACHE_WORDS,
     PROMPT_BUILD_PARALLEL,
@@ -157,6 +164,7 @@ __all__ = [
     "DEFAULT_PERCENTILES",
     "ERROR_TEXT_MAX",
     "FILLER_CACHE_WORDS",
+    "GAUGES",
     "HISTOGRAMS",
     "MAX_LEVEL_PROMPT_TOKENS",
     "MAX_OUTPUT_TOKENS",
@@ -171,6 +179,7 @@ __all__ = [
     "PromptLengthError",
     "RequestResult",
     "Scenario",
+    "ServerSampler",
     "StreamError",
     "StreamParser",
     "build_messages",

@@ -17,7 +17,7 @@ import httpx
 from apps.benchmarks.harness.arrivals import Saturation
 from apps.benchmarks.harness.arrivals import offsets as arrival_offsets
 from apps.benchmarks.harness.client import Client
-from apps.benchmarks.harness.metrics import _server_delta, _try_scrape
+from apps.benchmarks.harness.metrics import ServerSampler, _server_delta, _try_scrape
 from apps.benchmarks.harness.prompts import build_payloads
 from apps.benchmarks.harness.stats import _aggregate, _diagnostics, percentiles, stream_metrics
 from apps.benchmarks.harness.stream import StreamParser
@@ -99,6 +99,8 @@ async def run_level(
     gc.collect()
     gc.freeze()
     ticker = asyncio.create_task(_tick(lags))
+    sampler = ServerSampler(client)
+    sampling = asyncio.create_task(sampler.run())
     try:
         if state["stopped"]:
             pass
@@ -114,9 +116,10 @@ async def run_level(
             result.saturated = result.arrival["saturated"]
     finally:
         gc.unfreeze()
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
+        for task in (ticker, sampling):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     after, after_error = await _try_scrape(client)
     result.stopped = state["stopped"]
     measured = [r for r in results[spec.warmup :] if r is not None]
@@ -126,6 +129,7 @@ async def run_level(
         result.server = {"ok": False, "error": before_error or after_error}
     else:
         result.server = _server_delta(before, after, result.ttft.get("mean"), time_scale)
+    result.server.update(sampler.summary())
     return result
 
 

@@ -39,3 +39,12 @@ def term(word: str, label: str | None = None, cls: str = "") -> str:
 def term_definitions() -> str:
     """The definitions list: every term, in terms.py's order."""
     return render_to_string("benchmarks/partials/term_list.html", {"terms": terms.TERMS})
+
+
+@register.filter
+def pct(value) -> str:
+    """A 0–1 fraction as a percentage ("12.3 %"); "—" when unknown."""
+    try:
+        return f"{float(value) * 100:.1f} %"
+    except (TypeError, ValueError):
+        return "—"
