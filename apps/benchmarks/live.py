@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.http import Http404
 
-from apps.benchmarks import selectors
+from apps.benchmarks import rate_selectors, selectors
 from apps.benchmarks.models import Job
 from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_entry
 from apps.core import live
@@ -35,8 +35,8 @@ def job_context(job: Job) -> dict:
         "seed_footnotes": selectors.seed_footnotes(rows),
         "sweep": selectors.sweep_results(job),
         "capacity": selectors.capacity_answer(job),
-        "rates": selectors.rate_results(job),
-        "rate_answer": selectors.rate_answer(job),
+        "rates": rate_selectors.rate_results(job),
+        "rate_answer": rate_selectors.rate_answer(job),
         "kv_observation": selectors.kv_observation(job),
         "ceiling": selectors.decode_ceiling(job),
         "scenario_chart": selectors.scenario_chart(job),

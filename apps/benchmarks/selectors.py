@@ -374,53 +374,6 @@ def capacity_answer(job: Job) -> dict | None:
     return answer
 
 
-def rate_results(job: Job) -> list[Result]:
-    """A rate sweep's levels, lowest rate first, each with its arrivals' record."""
-    levels = list(job.results.filter(kind=Result.Kind.RATE).order_by("request_rate"))
-    for r in levels:
-        r.arrival = (r.metrics or {}).get("arrival") or {}
-        r.saturated = bool((r.metrics or {}).get("saturated"))
-    return levels
-
-
-def rate_answer(job: Job) -> dict | None:
-    """Goodput in the team's terms: the highest request rate whose level kept up (no
-    saturation) and met the SLO at p95 TTFT and per-user decode rate."""
-    sweep, slo = job.plan.get("sweep") or {}, job.plan.get("slo") or {}
-    levels = rate_results(job)
-    if sweep.get("mode") != "rate" or not slo or not levels:
-        return None
-    min_tps = 1 / slo["tpot_s"]
-    meeting = [
-        r for r in levels
-        if not r.saturated and r.ttft_p95_s is not None and r.ttft_p95_s <= slo["ttft_s"]
-        and decode_timed(r) and (r.decode_tps_p50 or 0) >= min_tps
-    ]  # fmt: skip
-    best = max(meeting, key=lambda r: r.request_rate) if meeting else None
-    saturated = next((r for r in levels if r.saturated), None)
-    not_run = [x for x in sweep.get("rates", []) if x not in {r.request_rate for r in levels}]
-    shape = f"{sweep['prompt_tokens']}/{sweep['output_tokens']}"
-    if best:
-        text = (
-            f"Holds {best.request_rate:g} requests/s of {shape} with TTFT p95 ≤ "
-            f"{slo['ttft_s']:g} s and ≥ {min_tps:.0f} tok/s each (measured "
-            f"{best.ttft_p95_s:.2f} s and {best.decode_tps_p50:.1f} tok/s; goodput "
-            f"{best.goodput_rps or 0:.2f} req/s)."
-        )
-    else:
-        text = f"No measured rate meets TTFT p95 ≤ {slo['ttft_s']:g} s with ≥ {min_tps:.0f} tok/s."
-    if saturated:
-        text += f" At {saturated.request_rate:g} req/s the server fell behind (saturated)."
-    return {
-        "text": text,
-        "rate": best.request_rate if best else None,
-        "saturated_at": saturated.request_rate if saturated else None,
-        "not_run": not_run,
-        "shape": shape,
-        "arrivals": (levels[0].arrival or {}).get("describe", "").partition(", ")[2],
-    }
-
-
 def kv_observation(job: Job) -> dict | None:
     """The seeds' "KV under 5 % for one user, under 30 % for small batches" checked on
     this job's levels (the server's KV usage, sampled while each level ran)."""

@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.urls import reverse
 
-from apps.benchmarks import runner, selectors
+from apps.benchmarks import rate_selectors, runner, selectors
 from apps.benchmarks.models import J, Job, Result
 from apps.benchmarks.selectors import host_queue_entries
 from apps.benchmarks.services import JobRefused, job_cancel, job_queue
@@ -211,7 +211,7 @@ def test_a_rate_sweep_finds_the_rate_the_recipe_holds_and_stops_past_saturation(
     assert held.metrics["arrival"]["achieved_rate"] == pytest.approx(59 / due[-1], rel=0.25)
     assert over.metrics["saturated"] and not over.complete
     assert over.metrics["arrival"]["arrived"] < 60
-    answer = selectors.rate_answer(job)
+    answer = rate_selectors.rate_answer(job)
     assert answer["rate"] == 0.5 and answer["saturated_at"] == 200 and answer["not_run"] == [400]
     assert answer["text"].startswith("Holds 0.5 requests/s of 200/128 with TTFT p95 ≤ 2 s")
     html = client_as(member).get(reverse("benchmark-job", args=[job.pk])).content.decode()
@@ -249,3 +249,22 @@ def test_the_seeds_kv_observation_is_checked_on_the_results_page(
     )
     observation = selectors.kv_observation(job)
     assert not observation["holds"] and "peak 45.0 % (over 30 %)" in observation["text"]
+
+
+@pytest.mark.parametrize(
+    ("ttft_p95", "knee"),
+    [
+        ([0.30, 0.32, 0.35, 2.0, 6.0], 2),  # a hockey stick: flat, then queueing
+        ([0.30, 0.32, 0.35, 0.50, 4.0], 4),  # flat a level longer
+        ([0.30, 0.60, 0.90, 1.20, 1.50], None),  # a straight line has no knee
+        ([0.30, 0.31], None),  # two levels cannot show one
+    ],
+)
+def test_the_knee_of_a_rate_sweep_is_where_queueing_starts_to_dominate(ttft_p95, knee):
+    rates = [0.5, 1, 2, 4, 8][: len(ttft_p95)]
+    levels = []
+    for rate, ttft in zip(rates, ttft_p95, strict=True):
+        r = Result(kind="rate", request_rate=rate, ttft_p95_s=ttft, concurrency=0)
+        r.arrival = {"achieved_rate": rate * 0.98}
+        levels.append(r)
+    assert rate_selectors.knee_rate(levels) == knee
