@@ -367,6 +367,7 @@ class SuiteOut(Schema):
     scenarios: list[Any]
     repetitions: int
     sweep_enabled: bool
+    endpoint: str = Field(description="`chat` or `completions`: the endpoint its requests use.")
     sweep_mode: str = Field(description="`concurrency` (closed loop) or `rate` (open loop).")
     sweep_levels: list[int]
     sweep_rates: list[float] = Field(description="A rate sweep's requests per second.")

@@ -7,7 +7,7 @@ from apps.benchmarks.models import Job, Result, Suite
 class SuiteAdmin(admin.ModelAdmin):
     list_display = ["name", "is_default", "repetitions", "sweep_enabled", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["name", "description", "is_default"]}),
+        (None, {"fields": ["name", "description", "is_default", "endpoint"]}),
         ("Single-stream scenarios", {
             "description": 'A list of {"name", "prompt_tokens", "output_tokens"}.',
             "fields": ["scenarios", "repetitions", "warmup_requests", "warm_prefix"],

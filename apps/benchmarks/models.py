@@ -101,11 +101,13 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
     """The levels a job of `plan` (a suite as queued) runs, single-stream scenarios first;
     `max_num_seqs` (the recipe's) decides the sweep when the plan lists no levels."""
     levels: list[tuple[str, LevelSpec]] = []
+    endpoint = plan.get("endpoint", "chat")  # plans queued before had chat only
     for item in plan["scenarios"]:
         scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
         spec = LevelSpec(
-            scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"]
-        )
+            scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"],
+            endpoint=endpoint,
+        )  # fmt: skip
         levels.append(("scenario", spec))
     sweep = plan["sweep"]
     if sweep["enabled"] and sweep.get("mode") == "rate":  # plans queued before have no mode
@@ -120,7 +122,7 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         for rate in sweep["rates"]:
             spec = LevelSpec(
                 shape, streams, sweep["requests_per_level"], max(plan["warmup_requests"], streams),
-                plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals),
+                plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals), endpoint=endpoint,
             )  # fmt: skip
             levels.append(("rate", spec))
     elif sweep["enabled"]:
@@ -132,7 +134,8 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         for c in sweep["levels"] or default_levels(max_num_seqs):
             requests = max(sweep["requests_per_level"], c)
             warmup = max(plan["warmup_requests"], c)
-            levels.append(("sweep", LevelSpec(shape, c, requests, warmup, plan["warm_prefix"])))
+            spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], endpoint=endpoint)
+            levels.append(("sweep", spec))
     return levels
 
 
@@ -243,6 +246,13 @@ class Suite(models.Model):
         validators=[MinValueValidator(0.0001), MaxValueValidator(MAX_SLO_TPOT_S)],
         help_text="0.1 s per token is 10 tok/s per user.",
     )
+    endpoint = models.CharField(
+        max_length=12,
+        choices=[("chat", "Chat: /v1/chat/completions (the chat template applied)"),
+                 ("completions", "Completions: /v1/completions (a plain text prompt)")],
+        default="chat",
+        help_text="Which OpenAI endpoint every request of the suite uses.",
+    )  # fmt: skip
     warm_prefix = models.BooleanField(
         "warm prefix cache",
         default=False,
@@ -291,6 +301,7 @@ class Suite(models.Model):
             },
             "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "warm_prefix": self.warm_prefix,
+            "endpoint": self.endpoint,
         }
 
     def clean(self) -> None:

@@ -147,3 +147,29 @@ def test_a_warm_prefix_shows_as_prefix_cache_hits_on_the_server(small_sim):
     warm = level(small_sim, spec(1834, 2, requests=4, warmup=1, warm_prefix=True), FAST)
     assert warm.server["prefix_hit_rate"] > 0.8
     assert cold.server["prefix_hit_rate"] < 0.1
+
+
+# --- the completions endpoint -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt", [58, 1834])
+def test_a_completions_level_sends_text_prompts_of_exact_length(small_sim, prompt):
+    result = level(small_sim, spec(prompt, 16, requests=2, warmup=1, endpoint="completions"),
+                   FAST)  # fmt: skip
+    assert result.error is None and result.ok == 2
+    assert result.prompt_mismatches == 0 and result.output_mismatches == 0
+    assert [r.prompt_tokens for r in result.details] == [prompt, prompt]
+    assert result.server["prompt_tokens"] == 2 * prompt  # the server counted the same
+
+
+def test_a_suite_sends_every_level_to_its_endpoint():
+    from apps.benchmarks.models import Suite, plan_levels
+
+    suite = Suite(name="x", scenarios=[{"name": "a", "prompt_tokens": 5, "output_tokens": 2}],
+                  sweep_levels=[1, 2], endpoint="completions")  # fmt: skip
+    assert {spec.endpoint for _kind, spec in plan_levels(suite.plan(), 4)} == {"completions"}
+    plan = suite.plan()
+    del plan["endpoint"]  # a job queued before the endpoint was a choice
+    assert {spec.endpoint for _kind, spec in plan_levels(plan, 4)} == {"chat"}
+    with pytest.raises(ValueError, match="chat or completions"):
+        spec(5, 2, endpoint="responses")

@@ -14,7 +14,7 @@ FORM = {
     "requests_per_level": 8, "slo_ttft_s": 5, "slo_tpot_s": 0.1,
     "scenarios_text": "long prompt, short gen: 7234/32\n\n: 1834/108\n",
     "levels_text": "1, 2, 4, 8", "sweep_mode": "concurrency", "arrival_kind": "poisson",
-    "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0,
+    "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0, "endpoint": "chat",
 }  # fmt: skip
 RATES = {**FORM, "sweep_mode": "rate", "rates_text": "0.5, 1, 2.5", "arrival_kind": "gamma",
          "burstiness": 0.5, "rate_max_concurrency": 8, "ramp_up_s": 2, "arrival_seed": 9}  # fmt: skip

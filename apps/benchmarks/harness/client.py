@@ -12,6 +12,7 @@ from vllm_adapter import endpoints
 from vllm_adapter.endpoints import error_message as _error_text
 
 CHAT_PATH = endpoints.CHAT_COMPLETIONS
+COMPLETIONS_PATH = endpoints.COMPLETIONS
 
 
 class Client:
@@ -57,12 +58,13 @@ class Client:
             transport=self._transport,
         )
         self._chat_url = httpx.URL(self.base_url + CHAT_PATH)
+        self._completions_url = httpx.URL(self.base_url + COMPLETIONS_PATH)
         # Plain HTTP on the default transport: connections stamp their own reads/writes.
         self.stamped = transport is None and self._chat_url.scheme == "http"
         self._stream_headers = {**endpoints.STREAM_HEADERS, **headers}
         self._timeouts = timeout.as_dict()
-        # n_tokens -> (filler words, tail words) that hit n exactly last time
-        self._templates: dict[int, tuple[int, tuple[str, ...]]] = {}
+        # (chat?, n_tokens) -> (filler words, tail words) that hit n exactly last time
+        self._templates: dict[tuple[bool, int], tuple[int, tuple[str, ...]]] = {}
 
     @classmethod
     async def create(cls, base_url: str, model: str | None = None, **kwargs) -> Client:
@@ -84,16 +86,19 @@ class Client:
             raise RuntimeError(f"{self.base_url}{endpoints.MODELS} lists no model")
         return ids[0]
 
-    async def open_stream(self, payload: bytes, trace=None) -> httpx.Response:
-        """POST a serialised chat-completions body and return the response with its body
-        unread. It goes straight to the shared client's transport (the same connection
-        pool): AsyncClient.send's per-request machinery (URL merging, cookies, auth and
-        redirect handling) costs about half a millisecond of CPU per request, which at
-        64 streams delays everything else the loop is timing."""
+    async def open_stream(
+        self, payload: bytes, trace=None, *, completions: bool = False
+    ) -> httpx.Response:
+        """POST a serialised chat-completions (or, with `completions`, completions) body and
+        return the response with its body unread. It goes straight to the shared client's
+        transport (the same connection pool): AsyncClient.send's per-request machinery
+        (URL merging, cookies, auth and redirect handling) costs about half a millisecond
+        of CPU per request, which at 64 streams delays everything else the loop is timing."""
         extensions = {"timeout": self._timeouts}
         if trace is not None:
             extensions["trace"] = trace
-        request = httpx.Request("POST", self._chat_url, content=payload,
+        url = self._completions_url if completions else self._chat_url
+        request = httpx.Request("POST", url, content=payload,
                                 headers=self._stream_headers, extensions=extensions)  # fmt: skip
         response = await self._transport.handle_async_request(request)
         response.request = request
@@ -101,10 +106,15 @@ class Client:
 
     async def count_chat_tokens(self, messages: list[dict]) -> int:
         """The chat-templated length of `messages`, by the server's own tokenizer."""
-        response = await self.http.post(
-            endpoints.TOKENIZE, json=endpoints.tokenize_chat_body(self.model, messages),
-            timeout=60,
-        )  # fmt: skip
+        return await self._count(endpoints.tokenize_chat_body(self.model, messages))
+
+    async def count_text_tokens(self, prompt: str) -> int:
+        """The length of a completions prompt (special tokens added, as /v1/completions
+        does), by the server's own tokenizer."""
+        return await self._count(endpoints.tokenize_body(self.model, prompt))
+
+    async def _count(self, body: dict) -> int:
+        response = await self.http.post(endpoints.TOKENIZE, json=body, timeout=60)
         if response.status_code != 200:
             raise RuntimeError(
                 f"POST {endpoints.TOKENIZE} answered HTTP {response.status_code}: "

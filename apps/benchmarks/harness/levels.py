@@ -23,6 +23,7 @@ from apps.benchmarks.harness.stats import _aggregate, _diagnostics, percentiles,
 from apps.benchmarks.harness.stream import StreamParser
 from apps.benchmarks.harness.transport import _Stream
 from apps.benchmarks.harness.types import (
+    COMPLETIONS,
     SLO,
     LevelResult,
     LevelSpec,
@@ -73,6 +74,7 @@ async def run_level(
         result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
         return result
     scenario = spec.scenario
+    completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
 
@@ -85,7 +87,7 @@ async def run_level(
                     state["stopped"] = True
                     return
                 results[index] = await _one_request(
-                    client, payloads[index], index, warmup, scenario, time_scale
+                    client, payloads[index], index, warmup, scenario, time_scale, completions
                 )
                 state["done"] += 1
                 if on_progress is not None:
@@ -164,7 +166,7 @@ async def _open_phase(
         try:
             async with slots:
                 r = await _one_request(client, payloads[index], index, False, spec.scenario,
-                                       scale)  # fmt: skip
+                                       scale, spec.endpoint == COMPLETIONS)  # fmt: skip
             r.scheduled_at = at
             results[index] = r
         finally:
@@ -218,7 +220,13 @@ async def _open_phase(
 
 
 async def _one_request(
-    client: Client, payload: bytes, index: int, warmup: bool, scenario: Scenario, scale: float
+    client: Client,
+    payload: bytes,
+    index: int,
+    warmup: bool,
+    scenario: Scenario,
+    scale: float,
+    completions: bool = False,
 ) -> RequestResult:
     r = RequestResult(index=index, warmup=warmup, intended_prompt_tokens=scenario.prompt_tokens,
                       intended_output_tokens=scenario.output_tokens)  # fmt: skip
@@ -233,7 +241,9 @@ async def _one_request(
     r.ready_at = monotonic()
     try:
         async with asyncio.timeout(client.request_timeout):
-            response = await client.open_stream(payload, None if client.stamped else trace)
+            response = await client.open_stream(
+                payload, None if client.stamped else trace, completions=completions
+            )
             try:
                 # On plain HTTP the connection itself knows when bytes went and came.
                 net = response.extensions.get("network_stream")

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 
 from apps.benchmarks.harness.client import Client
-from apps.benchmarks.harness.types import MAX_PROMPT_TOKENS, LevelSpec, PromptLengthError
+from apps.benchmarks.harness.types import CHAT, MAX_PROMPT_TOKENS, LevelSpec, PromptLengthError
 from vllm_adapter import endpoints
 
 PROMPT_BUILD_PARALLEL = 8
@@ -68,9 +68,19 @@ def _salt_text(salt: str) -> str:
     return "Request " + " ".join(_WORDS[b % len(_WORDS)] for b in digest) + "."
 
 
-def _prompt(head: str, k: int, tail: Sequence[str] = ()) -> list[dict]:
+def _text(head: str, k: int, tail: Sequence[str] = ()) -> str:
     words = [*_filler_words(k), *tail]
-    return [{"role": "user", "content": head + (" " + " ".join(words) if words else "")}]
+    return head + (" " + " ".join(words) if words else "")
+
+
+def _prompt(head: str, k: int, tail: Sequence[str] = ()) -> list[dict]:
+    return [{"role": "user", "content": _text(head, k, tail)}]
+
+
+async def build_text(client: Client, n_tokens: int, salt: str) -> str:
+    """A completions prompt of exactly `n_tokens` (the server's `POST /tokenize` of the
+    text, special tokens added as /v1/completions adds them), built as `build_messages`."""
+    return await _build(client, n_tokens, salt, chat=False)
 
 
 async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]:
@@ -79,6 +89,10 @@ async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]
     filler words. The filler length that worked for `n_tokens` is remembered on the client,
     so later salts usually cost one /tokenize round-trip (a check). Raises
     PromptLengthError when no exact length is found."""
+    return await _build(client, n_tokens, salt, chat=True)
+
+
+async def _build(client: Client, n_tokens: int, salt: str, *, chat: bool):
     if n_tokens < 1:
         raise PromptLengthError("a prompt needs at least one token")
     if n_tokens > MAX_PROMPT_TOKENS:
@@ -88,16 +102,19 @@ async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]
     head = _salt_text(salt)
     counts: dict[tuple[int, tuple[str, ...]], int] = {}
 
+    make = _prompt if chat else _text
+    counter = client.count_chat_tokens if chat else client.count_text_tokens
+
     async def count(k: int, tail: tuple[str, ...] = ()) -> int:
         if (k, tail) not in counts:
-            counts[k, tail] = await client.count_chat_tokens(_prompt(head, k, tail))
+            counts[k, tail] = await counter(make(head, k, tail))
         return counts[k, tail]
 
-    def done(k: int, tail: tuple[str, ...] = ()) -> list[dict]:
-        client._templates[n_tokens] = (k, tail)
-        return _prompt(head, k, tail)
+    def done(k: int, tail: tuple[str, ...] = ()):
+        client._templates[chat, n_tokens] = (k, tail)
+        return make(head, k, tail)
 
-    known = client._templates.get(n_tokens)
+    known = client._templates.get((chat, n_tokens))
     if known is not None:
         k, tail = known
         got = await count(k, tail)
@@ -108,8 +125,9 @@ async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]
         base = await count(0)
         if base > n_tokens:
             raise PromptLengthError(
-                f"{n_tokens} prompt tokens is shorter than the chat template and the salt "
-                f"({base} tokens)"
+                f"{n_tokens} prompt tokens is shorter than "
+                + ("the chat template and " if chat else "")
+                + f"the salt ({base} tokens)"
             )
         k = n_tokens - base
     # Newton steps at ~one token per word...
@@ -155,22 +173,28 @@ async def build_payloads(client: Client, spec: LevelSpec, total: int) -> list[by
     scenario = spec.scenario
     base = uuid.uuid4().hex[:12]
 
-    def body(messages: list[dict], salt: str | None = None) -> bytes:
-        return json.dumps(endpoints.chat_body(
-            client.model, messages, max_tokens=scenario.output_tokens, stream=True,
-            continuous_usage=True, min_tokens=scenario.output_tokens, ignore_eos=True,
-            temperature=0, cache_salt=salt,
-        )).encode()  # fmt: skip
+    chat = spec.endpoint == CHAT
+    build = build_messages if chat else build_text
+
+    def body(prompt, salt: str | None = None) -> bytes:
+        sampling = {"max_tokens": scenario.output_tokens, "stream": True,
+                    "continuous_usage": True, "min_tokens": scenario.output_tokens,
+                    "ignore_eos": True, "temperature": 0, "cache_salt": salt}  # fmt: skip
+        if chat:
+            return json.dumps(endpoints.chat_body(client.model, prompt, **sampling)).encode()
+        return json.dumps(
+            endpoints.completion_body(prompt, model=client.model, **sampling)
+        ).encode()
 
     if spec.warm_prefix:
-        return [body(await build_messages(client, scenario.prompt_tokens, base))] * total
+        return [body(await build(client, scenario.prompt_tokens, base))] * total
     gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
 
     async def one(i: int) -> bytes:
         salt = f"{base}-{i}"
         async with gate:
-            messages = await build_messages(client, scenario.prompt_tokens, salt)
-        return body(messages, salt)
+            prompt = await build(client, scenario.prompt_tokens, salt)
+        return body(prompt, salt)
 
     # The first one alone finds the template; the rest reuse it.
     first = await one(0)

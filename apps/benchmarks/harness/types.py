@@ -18,6 +18,10 @@ MAX_PROMPT_TOKENS = 1_000_000
 MAX_OUTPUT_TOKENS = 100_000
 MAX_LEVEL_PROMPT_TOKENS = 16_000_000
 ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
+# The endpoint a level's requests go to: /v1/chat/completions (chat-templated messages) or
+# /v1/completions (a plain text prompt).
+CHAT, COMPLETIONS = "chat", "completions"
+ENDPOINTS = (CHAT, COMPLETIONS)
 
 
 @dataclass
@@ -45,10 +49,13 @@ class LevelSpec:
     warmup: int
     warm_prefix: bool = False
     arrivals: Arrivals | None = None
+    endpoint: str = CHAT
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 1:
             raise ValueError("concurrency and requests must be at least 1")
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"a level's endpoint is chat or completions, not {self.endpoint!r}")
         self.warmup = max(int(self.warmup), self.concurrency)
 
 
