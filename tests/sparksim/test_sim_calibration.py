@@ -139,6 +139,12 @@ def test_concurrent_streams_share_bandwidth(scaled):
 def test_other_profiles_land_in_the_seed_ranges(start_sim, model, extra, low, high):
     sim = start_sim("--gpu-memory-utilization", "0.85", "--max-model-len", "8192", "--max-num-seqs", "4",
                     *extra, model=model, time_scale=10)  # fmt: skip
+    # As within_once: a busy machine that holds sparksim or this client off the CPU skews
+    # one measurement at 10× speed past a narrow range (a loaded CI run measured 51.8 tok/s
+    # once for the 47–50 one); a miscalibrated profile misses every time.
     with sim.client() as client:
-        measured = measure(client, 200, 64, scale=10, seed=5)
+        for attempt in range(3):
+            measured = measure(client, 200, 64, scale=10, seed=5 + 1000 * attempt)
+            if low <= measured["decode"] <= high:
+                break
     assert low <= measured["decode"] <= high, measured
