@@ -105,14 +105,17 @@ class DockerRayNodes:
             if existing.status == "created":
                 self._start(existing)
             return Handle(self.name, existing.id)
+        container = self._create(config, "the Ray node's container")
+        self._start(container)
+        return Handle(self.name, container.id)
+
+    def _create(self, config: dict, what: str):
         try:
-            container = self.client.containers.create(**config)
+            return self.client.containers.create(**config)
         except docker.errors.ImageNotFound:
             raise EngineError(f"the image {config['image']} is not on {self.host_name}") from None
         except docker.errors.APIError as exc:
-            raise EngineError(f"Docker refused the Ray node's container: {exc}") from None
-        self._start(container)
-        return Handle(self.name, container.id)
+            raise EngineError(f"Docker refused {what}: {exc}") from None
 
     def check_link(self, spec: RayNodeSpec, timeout: float = 60) -> str:
         """The link check in a throwaway container of the node's own image and template on
@@ -129,12 +132,7 @@ class DockerRayNodes:
         config.pop("device_requests", None)  # it reads the network, not the GPU
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             self.client.containers.get(config["name"]).remove(force=True)  # an earlier try's
-        try:
-            container = self.client.containers.create(**config)
-        except docker.errors.ImageNotFound:
-            raise EngineError(f"the image {config['image']} is not on {self.host_name}") from None
-        except docker.errors.APIError as exc:
-            raise EngineError(f"Docker refused the link check's container: {exc}") from None
+        container = self._create(config, "the link check's container")
         try:
             container.start()
             container.wait(timeout=timeout)
