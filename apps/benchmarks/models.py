@@ -13,9 +13,11 @@ from apps.benchmarks import signals
 from apps.benchmarks.harness.arrivals import MAX_RAMP_S, MAX_RATE, Arrivals
 from apps.benchmarks.harness.types import (
     MAX_OUTPUT_TOKENS,
+    MAX_PREFIX_GROUPS,
     MAX_PROMPT_TOKENS,
     LevelSpec,
     Scenario,
+    SharedPrefix,
     level_refusal,
 )
 
@@ -102,11 +104,12 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
     `max_num_seqs` (the recipe's) decides the sweep when the plan lists no levels."""
     levels: list[tuple[str, LevelSpec]] = []
     endpoint = plan.get("endpoint", "chat")  # plans queued before had chat only
+    shared = SharedPrefix(**plan["shared_prefix"]) if plan.get("shared_prefix") else None
     for item in plan["scenarios"]:
         scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
         spec = LevelSpec(
             scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"],
-            endpoint=endpoint,
+            endpoint=endpoint, shared_prefix=shared,
         )  # fmt: skip
         levels.append(("scenario", spec))
     sweep = plan["sweep"]
@@ -123,6 +126,7 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
             spec = LevelSpec(
                 shape, streams, sweep["requests_per_level"], max(plan["warmup_requests"], streams),
                 plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals), endpoint=endpoint,
+                shared_prefix=shared,
             )  # fmt: skip
             levels.append(("rate", spec))
     elif sweep["enabled"]:
@@ -134,7 +138,8 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         for c in sweep["levels"] or default_levels(max_num_seqs):
             requests = max(sweep["requests_per_level"], c)
             warmup = max(plan["warmup_requests"], c)
-            spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], endpoint=endpoint)
+            spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], endpoint=endpoint,
+                             shared_prefix=shared)  # fmt: skip
             levels.append(("sweep", spec))
     return levels
 
@@ -253,6 +258,20 @@ class Suite(models.Model):
         default="chat",
         help_text="Which OpenAI endpoint every request of the suite uses.",
     )  # fmt: skip
+    shared_prefix_groups = models.PositiveSmallIntegerField(
+        "shared system prompts",
+        default=0,
+        validators=[MaxValueValidator(MAX_PREFIX_GROUPS)],
+        help_text="0: none. N: every request opens with one of N system prompts (request i "
+        "with the (i mod N)th), as a team's long shared instructions do; the prefix cache "
+        "should make them cheap.",
+    )
+    shared_prefix_tokens = models.PositiveIntegerField(
+        "shared system prompt tokens",
+        default=1000,
+        validators=[MinValueValidator(16), MaxValueValidator(MAX_PROMPT_TOKENS)],
+        help_text="About this many tokens each (within every scenario's prompt length).",
+    )
     warm_prefix = models.BooleanField(
         "warm prefix cache",
         default=False,
@@ -302,6 +321,11 @@ class Suite(models.Model):
             "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "warm_prefix": self.warm_prefix,
             "endpoint": self.endpoint,
+            "shared_prefix": (
+                {"groups": self.shared_prefix_groups, "tokens": self.shared_prefix_tokens}
+                if self.shared_prefix_groups
+                else None
+            ),
         }
 
     def clean(self) -> None:

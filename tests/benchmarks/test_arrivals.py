@@ -173,3 +173,30 @@ def test_a_suite_sends_every_level_to_its_endpoint():
     assert {spec.endpoint for _kind, spec in plan_levels(plan, 4)} == {"chat"}
     with pytest.raises(ValueError, match="chat or completions"):
         spec(5, 2, endpoint="responses")
+
+
+# --- a shared-prefix workload -----------------------------------------------------------------
+
+
+def test_shared_system_prompts_become_prefix_cache_hits_and_a_faster_first_token(small_sim):
+    from apps.benchmarks.harness.types import SharedPrefix
+
+    shared = SharedPrefix(groups=2, tokens=1500)
+    cold = level(small_sim, spec(1834, 4, requests=8, warmup=2), FAST)
+    warm = level(small_sim, spec(1834, 4, requests=8, warmup=2, shared_prefix=shared), FAST)
+    for result in (cold, warm):
+        assert result.ok == 8 and result.prompt_mismatches == 0
+    assert {r.prompt_tokens for r in warm.details} == {1834}
+    # ~1,500 of each 1,834-token prompt is one of two system prompts the warm-up cached
+    assert warm.server["prefix_hit_rate"] > 0.6, warm.server
+    assert cold.server["prefix_hit_rate"] < 0.1
+    assert warm.ttft["p50"] < cold.ttft["p50"] * 0.85  # only ~330 tokens left to prefill
+
+
+def test_a_shared_prefix_that_leaves_no_room_is_refused_before_anything_is_sent():
+    from apps.benchmarks.harness.types import SharedPrefix, level_refusal
+
+    refusal = level_refusal(spec(1834, 4, shared_prefix=SharedPrefix(groups=2, tokens=1800)))
+    assert "a shared prefix of 1,800 tokens leaves no room in a 1,834-token prompt" in refusal
+    with pytest.raises(ValueError, match="1 to 64 groups"):
+        SharedPrefix(groups=0, tokens=100)

@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from apps.benchmarks.harness.arrivals import Arrivals
+from apps.benchmarks.harness.types import SharedPrefix
 from apps.benchmarks.models import Suite, plan_levels
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +16,7 @@ FORM = {
     "scenarios_text": "long prompt, short gen: 7234/32\n\n: 1834/108\n",
     "levels_text": "1, 2, 4, 8", "sweep_mode": "concurrency", "arrival_kind": "poisson",
     "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0, "endpoint": "chat",
+    "shared_prefix_groups": 0, "shared_prefix_tokens": 1000,
 }  # fmt: skip
 RATES = {**FORM, "sweep_mode": "rate", "rates_text": "0.5, 1, 2.5", "arrival_kind": "gamma",
          "burstiness": 0.5, "rate_max_concurrency": 8, "ramp_up_s": 2, "arrival_seed": 9}  # fmt: skip
@@ -93,6 +95,25 @@ def test_bad_rate_sweeps_are_refused_and_kept(client_as, operator, change, messa
     html = response.content.decode()
     assert response.status_code == 400 and message in html
     assert not Suite.objects.filter(name="Long context").exists()
+
+
+def test_a_suite_with_shared_system_prompts_gives_every_level_the_prefix(client_as, operator):
+    client = client_as(operator)
+    form = {**FORM, "shared_prefix_groups": 3, "shared_prefix_tokens": 1500}
+    assert client.post(reverse("benchmark-suite-new"), form).status_code == 302
+    suite = Suite.objects.get(name="Long context")
+    levels = plan_levels(suite.plan(), max_num_seqs=4)
+    assert {spec.shared_prefix for _kind, spec in levels} == {SharedPrefix(3, 1500)}
+    # a prefix longer than a scenario's prompt is refused, naming the scenario
+    response = client.post(reverse("benchmark-suite-new"),
+                           {**form, "name": "Too long", "shared_prefix_tokens": 5000})  # fmt: skip
+    assert response.status_code == 400
+    assert "a shared prefix of 5,000 tokens leaves no room in a 1,834-token prompt" in (
+        response.content.decode()
+    )
+    response = client.post(reverse("benchmark-suite-new"),
+                           {**form, "name": "Both", "warm_prefix": "on"})  # fmt: skip
+    assert response.status_code == 400 and "exclude each other" in response.content.decode()
 
 
 def test_a_plan_queued_before_rate_sweeps_still_runs_its_concurrency_levels():

@@ -44,3 +44,13 @@ def test_a_warm_prefix_is_a_prefix_cache_hit_on_real_vllm(real_vllm):
     # vLLM caches whole blocks: all but the last partial block of a repeated prompt hit
     assert warm.server["prefix_hit_rate"] > 0.8, warm.server
     assert cold.server["prefix_hit_rate"] < 0.2, cold.server
+
+
+def test_shared_system_prompts_are_prefix_cache_hits_on_real_vllm(real_vllm):
+    from apps.benchmarks.harness.types import SharedPrefix
+
+    shared = _level(real_vllm, 600, 2, shared_prefix=SharedPrefix(groups=2, tokens=480))
+    assert shared.ok == 3 and shared.prompt_mismatches == 0, shared.error
+    # the warm-up's request cached group 0's prompt; of the three measured, two reuse a
+    # cached group (whole blocks of ~480 of 600 tokens) and one fills group 1
+    assert shared.server["prefix_hit_rate"] > 0.4, shared.server

@@ -77,22 +77,28 @@ def _prompt(head: str, k: int, tail: Sequence[str] = ()) -> list[dict]:
     return [{"role": "user", "content": _text(head, k, tail)}]
 
 
-async def build_text(client: Client, n_tokens: int, salt: str) -> str:
+async def build_text(client: Client, n_tokens: int, salt: str, system: str | None = None) -> str:
     """A completions prompt of exactly `n_tokens` (the server's `POST /tokenize` of the
-    text, special tokens added as /v1/completions adds them), built as `build_messages`."""
-    return await _build(client, n_tokens, salt, chat=False)
+    text, special tokens added as /v1/completions adds them), built as `build_messages`;
+    `system` opens it (a shared prefix)."""
+    return await _build(client, n_tokens, salt, chat=False, system=system)
 
 
-async def build_messages(client: Client, n_tokens: int, salt: str) -> list[dict]:
+async def build_messages(
+    client: Client, n_tokens: int, salt: str, system: str | None = None
+) -> list[dict]:
     """Chat messages whose chat-templated length (the server's `POST /tokenize` with
     `add_generation_prompt`) is exactly `n_tokens`: a unique opening made from `salt`, then
     filler words. The filler length that worked for `n_tokens` is remembered on the client,
     so later salts usually cost one /tokenize round-trip (a check). Raises
-    PromptLengthError when no exact length is found."""
-    return await _build(client, n_tokens, salt, chat=True)
+    PromptLengthError when no exact length is found. With `system`, the messages open
+    with that system prompt (a shared prefix) and the length counts it."""
+    return await _build(client, n_tokens, salt, chat=True, system=system)
 
 
-async def _build(client: Client, n_tokens: int, salt: str, *, chat: bool):
+async def _build(
+    client: Client, n_tokens: int, salt: str, *, chat: bool, system: str | None = None
+):
     if n_tokens < 1:
         raise PromptLengthError("a prompt needs at least one token")
     if n_tokens > MAX_PROMPT_TOKENS:
@@ -102,8 +108,19 @@ async def _build(client: Client, n_tokens: int, salt: str, *, chat: bool):
     head = _salt_text(salt)
     counts: dict[tuple[int, tuple[str, ...]], int] = {}
 
-    make = _prompt if chat else _text
+    if system is None:
+        make = _prompt if chat else _text
+    elif chat:
+
+        def make(head: str, k: int, tail: Sequence[str] = ()):
+            return [{"role": "system", "content": system}, *_prompt(head, k, tail)]
+    else:
+
+        def make(head: str, k: int, tail: Sequence[str] = ()):
+            return system + "\n\n" + _text(head, k, tail)
+
     counter = client.count_chat_tokens if chat else client.count_text_tokens
+    key = (chat, n_tokens, system is not None)
 
     async def count(k: int, tail: tuple[str, ...] = ()) -> int:
         if (k, tail) not in counts:
@@ -111,10 +128,10 @@ async def _build(client: Client, n_tokens: int, salt: str, *, chat: bool):
         return counts[k, tail]
 
     def done(k: int, tail: tuple[str, ...] = ()):
-        client._templates[chat, n_tokens] = (k, tail)
+        client._templates[key] = (k, tail)
         return make(head, k, tail)
 
-    known = client._templates.get((chat, n_tokens))
+    known = client._templates.get(key)
     if known is not None:
         k, tail = known
         got = await count(k, tail)
@@ -127,6 +144,7 @@ async def _build(client: Client, n_tokens: int, salt: str, *, chat: bool):
             raise PromptLengthError(
                 f"{n_tokens} prompt tokens is shorter than "
                 + ("the chat template and " if chat else "")
+                + ("the shared prefix and " if system is not None else "")
                 + f"the salt ({base} tokens)"
             )
         k = n_tokens - base
@@ -189,12 +207,20 @@ async def build_payloads(client: Client, spec: LevelSpec, total: int) -> list[by
     if spec.warm_prefix:
         return [body(await build(client, scenario.prompt_tokens, base))] * total
     gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
+    shared = spec.shared_prefix
+    prefixes: list[str] = []
+    if shared is not None:  # each of exactly its tokens, by the server's own tokenizer
+        for g in range(shared.groups):
+            prefixes.append(await build_text(client, shared.tokens, f"{base}-group-{g}"))
 
     async def one(i: int) -> bytes:
         salt = f"{base}-{i}"
+        system = prefixes[i % len(prefixes)] if prefixes else None
         async with gate:
-            prompt = await build(client, scenario.prompt_tokens, salt)
-        return body(prompt, salt)
+            prompt = await build(client, scenario.prompt_tokens, salt, system)
+        # A shared prefix must be cacheable across requests: no cache_salt (its own
+        # opening keeps each request's rest unique).
+        return body(prompt, None if prefixes else salt)
 
     # The first one alone finds the template; the rest reuse it.
     first = await one(0)

@@ -17,6 +17,9 @@ from vllm_adapter import endpoints
 MAX_PROMPT_TOKENS = 1_000_000
 MAX_OUTPUT_TOKENS = 100_000
 MAX_LEVEL_PROMPT_TOKENS = 16_000_000
+MAX_PREFIX_GROUPS = 64
+# A request's own part after a shared prefix: its opening (the salt) and the chat template.
+PREFIX_ROOM_TOKENS = 48
 ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
 # The endpoint a level's requests go to: /v1/chat/completions (chat-templated messages) or
 # /v1/completions (a plain text prompt).
@@ -35,6 +38,21 @@ class Scenario:
             raise ValueError("a scenario needs at least one prompt and one output token")
 
 
+@dataclass(frozen=True)
+class SharedPrefix:
+    """`groups` system prompts of about `tokens` tokens each; request i opens with group
+    i mod groups' (a team's few long system prompts or agent instructions)."""
+
+    groups: int
+    tokens: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.groups <= MAX_PREFIX_GROUPS:
+            raise ValueError(f"a shared prefix has 1 to {MAX_PREFIX_GROUPS} groups")
+        if not 16 <= self.tokens <= MAX_PROMPT_TOKENS:
+            raise ValueError("a shared prefix has at least 16 tokens")
+
+
 @dataclass
 class LevelSpec:
     """One level. Closed loop: `concurrency` streams, each sending its next request when
@@ -50,6 +68,7 @@ class LevelSpec:
     warm_prefix: bool = False
     arrivals: Arrivals | None = None
     endpoint: str = CHAT
+    shared_prefix: SharedPrefix | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 1:
@@ -191,6 +210,15 @@ def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | No
             f"{prompt:,} prompt + {output:,} generated tokens is more than the recipe's "
             f"max_model_len ({max_model_len:,}): the server would refuse every request."
         )
+    shared = spec.shared_prefix
+    if shared is not None and shared.tokens + PREFIX_ROOM_TOKENS > prompt:
+        return (
+            f"a shared prefix of {shared.tokens:,} tokens leaves no room in a "
+            f"{prompt:,}-token prompt (each request needs about {PREFIX_ROOM_TOKENS} of its "
+            "own): a shorter prefix or a longer prompt."
+        )
+    if shared is not None and spec.warm_prefix:
+        return "a warm prefix repeats one whole prompt: it and a shared prefix exclude each other."
     held = prompt * (1 if spec.warm_prefix else spec.warmup + spec.requests)
     if held > MAX_LEVEL_PROMPT_TOKENS:
         return (
