@@ -1,0 +1,58 @@
+"""An operator builds a Poisson request-rate sweep suite in the browser; a member queues it
+on the simulated Spark and reads the goodput answer, the saturation and what the server
+did (KV cache usage) per level."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import login
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_rate_sweep_suite_is_built_run_and_read_in_the_browser(new_page, idle_demo_host):
+    page = new_page()
+    login(page, "otto")
+    page.goto("/benchmarks/suites/")
+    page.get_by_role("link", name="New suite").click()
+    page.locator("#id_name").fill("Team rate sweep")
+    page.locator("#id_scenarios_text").fill("short: 200/16")
+    page.locator("#id_repetitions").fill("1")
+    page.locator("#id_sweep_mode").select_option("rate")
+    page.locator("#id_rates_text").fill("0.1, 200")
+    page.locator("#id_sweep_prompt_tokens").fill("200")
+    page.locator("#id_sweep_output_tokens").fill("64")
+    page.locator("#id_requests_per_level").fill("60")
+    page.locator("#id_arrival_kind").select_option("poisson")
+    page.get_by_role("button", name="Save").click()
+    row = page.get_by_role("row").filter(has_text="Team rate sweep")
+    expect(row).to_contain_text("200/64 at 0.1, 200 req/s (Poisson)")
+
+    member = new_page()
+    login(member, "mia")
+    member.get_by_role("link", name="Benchmarks", exact=True).click()
+    member.get_by_label("Suite").select_option(label="Team rate sweep")
+    member.get_by_label("Recipe").select_option(
+        label="Nemotron-3-Super 120B — official vLLM Spark recipe"
+    )
+    member.get_by_label("Host").select_option(label="local-sim")
+    member.get_by_role("button", name="Queue").click()
+    badge = member.locator("[id$='-progress'] .state-badge")
+    expect(badge).to_have_text("Done", timeout=300_000)
+
+    sweep = member.get_by_test_id("rate-sweep")
+    expect(sweep.get_by_test_id("rate-answer")).to_contain_text(
+        re.compile(r"^Holds 0\.1 requests/s of 200/64 with TTFT p95 ≤ 2 s")
+    )
+    expect(sweep.get_by_test_id("rate-answer")).to_contain_text("fell behind (saturated)")
+    levels = sweep.get_by_test_id("rate-level")
+    expect(levels).to_have_count(2)
+    expect(levels.nth(1)).to_contain_text("saturated")
+    # what the server did during each level: its KV cache usage and queue, from /metrics
+    for i in range(2):
+        expect(levels.nth(i).get_by_test_id("server-during-level")).to_contain_text(
+            re.compile(r"KV \d+\.\d % peak")
+        )
+    expect(levels.nth(1).get_by_test_id("server-during-level")).to_contain_text("waiting")
