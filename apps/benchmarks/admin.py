@@ -11,7 +11,8 @@ class SuiteAdmin(admin.ModelAdmin):
         ("Single-stream scenarios", {
             "description": 'A list of {"name", "prompt_tokens", "output_tokens"}.',
             "fields": ["scenarios", "repetitions", "warmup_requests", "warm_prefix",
-                       "shared_prefix_groups", "shared_prefix_tokens"],
+                       "shared_prefix_groups", "shared_prefix_tokens", "length_kind",
+                       "length_spread"],
         }),
         ("Sweep", {"fields": ["sweep_enabled", "sweep_mode", "sweep_prompt_tokens",
                               "sweep_output_tokens", "sweep_levels", "sweep_rates",

@@ -66,7 +66,8 @@ class SuiteForm(forms.ModelForm):
     class Meta:
         model = Suite
         fields = ["name", "description", "endpoint", "repetitions", "warmup_requests",
-                  "shared_prefix_groups", "shared_prefix_tokens", "warm_prefix",
+                  "length_kind", "length_spread", "shared_prefix_groups",
+                  "shared_prefix_tokens", "warm_prefix",
                   "sweep_enabled", "sweep_mode", "sweep_prompt_tokens", "sweep_output_tokens",
                   "requests_per_level", "arrival_kind", "burstiness", "rate_max_concurrency",
                   "ramp_up_s", "arrival_seed", "slo_ttft_s", "slo_tpot_s"]  # fmt: skip

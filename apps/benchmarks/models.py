@@ -15,6 +15,7 @@ from apps.benchmarks.harness.types import (
     MAX_OUTPUT_TOKENS,
     MAX_PREFIX_GROUPS,
     MAX_PROMPT_TOKENS,
+    Lengths,
     LevelSpec,
     Scenario,
     SharedPrefix,
@@ -105,11 +106,13 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
     levels: list[tuple[str, LevelSpec]] = []
     endpoint = plan.get("endpoint", "chat")  # plans queued before had chat only
     shared = SharedPrefix(**plan["shared_prefix"]) if plan.get("shared_prefix") else None
+    varied = Lengths(**plan["lengths"]) if plan.get("lengths") else None
+    extra = {"endpoint": endpoint, "shared_prefix": shared, "lengths": varied}
     for item in plan["scenarios"]:
         scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
         spec = LevelSpec(
             scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"],
-            endpoint=endpoint, shared_prefix=shared,
+            **extra,
         )  # fmt: skip
         levels.append(("scenario", spec))
     sweep = plan["sweep"]
@@ -125,8 +128,7 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         for rate in sweep["rates"]:
             spec = LevelSpec(
                 shape, streams, sweep["requests_per_level"], max(plan["warmup_requests"], streams),
-                plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals), endpoint=endpoint,
-                shared_prefix=shared,
+                plan["warm_prefix"], arrivals=Arrivals(rate=rate, **arrivals), **extra,
             )  # fmt: skip
             levels.append(("rate", spec))
     elif sweep["enabled"]:
@@ -138,8 +140,7 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         for c in sweep["levels"] or default_levels(max_num_seqs):
             requests = max(sweep["requests_per_level"], c)
             warmup = max(plan["warmup_requests"], c)
-            spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], endpoint=endpoint,
-                             shared_prefix=shared)  # fmt: skip
+            spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], **extra)
             levels.append(("sweep", spec))
     return levels
 
@@ -232,8 +233,8 @@ class Suite(models.Model):
         "arrival seed",
         default=0,
         validators=[MaxValueValidator(2**31 - 1)],
-        help_text="The same seed sends the same arrival times (compare recipes on the same "
-        "traffic).",
+        help_text="The same seed sends the same arrival times and lengths (compare recipes on "
+        "the same traffic).",
     )
     requests_per_level = models.PositiveSmallIntegerField(
         default=8,
@@ -271,6 +272,21 @@ class Suite(models.Model):
         default=1000,
         validators=[MinValueValidator(16), MaxValueValidator(MAX_PROMPT_TOKENS)],
         help_text="About this many tokens each (within every scenario's prompt length).",
+    )
+    length_kind = models.CharField(
+        "lengths",
+        max_length=8,
+        choices=[("fixed", "Fixed: every request exactly the scenario's lengths"),
+                 ("uniform", "Uniform: each drawn within ± the spread"),
+                 ("normal", "Normal: standard deviation = the spread, within ±2 of it")],
+        default="fixed",
+    )  # fmt: skip
+    length_spread = models.FloatField(
+        "length spread",
+        default=0.25,
+        validators=[MinValueValidator(0.01), MaxValueValidator(1)],
+        help_text="As a fraction of the scenario's lengths (0.25: ±25 % uniform; at most 0.5 "
+        "for normal). Prompt and answer lengths vary alike; the seed below repeats them.",
     )
     warm_prefix = models.BooleanField(
         "warm prefix cache",
@@ -321,6 +337,11 @@ class Suite(models.Model):
             "slo": {"ttft_s": self.slo_ttft_s, "tpot_s": self.slo_tpot_s},
             "warm_prefix": self.warm_prefix,
             "endpoint": self.endpoint,
+            "lengths": (
+                {"kind": self.length_kind, "spread": self.length_spread, "seed": self.arrival_seed}
+                if self.length_kind != "fixed"
+                else None
+            ),
             "shared_prefix": (
                 {"groups": self.shared_prefix_groups, "tokens": self.shared_prefix_tokens}
                 if self.shared_prefix_groups
@@ -331,6 +352,11 @@ class Suite(models.Model):
     def clean(self) -> None:
         """What no recipe could run: prompts a level cannot hold (the bound against a
         recipe's max_model_len is checked when a job is queued, see `plan_refusal`)."""
+        if self.length_kind == "normal" and self.length_spread > 0.5:
+            raise ValidationError(
+                "Normal lengths take a spread of at most 0.5 (within ±2 of it, a length stays "
+                "positive)."
+            )
         if self.sweep_enabled and self.sweep_mode == self.SweepMode.RATE and not self.sweep_rates:
             raise ValidationError("A rate sweep needs at least one request rate.")
         try:

@@ -200,3 +200,39 @@ def test_a_shared_prefix_that_leaves_no_room_is_refused_before_anything_is_sent(
     assert "a shared prefix of 1,800 tokens leaves no room in a 1,834-token prompt" in refusal
     with pytest.raises(ValueError, match="1 to 64 groups"):
         SharedPrefix(groups=0, tokens=100)
+
+
+# --- varied lengths -------------------------------------------------------------------------
+
+
+def test_length_distributions_keep_the_mean_and_their_bounds():
+    from apps.benchmarks.harness.types import Lengths, request_lengths
+
+    uniform = spec(1000, 200, requests=4000, lengths=Lengths("uniform", 0.5, seed=1))
+    pairs = request_lengths(uniform, 4000)
+    prompts, outputs = [p for p, _ in pairs], [o for _, o in pairs]
+    assert min(prompts) >= 500 and max(prompts) <= 1500 and min(outputs) >= 100
+    assert statistics.fmean(prompts) == pytest.approx(1000, rel=0.02)
+    # a uniform spread of ±50 % has a standard deviation of 0.5 × 1000 / √3
+    assert statistics.pstdev(prompts) == pytest.approx(500 / math.sqrt(3), rel=0.05)
+    normal = spec(1000, 200, requests=4000, lengths=Lengths("normal", 0.2, seed=1))
+    prompts = [p for p, _ in request_lengths(normal, 4000)]
+    assert statistics.fmean(prompts) == pytest.approx(1000, rel=0.02)
+    assert statistics.pstdev(prompts) == pytest.approx(200, rel=0.08)  # clipped at ±2 sd
+    assert min(prompts) >= 600 and max(prompts) <= 1400
+    assert request_lengths(normal, 50) == request_lengths(normal, 50)  # seeded
+    with pytest.raises(ValueError, match="uniform or normal"):
+        Lengths("zipf", 0.2)
+
+
+def test_a_level_of_varied_lengths_sends_each_request_its_own_exact_lengths(small_sim):
+    from apps.benchmarks.harness.types import Lengths
+
+    result = level(small_sim, spec(400, 24, requests=6, warmup=1,
+                                   lengths=Lengths("uniform", 0.5, seed=4)), FAST)  # fmt: skip
+    assert result.ok == 6 and result.prompt_mismatches == 0 and result.output_mismatches == 0
+    prompts = [r.prompt_tokens for r in result.details]
+    assert prompts == [r.intended_prompt_tokens for r in result.details]
+    assert len(set(prompts)) > 3 and all(200 <= p <= 600 for p in prompts)
+    outputs = [r.output_tokens for r in result.details]
+    assert outputs == [r.intended_output_tokens for r in result.details] and len(set(outputs)) > 2

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from apps.benchmarks.harness.arrivals import Arrivals
-from apps.benchmarks.harness.types import SharedPrefix
+from apps.benchmarks.harness.types import Lengths, SharedPrefix
 from apps.benchmarks.models import Suite, plan_levels
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,8 @@ FORM = {
     "scenarios_text": "long prompt, short gen: 7234/32\n\n: 1834/108\n",
     "levels_text": "1, 2, 4, 8", "sweep_mode": "concurrency", "arrival_kind": "poisson",
     "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0, "endpoint": "chat",
-    "shared_prefix_groups": 0, "shared_prefix_tokens": 1000,
+    "shared_prefix_groups": 0, "shared_prefix_tokens": 1000, "length_kind": "fixed",
+    "length_spread": 0.25,
 }  # fmt: skip
 RATES = {**FORM, "sweep_mode": "rate", "rates_text": "0.5, 1, 2.5", "arrival_kind": "gamma",
          "burstiness": 0.5, "rate_max_concurrency": 8, "ramp_up_s": 2, "arrival_seed": 9}  # fmt: skip
@@ -114,6 +115,17 @@ def test_a_suite_with_shared_system_prompts_gives_every_level_the_prefix(client_
     response = client.post(reverse("benchmark-suite-new"),
                            {**form, "name": "Both", "warm_prefix": "on"})  # fmt: skip
     assert response.status_code == 400 and "exclude each other" in response.content.decode()
+
+
+def test_a_suite_of_varied_lengths_gives_every_level_its_distribution(client_as, operator):
+    client = client_as(operator)
+    form = {**FORM, "length_kind": "normal", "length_spread": 0.2, "arrival_seed": 7}
+    assert client.post(reverse("benchmark-suite-new"), form).status_code == 302
+    levels = plan_levels(Suite.objects.get(name="Long context").plan(), max_num_seqs=4)
+    assert {spec.lengths for _kind, spec in levels} == {Lengths("normal", 0.2, seed=7)}
+    response = client.post(reverse("benchmark-suite-new"),
+                           {**form, "name": "Too wide", "length_spread": 0.8})  # fmt: skip
+    assert response.status_code == 400 and "at most 0.5" in response.content.decode()
 
 
 def test_a_plan_queued_before_rate_sweeps_still_runs_its_concurrency_levels():

@@ -29,8 +29,8 @@ from apps.benchmarks.harness.types import (
     LevelSpec,
     PromptLengthError,
     RequestResult,
-    Scenario,
     level_refusal,
+    request_lengths,
 )
 from vllm_adapter.endpoints import error_message as _error_text
 from vllm_adapter.sse import StreamError
@@ -69,11 +69,11 @@ async def run_level(
         result.error = f"could not prepare the prompts: {refusal}"
         return result
     try:
-        payloads = await build_payloads(client, spec, total)
+        lengths = request_lengths(spec, total)
+        payloads = await build_payloads(client, spec, total, lengths)
     except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
         result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
         return result
-    scenario = spec.scenario
     completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
@@ -87,8 +87,9 @@ async def run_level(
                     state["stopped"] = True
                     return
                 results[index] = await _one_request(
-                    client, payloads[index], index, warmup, scenario, time_scale, completions
-                )
+                    client, payloads[index], index, warmup, lengths[index], time_scale,
+                    completions,
+                )  # fmt: skip
                 state["done"] += 1
                 if on_progress is not None:
                     _call(on_progress, state["done"], total)
@@ -110,7 +111,7 @@ async def run_level(
             await phase(range(spec.warmup, total), warmup=False)
         else:
             result.arrival = await _open_phase(
-                client, spec, payloads, results, range(spec.warmup, total), time_scale,
+                client, spec, payloads, lengths, results, range(spec.warmup, total), time_scale,
                 lambda: should_stop is not None and bool(_call(should_stop)),
                 lambda: _count(state, on_progress, total),
             )  # fmt: skip
@@ -145,6 +146,7 @@ async def _open_phase(
     client: Client,
     spec: LevelSpec,
     payloads: list[bytes],
+    lengths: list[tuple[int, int]],
     results: list,
     indices: range,
     scale: float,
@@ -165,7 +167,7 @@ async def _open_phase(
     async def send(index: int, at: float) -> None:
         try:
             async with slots:
-                r = await _one_request(client, payloads[index], index, False, spec.scenario,
+                r = await _one_request(client, payloads[index], index, False, lengths[index],
                                        scale, spec.endpoint == COMPLETIONS)  # fmt: skip
             r.scheduled_at = at
             results[index] = r
@@ -224,12 +226,12 @@ async def _one_request(
     payload: bytes,
     index: int,
     warmup: bool,
-    scenario: Scenario,
+    intended: tuple[int, int],
     scale: float,
     completions: bool = False,
 ) -> RequestResult:
-    r = RequestResult(index=index, warmup=warmup, intended_prompt_tokens=scenario.prompt_tokens,
-                      intended_output_tokens=scenario.output_tokens)  # fmt: skip
+    r = RequestResult(index=index, warmup=warmup, intended_prompt_tokens=intended[0],
+                      intended_output_tokens=intended[1])  # fmt: skip
     parser = StreamParser()
     monotonic = time.monotonic
     sent: list[float] = []

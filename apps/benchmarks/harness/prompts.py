@@ -187,16 +187,21 @@ async def _build(
     )
 
 
-async def build_payloads(client: Client, spec: LevelSpec, total: int) -> list[bytes]:
+async def build_payloads(
+    client: Client, spec: LevelSpec, total: int, lengths: list[tuple[int, int]] | None = None
+) -> list[bytes]:
+    """One body per request (`lengths`: each one's prompt and answer tokens; the
+    scenario's for all by default)."""
     scenario = spec.scenario
+    lengths = lengths or [(scenario.prompt_tokens, scenario.output_tokens)] * total
     base = uuid.uuid4().hex[:12]
 
     chat = spec.endpoint == CHAT
     build = build_messages if chat else build_text
 
-    def body(prompt, salt: str | None = None) -> bytes:
-        sampling = {"max_tokens": scenario.output_tokens, "stream": True,
-                    "continuous_usage": True, "min_tokens": scenario.output_tokens,
+    def body(prompt, salt: str | None = None, output: int = scenario.output_tokens) -> bytes:
+        sampling = {"max_tokens": output, "stream": True,
+                    "continuous_usage": True, "min_tokens": output,
                     "ignore_eos": True, "temperature": 0, "cache_salt": salt}  # fmt: skip
         if chat:
             return json.dumps(endpoints.chat_body(client.model, prompt, **sampling)).encode()
@@ -216,11 +221,12 @@ async def build_payloads(client: Client, spec: LevelSpec, total: int) -> list[by
     async def one(i: int) -> bytes:
         salt = f"{base}-{i}"
         system = prefixes[i % len(prefixes)] if prefixes else None
+        prompt_tokens, output_tokens = lengths[i]
         async with gate:
-            prompt = await build(client, scenario.prompt_tokens, salt, system)
+            prompt = await build(client, prompt_tokens, salt, system)
         # A shared prefix must be cacheable across requests: no cache_salt (its own
         # opening keeps each request's rest unique).
-        return body(prompt, None if prefixes else salt)
+        return body(prompt, None if prefixes else salt, output_tokens)
 
     # The first one alone finds the template; the rest reuse it.
     first = await one(0)

@@ -5,6 +5,7 @@ the MAX_* numbers the suite forms validate against)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass, field, fields
 
 from apps.benchmarks.harness.arrivals import Arrivals
@@ -53,6 +54,53 @@ class SharedPrefix:
             raise ValueError("a shared prefix has at least 16 tokens")
 
 
+LENGTH_KINDS = ("uniform", "normal")
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Requests of varied lengths around the scenario's: `uniform` draws each prompt and
+    answer length from ±`spread` of the scenario's (e.g. 0.5: 50 %–150 %), `normal` from a
+    normal distribution with standard deviation `spread` × the scenario's, kept within
+    ±2 standard deviations (and at least one token). Seeded: the same seed, the same
+    lengths."""
+
+    kind: str
+    spread: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in LENGTH_KINDS:
+            raise ValueError(f"lengths are uniform or normal, not {self.kind!r}")
+        if not 0 < self.spread <= (1 if self.kind == "uniform" else 0.5):
+            raise ValueError(
+                "the spread is above 0 and at most 1 (uniform) or 0.5 (normal) of the length"
+            )
+
+    def reach(self) -> float:
+        """How far from the scenario's length a draw may go, as a fraction of it."""
+        return self.spread if self.kind == "uniform" else 2 * self.spread
+
+    def draw(self, mean: int, rng: random.Random) -> int:
+        low, high = max(1, round(mean * (1 - self.reach()))), round(mean * (1 + self.reach()))
+        if self.kind == "uniform":
+            return rng.randint(low, max(low, high))
+        return min(max(round(rng.gauss(mean, self.spread * mean)), low), max(low, high))
+
+
+def request_lengths(spec: LevelSpec, total: int) -> list[tuple[int, int]]:
+    """(prompt, answer) tokens of each of a level's `total` requests, warm-up included."""
+    scenario = spec.scenario
+    if spec.lengths is None:
+        return [(scenario.prompt_tokens, scenario.output_tokens)] * total
+    rng = random.Random(spec.lengths.seed)  # noqa: S311 — repeatable lengths, not secrets
+    return [
+        (spec.lengths.draw(scenario.prompt_tokens, rng),
+         spec.lengths.draw(scenario.output_tokens, rng))
+        for _ in range(total)
+    ]  # fmt: skip
+
+
 @dataclass
 class LevelSpec:
     """One level. Closed loop: `concurrency` streams, each sending its next request when
@@ -69,6 +117,7 @@ class LevelSpec:
     arrivals: Arrivals | None = None
     endpoint: str = CHAT
     shared_prefix: SharedPrefix | None = None
+    lengths: Lengths | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 1:
@@ -201,6 +250,20 @@ def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | No
     or more prompt tokens than a level keeps in memory."""
     scenario = spec.scenario
     prompt, output = scenario.prompt_tokens, scenario.output_tokens
+    if spec.lengths is not None:  # judged at the longest and shortest a draw may be
+        if spec.warm_prefix:
+            return (
+                "a warm prefix repeats one whole prompt: it and varied lengths exclude each other."
+            )
+        reach = spec.lengths.reach()
+        shortest = max(1, round(prompt * (1 - reach)))
+        prompt, output = round(prompt * (1 + reach)), round(output * (1 + reach))
+        shared = spec.shared_prefix
+        if shared is not None and shared.tokens + PREFIX_ROOM_TOKENS > shortest:
+            return (
+                f"a shared prefix of {shared.tokens:,} tokens leaves no room in the shortest "
+                f"prompts ({shortest:,} tokens): a shorter prefix or a smaller spread."
+            )
     if prompt > MAX_PROMPT_TOKENS:
         return f"{prompt:,} prompt tokens: a prompt has at most {MAX_PROMPT_TOKENS:,}."
     if output > MAX_OUTPUT_TOKENS:
