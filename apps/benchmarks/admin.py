@@ -10,8 +10,8 @@ class SuiteAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "description", "is_default", "endpoint"]}),
         ("Single-stream scenarios", {
             "description": 'A list of {"name", "prompt_tokens", "output_tokens"}.',
-            "fields": ["scenarios", "repetitions", "warmup_requests", "warm_prefix",
-                       "shared_prefix_groups", "shared_prefix_tokens", "length_kind",
+            "fields": ["scenarios", "context_depths", "repetitions", "warmup_requests",
+                       "warm_prefix", "shared_prefix_groups", "shared_prefix_tokens", "length_kind",
                        "length_spread"],
         }),
         ("Sweep", {"fields": ["sweep_enabled", "sweep_mode", "sweep_prompt_tokens",

@@ -6,6 +6,7 @@ from apps.benchmarks.models import (
     MAX_LEVELS,
     MAX_SCENARIOS,
     Suite,
+    validate_depths,
     validate_levels,
     validate_rates,
     validate_scenarios,
@@ -55,6 +56,13 @@ class SuiteForm(forms.ModelForm):
         "max-num-seqs.",
     )
 
+    depths_text = forms.CharField(
+        label="Context-depth sweep (tokens)",
+        required=False,
+        max_length=MAX_LEVELS * 10,
+        help_text="e.g. 0, 4096, 16384, 32768 — the same short question after that much "
+        "context, one single-stream level each (empty: none).",
+    )
     rates_text = forms.CharField(
         label="Request rates (req/s)",
         required=False,
@@ -82,10 +90,13 @@ class SuiteForm(forms.ModelForm):
             )
             self.initial["levels_text"] = ", ".join(str(c) for c in self.instance.sweep_levels)
             self.initial["rates_text"] = ", ".join(f"{r:g}" for r in self.instance.sweep_rates)
+            self.initial["depths_text"] = ", ".join(str(d) for d in self.instance.context_depths)
         # the field order above puts the rates after the concurrency levels
         order = list(self.fields)
         order.remove("rates_text")
         order.insert(order.index("levels_text") + 1, "rates_text")
+        order.remove("depths_text")
+        order.insert(order.index("scenarios_text") + 1, "depths_text")
         self.order_fields(order)
 
     def clean_scenarios_text(self) -> list[dict]:
@@ -129,6 +140,19 @@ class SuiteForm(forms.ModelForm):
         validate_levels(levels)
         return levels
 
+    def clean_depths_text(self) -> list[int]:
+        text = self.cleaned_data["depths_text"].replace(" ", "")
+        if not text:
+            return []
+        values = [v for v in text.split(",") if v]
+        if not all(_COUNT.fullmatch(v) for v in values):
+            raise forms.ValidationError(
+                "Whole numbers of tokens separated by commas, e.g. 0, 4096."
+            )
+        depths = [int(v) for v in values]
+        validate_depths(depths)
+        return depths
+
     def clean_rates_text(self) -> list[float]:
         text = self.cleaned_data["rates_text"].replace(" ", "")
         if not text:
@@ -151,10 +175,13 @@ class SuiteForm(forms.ModelForm):
             self.instance.sweep_levels = data["levels_text"]
         if "rates_text" in data:
             self.instance.sweep_rates = data["rates_text"]
+        if "depths_text" in data:
+            self.instance.context_depths = data["depths_text"]
         return data
 
     def save(self, commit: bool = True) -> Suite:
         self.instance.scenarios = self.cleaned_data["scenarios_text"]
         self.instance.sweep_levels = self.cleaned_data["levels_text"]
         self.instance.sweep_rates = self.cleaned_data["rates_text"]
+        self.instance.context_depths = self.cleaned_data["depths_text"]
         return super().save(commit)

@@ -73,6 +73,23 @@ def validate_levels(value) -> None:
         raise ValidationError("Concurrency levels must be increasing, without repeats.")
 
 
+DEPTH_QUESTION_TOKENS = 64  # a context-depth level: the same short question after the context
+DEPTH_ANSWER_TOKENS = 128
+
+
+def validate_depths(value) -> None:
+    if not isinstance(value, list) or not all(
+        type(v) is int and 0 <= v <= MAX_PROMPT_TOKENS - DEPTH_QUESTION_TOKENS for v in value
+    ):
+        raise ValidationError(
+            f"Context depths are whole numbers of tokens, 0 to {MAX_PROMPT_TOKENS:,}."
+        )
+    if len(value) > MAX_LEVELS:
+        raise ValidationError(f"At most {MAX_LEVELS} context depths ({len(value):,} given).")
+    if value != sorted(set(value)):
+        raise ValidationError("Context depths must be increasing, without repeats.")
+
+
 def validate_rates(value) -> None:
     if not isinstance(value, list) or not all(
         type(v) in (int, float) and 0 < v <= MAX_RATE for v in value
@@ -108,7 +125,12 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
     shared = SharedPrefix(**plan["shared_prefix"]) if plan.get("shared_prefix") else None
     varied = Lengths(**plan["lengths"]) if plan.get("lengths") else None
     extra = {"endpoint": endpoint, "shared_prefix": shared, "lengths": varied}
-    for item in plan["scenarios"]:
+    depths = [
+        {"name": f"context depth {d:,}", "prompt_tokens": d + DEPTH_QUESTION_TOKENS,
+         "output_tokens": DEPTH_ANSWER_TOKENS}
+        for d in plan.get("depths", [])
+    ]  # fmt: skip
+    for item in [*plan["scenarios"], *depths]:
         scenario = Scenario(item["name"], item["prompt_tokens"], item["output_tokens"])
         spec = LevelSpec(
             scenario, 1, plan["repetitions"], plan["warmup_requests"], plan["warm_prefix"],
@@ -259,6 +281,15 @@ class Suite(models.Model):
         default="chat",
         help_text="Which OpenAI endpoint every request of the suite uses.",
     )  # fmt: skip
+    context_depths = models.JSONField(
+        "context-depth sweep",
+        default=list,
+        blank=True,
+        validators=[validate_depths],
+        help_text=f"Tokens of context before the same short question ({DEPTH_QUESTION_TOKENS} "
+        f"tokens, {DEPTH_ANSWER_TOKENS}-token answer), one single-stream level each, e.g. 0, "
+        "4096, 16384, 32768: how TTFT and decode change as a conversation grows.",
+    )
     shared_prefix_groups = models.PositiveSmallIntegerField(
         "shared system prompts",
         default=0,
@@ -316,6 +347,7 @@ class Suite(models.Model):
             "suite_id": self.pk,
             "name": self.name,
             "scenarios": list(self.scenarios),
+            "depths": list(self.context_depths),
             "repetitions": self.repetitions,
             "warmup_requests": self.warmup_requests,
             "sweep": {
@@ -363,6 +395,7 @@ class Suite(models.Model):
             validate_scenarios(self.scenarios)
             validate_levels(self.sweep_levels)
             validate_rates(self.sweep_rates)
+            validate_depths(self.context_depths)
             # An empty level list depends on the recipe: the smallest sweep is checked here.
             refusal = plan_refusal(self.plan(), max_num_seqs=1, max_model_len=None)
         except (ValidationError, TypeError, ValueError, KeyError):

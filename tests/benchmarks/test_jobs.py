@@ -268,3 +268,22 @@ def test_the_knee_of_a_rate_sweep_is_where_queueing_starts_to_dominate(ttft_p95,
         r.arrival = {"achieved_rate": rate * 0.98}
         levels.append(r)
     assert rate_selectors.knee_rate(levels) == knee
+
+
+def test_a_context_depth_sweep_shows_the_first_token_slowing_as_context_grows(
+    sim_host, qwen, member
+):
+    from apps.benchmarks.models import Suite
+
+    suite = Suite.objects.create(
+        name="depths", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 16}],
+        context_depths=[0, 6000], repetitions=2, warmup_requests=1, sweep_enabled=False,
+    )  # fmt: skip
+    job = job_queue(suite=suite, recipe=qwen, host=sim_host, user=member)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.DONE, job.error
+    rows = {r.scenario: r for r in job.results.filter(kind=Result.Kind.SCENARIO)}
+    shallow, deep = rows["context depth 0"], rows["context depth 6,000"]
+    assert (shallow.prompt_tokens, deep.prompt_tokens) == (64, 6064)
+    assert deep.ttft_p50_s > shallow.ttft_p50_s * 2  # ~6,000 more tokens to prefill

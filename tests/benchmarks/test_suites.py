@@ -128,6 +128,24 @@ def test_a_suite_of_varied_lengths_gives_every_level_its_distribution(client_as,
     assert response.status_code == 400 and "at most 0.5" in response.content.decode()
 
 
+def test_a_context_depth_sweep_asks_the_same_question_after_more_context(client_as, operator):
+    client = client_as(operator)
+    form = {**FORM, "depths_text": "0, 4096, 16384"}
+    assert client.post(reverse("benchmark-suite-new"), form).status_code == 302
+    suite = Suite.objects.get(name="Long context")
+    assert suite.context_depths == [0, 4096, 16384]
+    singles = [spec.scenario for kind, spec in plan_levels(suite.plan(), 4) if kind == "scenario"]
+    depth = [(s.name, s.prompt_tokens, s.output_tokens) for s in singles if "depth" in s.name]
+    assert depth == [("context depth 0", 64, 128), ("context depth 4,096", 4160, 128),
+                     ("context depth 16,384", 16448, 128)]  # fmt: skip
+    html = client.get(reverse("benchmark-suite-edit", args=[suite.pk])).content.decode()
+    assert 'value="0, 4096, 16384"' in html
+    for bad, message in (("4096, 0", "increasing"), ("4k", "Whole numbers of tokens")):
+        response = client.post(reverse("benchmark-suite-new"),
+                               {**form, "name": "Bad", "depths_text": bad})  # fmt: skip
+        assert response.status_code == 400 and message in response.content.decode()
+
+
 def test_a_plan_queued_before_rate_sweeps_still_runs_its_concurrency_levels():
     plan = Suite(name="x", scenarios=[{"name": "a", "prompt_tokens": 5, "output_tokens": 2}],
                  sweep_levels=[1, 2]).plan()  # fmt: skip
