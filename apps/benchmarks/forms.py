@@ -125,46 +125,16 @@ class SuiteForm(forms.ModelForm):
         return scenarios
 
     def clean_levels_text(self) -> list[int]:
-        text = self.cleaned_data["levels_text"].replace(" ", "")
-        if not text:
-            return []
-        values = [v for v in text.split(",") if v]
-        try:
-            if not all(_COUNT.fullmatch(v) for v in values):
-                raise ValueError(text)
-            levels = [int(v) for v in values]
-        except ValueError:
-            raise forms.ValidationError(
-                "Whole numbers separated by commas, e.g. 1, 2, 4, 8."
-            ) from None
-        validate_levels(levels)
-        return levels
+        return _numbers(self.cleaned_data["levels_text"], _COUNT, validate_levels,
+                        "Whole numbers separated by commas, e.g. 1, 2, 4, 8.")  # fmt: skip
 
     def clean_depths_text(self) -> list[int]:
-        text = self.cleaned_data["depths_text"].replace(" ", "")
-        if not text:
-            return []
-        values = [v for v in text.split(",") if v]
-        if not all(_COUNT.fullmatch(v) for v in values):
-            raise forms.ValidationError(
-                "Whole numbers of tokens separated by commas, e.g. 0, 4096."
-            )
-        depths = [int(v) for v in values]
-        validate_depths(depths)
-        return depths
+        return _numbers(self.cleaned_data["depths_text"], _COUNT, validate_depths,
+                        "Whole numbers of tokens separated by commas, e.g. 0, 4096.")  # fmt: skip
 
     def clean_rates_text(self) -> list[float]:
-        text = self.cleaned_data["rates_text"].replace(" ", "")
-        if not text:
-            return []
-        values = [v for v in text.split(",") if v]
-        if not all(_RATE.fullmatch(v) for v in values):
-            raise forms.ValidationError(
-                "Requests per second separated by commas, e.g. 0.5, 1, 2, 4."
-            )
-        rates = [int(v) if v.isdigit() else float(v) for v in values]
-        validate_rates(rates)
-        return rates
+        return _numbers(self.cleaned_data["rates_text"], _RATE, validate_rates,
+                        "Requests per second separated by commas, e.g. 0.5, 1, 2, 4.")  # fmt: skip
 
     def clean(self):
         data = super().clean()
@@ -185,3 +155,14 @@ class SuiteForm(forms.ModelForm):
         self.instance.sweep_rates = self.cleaned_data["rates_text"]
         self.instance.context_depths = self.cleaned_data["depths_text"]
         return super().save(commit)
+
+
+def _numbers(text: str, pattern: re.Pattern, validate, example: str) -> list:
+    """A comma-separated list as typed (`pattern` bounds each item's form and length), then
+    the model's own validation; empty text is an empty list."""
+    values = [v for v in text.replace(" ", "").split(",") if v]
+    if not all(pattern.fullmatch(v) for v in values):
+        raise forms.ValidationError(example)
+    numbers = [int(v) if v.isdigit() else float(v) for v in values]
+    validate(numbers)
+    return numbers

@@ -62,15 +62,19 @@ def validate_scenarios(value) -> None:
             )
 
 
+def _increasing(value: list, what: str) -> None:
+    if len(value) > MAX_LEVELS:
+        raise ValidationError(f"At most {MAX_LEVELS} {what} ({len(value):,} given).")
+    if value != sorted(set(value)):
+        raise ValidationError(f"{what.capitalize()} must be increasing, without repeats.")
+
+
 def validate_levels(value) -> None:
     if not isinstance(value, list) or not all(
         type(v) is int and 1 <= v <= MAX_LEVEL for v in value
     ):
         raise ValidationError(f"Concurrency levels are integers from 1 to {MAX_LEVEL}.")
-    if len(value) > MAX_LEVELS:
-        raise ValidationError(f"At most {MAX_LEVELS} concurrency levels ({len(value):,} given).")
-    if value != sorted(set(value)):
-        raise ValidationError("Concurrency levels must be increasing, without repeats.")
+    _increasing(value, "concurrency levels")
 
 
 DEPTH_QUESTION_TOKENS = 64  # a context-depth level: the same short question after the context
@@ -84,10 +88,7 @@ def validate_depths(value) -> None:
         raise ValidationError(
             f"Context depths are whole numbers of tokens, 0 to {MAX_PROMPT_TOKENS:,}."
         )
-    if len(value) > MAX_LEVELS:
-        raise ValidationError(f"At most {MAX_LEVELS} context depths ({len(value):,} given).")
-    if value != sorted(set(value)):
-        raise ValidationError("Context depths must be increasing, without repeats.")
+    _increasing(value, "context depths")
 
 
 def validate_rates(value) -> None:
@@ -95,10 +96,7 @@ def validate_rates(value) -> None:
         type(v) in (int, float) and 0 < v <= MAX_RATE for v in value
     ):
         raise ValidationError(f"Request rates are numbers above 0, at most {MAX_RATE:g}/s.")
-    if len(value) > MAX_LEVELS:
-        raise ValidationError(f"At most {MAX_LEVELS} request rates ({len(value):,} given).")
-    if value != sorted(set(value)):
-        raise ValidationError("Request rates must be increasing, without repeats.")
+    _increasing(value, "request rates")
 
 
 ARRIVAL_CHOICES = [("poisson", "Poisson"), ("gamma", "Gamma (set the burstiness)"),
