@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # redis-server: broker + channel layer; chromium: browser tests; docker.io: the Docker
 # engine the DockerEngine tests drive; docker-compose: validates docker-compose.yml;
 # postgresql: the server binaries for the PostgreSQL-restart fault test (its own cluster);
-# nginx: the reverse proxy in front of uvicorn in tests/security/test_proxy.py (its own prefix).
-if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx; then
+# nginx: the reverse proxy in front of uvicorn in tests/security/test_proxy.py (its own prefix);
+# iproute2: `ip`, for the veth pairs of the pair runs' link checks (tests/conftest.py).
+if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx iproute2; then
   if [ "${CI:-}" = "true" ]; then
     echo "!! CI=true and the test services could not be installed" >&2
     exit 1
