@@ -49,31 +49,18 @@ async def run_level(
     on_progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> LevelResult:
-    """Run one closed-loop level (see the module docstring). Request failures are recorded
-    per request; a level that cannot start (prompts not buildable, server unreachable)
+    """Run one level, closed or open loop (the package docstring). Request failures are
+    recorded per request; a level that cannot start (prompts not buildable, server unreachable)
     comes back with `error` set. `on_progress(done, total)` counts finished requests,
     warm-up included (total = warmup + requests); `should_stop()` is checked before every
     send and ends the level early (in-flight requests finish)."""
-    if time_scale <= 0:
-        raise ValueError("time_scale must be positive")
-    cap = spec.arrivals.max_concurrency if spec.arrivals else None
-    if max(spec.concurrency, cap or 0) > client.max_connections:
-        raise ValueError(
-            f"concurrency {max(spec.concurrency, cap or 0)} exceeds the client's "
-            f"{client.max_connections} connections"
-        )
+    _check_caller(client, spec, time_scale)
     result = LevelResult(spec=spec, slo=slo, time_scale=time_scale, started=time.time())
     total = spec.warmup + spec.requests
-    refusal = level_refusal(spec)
-    if refusal is not None:  # before a single prompt is built
-        result.error = f"could not prepare the prompts: {refusal}"
+    prepared = await _prepare(client, spec, total, result)
+    if prepared is None:
         return result
-    try:
-        lengths = request_lengths(spec, total)
-        payloads = await build_payloads(client, spec, total, lengths)
-    except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
-        result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
-        return result
+    lengths, payloads = prepared
     completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
@@ -134,6 +121,35 @@ async def run_level(
         result.server = _server_delta(before, after, result.ttft.get("mean"), time_scale)
     result.server.update(sampler.summary())
     return result
+
+
+def _check_caller(client: Client, spec: LevelSpec, time_scale: float) -> None:
+    """What the caller must get right (a ValueError: a bug, not a level's failure)."""
+    if time_scale <= 0:
+        raise ValueError("time_scale must be positive")
+    cap = spec.arrivals.max_concurrency if spec.arrivals else None
+    if max(spec.concurrency, cap or 0) > client.max_connections:
+        raise ValueError(
+            f"concurrency {max(spec.concurrency, cap or 0)} exceeds the client's "
+            f"{client.max_connections} connections"
+        )
+
+
+async def _prepare(
+    client: Client, spec: LevelSpec, total: int, result: LevelResult
+) -> tuple[list[tuple[int, int]], list[bytes]] | None:
+    """Each request's lengths and serialised body, built before anything is sent; None
+    (with `result.error` saying why) when the level cannot run."""
+    refusal = level_refusal(spec)
+    if refusal is not None:  # before a single prompt is built
+        result.error = f"could not prepare the prompts: {refusal}"
+        return None
+    try:
+        lengths = request_lengths(spec, total)
+        return lengths, await build_payloads(client, spec, total, lengths)
+    except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
+        result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
+        return None
 
 
 def _count(state: dict, on_progress, total: int) -> None:

@@ -96,6 +96,17 @@ async def build_messages(
     return await _build(client, n_tokens, salt, chat=True, system=system)
 
 
+def _maker(chat: bool, system: str | None):
+    """(opening, filler words, tail words) -> the prompt: chat messages or text, after the
+    shared system prompt when there is one."""
+    if system is None:
+        return _prompt if chat else _text
+    if chat:
+        return lambda head, k, tail=(): [{"role": "system", "content": system},
+                                         *_prompt(head, k, tail)]  # fmt: skip
+    return lambda head, k, tail=(): system + "\n\n" + _text(head, k, tail)
+
+
 async def _build(
     client: Client, n_tokens: int, salt: str, *, chat: bool, system: str | None = None
 ):
@@ -108,17 +119,7 @@ async def _build(
     head = _salt_text(salt)
     counts: dict[tuple[int, tuple[str, ...]], int] = {}
 
-    if system is None:
-        make = _prompt if chat else _text
-    elif chat:
-
-        def make(head: str, k: int, tail: Sequence[str] = ()):
-            return [{"role": "system", "content": system}, *_prompt(head, k, tail)]
-    else:
-
-        def make(head: str, k: int, tail: Sequence[str] = ()):
-            return system + "\n\n" + _text(head, k, tail)
-
+    make = _maker(chat, system)
     counter = client.count_chat_tokens if chat else client.count_text_tokens
     key = (chat, n_tokens, system is not None)
 
