@@ -470,6 +470,9 @@ EXPORT_FIELDS = [
     ("input_len", lambda j, r: r.prompt_tokens),
     ("output_len", lambda j, r: r.output_tokens),
     ("max_concurrency", lambda j, r: r.concurrency),
+    # as `vllm bench serve` writes it: "inf" when requests are not paced (a closed loop)
+    ("request_rate", lambda j, r: r.request_rate if r.request_rate is not None else "inf"),
+    ("saturated", lambda j, r: bool((r.metrics or {}).get("saturated"))),
     ("completed", lambda j, r: r.ok),
     ("failed", lambda j, r: r.failed),
     ("complete", lambda j, r: r.complete),
@@ -486,6 +489,7 @@ EXPORT_FIELDS = [
     ("median_prefill_tok_s", lambda j, r: r.prefill_tps_p50),
     ("median_tpot_ms", lambda j, r: _ms(r.metrics.get("tpot", {}).get("p50"))),
     ("median_itl_ms", lambda j, r: _ms(r.metrics.get("itl", {}).get("p50"))),
+    ("kv_cache_usage_peak", lambda j, r: (r.metrics.get("server") or {}).get("kv_usage_peak")),
     ("recipe", lambda j, r: j.recipe.name),
     ("model_id", lambda j, r: j.recipe.model_id),
     ("image", lambda j, r: j.context.get("image", "")),

@@ -178,6 +178,7 @@ def test_results_export_as_csv_and_json(client_as, sim_host, qwen, quick_suite, 
     )
     assert rows[0]["max_concurrency"] == "4" and rows[0]["median_ttft_ms"] == "250.0"
     assert rows[0]["output_throughput"] == "120.0" and rows[0]["median_tpot_ms"] == "33.0"
+    assert (rows[0]["request_rate"], rows[0]["saturated"]) == ("inf", "False")  # closed loop
     data = json.loads(client.get(reverse("benchmark-json", args=[job.pk])).content)
     assert data["results"][0]["median_decode_tok_s"] == 30.0 and data["host"] == sim_host.name
     assert data["decode_ceiling_tps"] > 0
