@@ -37,6 +37,8 @@ def job_context(job: Job) -> dict:
         "capacity": selectors.capacity_answer(job),
         "rates": rate_selectors.rate_results(job),
         "rate_answer": rate_selectors.rate_answer(job),
+        "rate_chart": rate_selectors.rate_chart([job]),
+        "rate_chart_id": f"job-{job.pk}-rates",
         "kv_observation": selectors.kv_observation(job),
         "ceiling": selectors.decode_ceiling(job),
         "scenario_chart": selectors.scenario_chart(job),

@@ -79,3 +79,21 @@ def knee_rate(levels: list[Result]) -> float | None:
     ]
     best = max(range(len(points)), key=gaps.__getitem__)
     return points[best][0] if 0 < best < len(points) - 1 or gaps[best] > 0 else None
+
+
+def rate_chart(jobs: list[Job]) -> dict | None:
+    """TTFT p95 and E2E p50 against the requested rate, one pair of lines per job (the
+    "lines" chart); None when no job has rate levels."""
+    per_job = [(job, {r.request_rate: r for r in rate_results(job)}) for job in jobs]
+    rates = sorted({rate for _job, levels in per_job for rate in levels})
+    if not rates:
+        return None
+    series = []
+    for job, levels in per_job:
+        if not levels:
+            continue
+        prefix = f"job {job.pk} " if len(jobs) > 1 else ""
+        for label, attr in (("TTFT p95", "ttft_p95_s"), ("E2E p50", "e2e_p50_s")):
+            values = [getattr(levels[x], attr) if x in levels else None for x in rates]
+            series.append({"label": prefix + label, "values": values})
+    return {"x": rates, "x_label": "requested rate (req/s)", "series": series, "unit": "s"}

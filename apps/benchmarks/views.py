@@ -7,7 +7,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
-from apps.benchmarks import selectors
+from apps.benchmarks import rate_selectors, selectors
 from apps.benchmarks.forms import JobQueueForm, SuiteForm
 from apps.benchmarks.live import job_context
 from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
@@ -157,6 +157,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "ids": ",".join(str(j.pk) for j in jobs),
             "curve_chart": selectors.curve_chart(jobs),
             "ttft_chart": selectors.ttft_chart(jobs),
+            "rate_chart": rate_selectors.rate_chart(jobs),
         },
     )
 

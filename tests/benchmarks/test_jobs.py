@@ -288,3 +288,30 @@ def test_a_context_depth_sweep_shows_the_first_token_slowing_as_context_grows(
     shallow, deep = rows["context depth 0"], rows["context depth 6,000"]
     assert (shallow.prompt_tokens, deep.prompt_tokens) == (64, 6064)
     assert deep.ttft_p50_s > shallow.ttft_p50_s * 2  # ~6,000 more tokens to prefill
+
+
+def test_compare_overlays_the_rate_sweeps_of_several_jobs(
+    client_as, sim_host, qwen, quick_suite, member
+):
+    jobs = []
+    for ttfts in ((0.3, 0.4, 2.0), (0.5, 0.9)):
+        job = job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
+        job.move(J.QUEUED, J.DONE)
+        for rate, ttft in zip((1, 2, 4), ttfts, strict=False):
+            Result.objects.create(job=job, kind="rate", scenario="r", prompt_tokens=200,
+                                  output_tokens=64, concurrency=0, request_rate=rate, ok=8,
+                                  ttft_p95_s=ttft, e2e_p50_s=ttft + 2)  # fmt: skip
+        jobs.append(job)
+    chart = rate_selectors.rate_chart(jobs)
+    assert chart["x"] == [1, 2, 4] and chart["x_label"] == "requested rate (req/s)"
+    first, second = jobs
+    series = {s["label"]: s["values"] for s in chart["series"]}
+    assert series[f"job {first.pk} TTFT p95"] == [0.3, 0.4, 2.0]
+    assert series[f"job {second.pk} TTFT p95"] == [0.5, 0.9, None]  # not measured at 4
+    html = (
+        client_as(member)
+        .get(reverse("benchmark-compare"), {"jobs": f"{first.pk},{second.pk}"})
+        .content.decode()
+    )
+    assert 'data-testid="compare-rates"' in html and 'id="compare-rates"' in html
+    assert rate_selectors.rate_chart([]) is None
