@@ -366,12 +366,12 @@ def test_an_operator_serves_the_tiny_model_on_a_real_vllm_host_until_its_engine_
     measured_sent = threading.Event()
     open_stream = harness_client.Client.open_stream
 
-    async def freeze_before_the_measured_answer(self, payload, trace=None):
+    async def freeze_before_the_measured_answer(self, payload, trace=None, **kwargs):
         opened["streams"] += 1
         if opened["streams"] == 2 + 1 + 1:
             throttle.freeze()
             measured_sent.set()
-        return await open_stream(self, payload, trace)
+        return await open_stream(self, payload, trace, **kwargs)
 
     monkeypatch.setattr(harness_client.Client, "open_stream", freeze_before_the_measured_answer)
     bench = threading.Thread(target=run_the_job)
