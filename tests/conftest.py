@@ -29,6 +29,7 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState, new_api_key_salt
 from sparkdomain.presets import RECIPES
+from tests.isolation import PORT_SHIFT
 
 # The shared real-vLLM server (real_vllm) and the local Hugging Face hub (hub, serve_hub).
 pytest_plugins = ["tests.real_vllm.fixtures", "tests.hubsim.fixtures", "tests.gateway.fixtures"]
@@ -40,6 +41,12 @@ NO_HUB = "http://127.0.0.1:9"
 
 
 def pytest_configure(config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("SPARKPANEL_TEST_ISOLATED"):
+        pytest.exit(
+            "parallel workers need their own Redis database and ports: run the suite with "
+            "`make test` (or `.venv/bin/python -m pytest -p tests.isolation -n N`)",
+            returncode=4,
+        )
     # Hundreds of tests create users; the production hasher (PBKDF2, about a second per user
     # on a busy 2-core machine) would cost minutes. Signing in with the real hasher is still
     # tested: the browser tests' live server runs with the production settings.
@@ -49,6 +56,85 @@ def pytest_configure(config) -> None:
     # subprocesses inherit it. Retries pause briefly (their pacing is not what is tested).
     settings.HF_ENDPOINT = os.environ["HF_ENDPOINT"] = NO_HUB
     settings.WEIGHTS_RETRY_PAUSE_S = 0.05
+
+
+def ports(low: int, high: int) -> dict[str, int]:
+    """A test host's run-port range, `Host(**ports(20000, 20999))`: shifted into this
+    test worker's own window (tests/isolation.py), so parallel workers never pick one port."""
+    return {"port_min": low + PORT_SHIFT, "port_max": high + PORT_SHIFT}
+
+
+# Tests that share what tests/isolation.py cannot slice run in one worker, one group
+# each, whole modules at a time (tools/test.sh runs the suite with pytest-xdist):
+# - "browser": the browser tests (one live server and Chromium per session) and `make run`
+#   (both serve a host on the default run ports, 8100 up);
+# - "machine": what reads or changes this machine's network interfaces and Docker engine —
+#   the Docker engine tests (a host's leftover sweep and a fixture's teardown remove every
+#   container labelled with its host name), the real Ray clusters on 127.0.0.2/.3 and the
+#   veth pairs of the link checks (another test's interface list would change under them).
+# Every other test is a group of its own. A module whose tests need the Docker engine or a
+# veth pair must be listed under "machine": collection refuses it otherwise.
+XDIST_GROUPS = {
+    "browser": ("tests/e2e/", "tests/test_make_run.py"),
+    "machine": (
+        "tests/hosts/test_docker_engine.py",
+        "tests/real_vllm/test_panel_docker.py",
+        "tests/runs/test_docker_pull.py",
+        "tests/runs/test_image_digest.py",
+        "tests/runs/test_pair_runs.py",
+        "tests/sparksim/test_tensor_parallel.py",
+        "tests/ray_adapter/test_nodes.py",
+        "tests/ray_adapter/test_link.py",
+    ),
+}
+MACHINE_FIXTURES = ("docker_url", "veth_link")
+
+
+def xdist_group(nodeid: str) -> str | None:
+    """The group a test runs in (by its module), or None: it can run anywhere."""
+    return next((name for name, paths in XDIST_GROUPS.items() if nodeid.startswith(paths)), None)
+
+
+def distinct_ids(collection) -> list[str]:
+    """The node ids with repeats told apart (`id#2`, `id#3`…): schemathesis gives all of a
+    test's API operations one node id, and a scheduler that keys work by node id would run
+    only the first of them."""
+    seen: dict[str, int] = {}
+    out = []
+    for nodeid in collection:
+        seen[nodeid] = seen.get(nodeid, 0) + 1
+        out.append(nodeid if seen[nodeid] == 1 else f"{nodeid}#{seen[nodeid]}")
+    return out
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's own `loadgroup` reads `xdist_group` marks through a node id suffix that
+    pytest 9 no longer lets it set; this scheduler takes the groups above by path instead
+    (groups start first: the largest scopes are sent out first), and runs every item of a
+    repeated node id."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def add_node_collection(self, node, collection) -> None:
+            super().add_node_collection(node, distinct_ids(collection))
+
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    stray = sorted({
+        item.nodeid.split("::")[0] for item in items
+        if any(name in item.fixturenames for name in MACHINE_FIXTURES)
+        and xdist_group(item.nodeid) != "machine"
+    })  # fmt: skip
+    if stray:
+        raise pytest.UsageError(
+            "these modules use the Docker engine or a veth pair and must be listed in "
+            f"tests/conftest.py XDIST_GROUPS['machine']: {', '.join(stray)}"
+        )
 
 
 def require_service(available: bool, what: str) -> None:
@@ -190,7 +276,7 @@ def docker_sim_host(db, docker_url, settings, tmp_path):
     host = Host.objects.create(
         name=f"dsim-{uuid.uuid4().hex[:6]}", engine=Host.Engine.DOCKER, simulated=True,
         docker_url=docker_url, docker_network=Host.DockerNetwork.HOST, gpus=False,
-        sim_time_scale=50, port_min=23000, port_max=23999,
+        sim_time_scale=50, **ports(23000, 23999),
     )  # fmt: skip
     yield host
     client = docker.DockerClient(base_url=docker_url)
@@ -341,7 +427,7 @@ def sim_host(db, settings, tmp_path):
     settings.VAR_DIR = tmp_path
     host = Host.objects.create(
         name=f"sim-{uuid.uuid4().hex[:6]}", engine=Host.Engine.PROCESS, simulated=True,
-        sim_time_scale=50, port_min=20000, port_max=20999,
+        sim_time_scale=50, **ports(20000, 20999),
     )  # fmt: skip
     yield host
     engine = engine_for(host)  # no server outlives its test

@@ -83,5 +83,14 @@ fi
 echo ">> ruff check"; .venv/bin/ruff check .
 echo ">> ruff format --check"; .venv/bin/ruff format --check .
 echo ">> lint-imports (the layers in pyproject.toml)"; .venv/bin/lint-imports
-echo ">> pytest"
-.venv/bin/python -m pytest --durations=25 --junitxml=var/test-artifacts/junit.xml "$@"
+# Parallel workers (pytest-xdist): most tests wait on servers, not on the CPU, so a few
+# workers share two cores well. Each worker has its own Redis database and run ports
+# (tests/isolation.py); what cannot be shared runs in one worker per group (tests/conftest.py).
+# SPARKPANEL_TEST_WORKERS=1 runs the suite serially.
+workers=${SPARKPANEL_TEST_WORKERS:-3}
+parallel=(-p tests.isolation)
+if [ "$workers" -gt 1 ]; then
+  parallel+=(-n "$workers") # scheduled by group: tests/conftest.py XDIST_GROUPS
+fi
+echo ">> pytest (${workers} worker(s))"
+.venv/bin/python -m pytest "${parallel[@]}" --durations=25 --junitxml=var/test-artifacts/junit.xml "$@"

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import stop_process
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = pytest.mark.e2e
 
@@ -20,7 +21,7 @@ SETUP = f"""
 from apps.hosts.models import Host
 Host.objects.update_or_create(name="{HOST}", defaults=dict(
     engine="process", simulated=True, sim_time_scale=40, sim_faults="slow-start:4",
-    port_min=21600, port_max=21699, description="a simulated Spark that loads slowly"))
+    port_min={21600 + PORT_SHIFT}, port_max={21699 + PORT_SHIFT}, description="a simulated Spark that loads slowly"))
 """
 START = f"""
 from apps.hosts.models import Host

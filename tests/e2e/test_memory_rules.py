@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # a real load on a busy machine
 
@@ -61,8 +62,8 @@ def stock_host(live_server_asgi):
     """A simulated Spark with its own worker and host agent (the guard)."""
 
     name = f"stock-{uuid.uuid4().hex[:4]}"
-    live_server_asgi.manage("shell", "-c", HOST_SETUP.format(name=name, port=21700,
-                                                             port_max=21799))  # fmt: skip
+    live_server_asgi.manage("shell", "-c", HOST_SETUP.format(name=name, port=21700 + PORT_SHIFT,
+                                                             port_max=21799 + PORT_SHIFT))  # fmt: skip
     with host_processes(live_server_asgi, name, "--memory-interval", "0.25"):
         try:
             yield name
@@ -123,8 +124,8 @@ def test_a_recipe_the_wizard_recommends_raises_no_warning_on_its_host(
 def test_a_recipe_that_does_not_fit_needs_the_typed_override(new_page, live_server_asgi):
     live_server_asgi.manage("shell", "-c", BIG_RECIPE)
     host = f"nofit-{uuid.uuid4().hex[:4]}"  # no worker: an admitted run just waits queued
-    live_server_asgi.manage("shell", "-c", HOST_SETUP.format(name=host, port=21800,
-                                                             port_max=21899))  # fmt: skip
+    live_server_asgi.manage("shell", "-c", HOST_SETUP.format(name=host, port=21800 + PORT_SHIFT,
+                                                             port_max=21899 + PORT_SHIFT))  # fmt: skip
 
     # A member asks the queue form first: refused before submitting, with the reason.
     member = new_page()

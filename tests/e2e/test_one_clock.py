@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import wait_for
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +30,7 @@ from apps.recipes.models import Recipe
 from apps.runs.models import Run
 from apps.runs.services import run_start
 host, _ = Host.objects.update_or_create(name="{HOST}", defaults=dict(
-    engine="process", simulated=True, sim_time_scale=10, port_min=21600, port_max=21699,
+    engine="process", simulated=True, sim_time_scale=10, port_min={21600 + PORT_SHIFT}, port_max={21699 + PORT_SHIFT},
     description="a simulated Spark at 10x"))
 Suite.objects.update_or_create(name="{SUITE}", defaults=dict(
     scenarios=[{{"name": "long decode", "prompt_tokens": 128, "output_tokens": 2048}}],

@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import free_port, wait_for
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = pytest.mark.e2e
 
@@ -20,7 +21,7 @@ hosts = []
 for i, name in enumerate(["pair-a", "pair-b"]):
     host, _ = Host.objects.update_or_create(name=name, defaults=dict(
         engine="process", simulated=True, sim_time_scale=40,
-        port_min=23000 + 100 * i, port_max=23099 + 100 * i))
+        port_min={low} + 100 * i, port_max={low} + 99 + 100 * i))
     hosts.append(host)
 SparkPair.objects.update_or_create(name="pair-ab", defaults=dict(
     head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",
@@ -47,7 +48,7 @@ def test_operator_starts_a_tp2_recipe_on_a_pair_watches_both_halves_chats_and_st
     new_page, live_server_asgi
 ):
     server = live_server_asgi
-    server.manage("shell", "-c", SETUP.format(ray_port=free_port()))
+    server.manage("shell", "-c", SETUP.format(ray_port=free_port(), low=23000 + PORT_SHIFT))
     with host_processes(server, "pair-a"), host_processes(server, "pair-b"):
         page = new_page()
         login(page, "otto")

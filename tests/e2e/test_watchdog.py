@@ -7,14 +7,15 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = pytest.mark.e2e
 
-SETUP = """
+SETUP = f"""
 from apps.hosts.models import Host
 Host.objects.update_or_create(name="leaky-sim", defaults=dict(
     engine="process", simulated=True, sim_time_scale=50, sim_faults="mem-growth:1.2",
-    port_min=21500, port_max=21599, description="a simulated Spark with a memory leak"))
+    port_min={21500 + PORT_SHIFT}, port_max={21599 + PORT_SHIFT}, description="a simulated Spark with a memory leak"))
 """
 START = """
 from apps.hosts.models import Host

@@ -12,6 +12,7 @@ from hubsim import store
 from sparkdomain.presets import RECIPES
 from tests.conftest import wait_for
 from tests.e2e.conftest import host_processes, login
+from tests.isolation import PORT_SHIFT
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,7 @@ def test_the_download_bar_moves_then_the_hosts_page_shows_the_cached_model(
     setup = f"""
 from apps.hosts.models import Host
 Host.objects.update_or_create(name="{HOST}", defaults=dict(
-    engine="process", simulated=True, sim_time_scale=40, port_min=21700, port_max=21799,
+    engine="process", simulated=True, sim_time_scale=40, port_min={21700 + PORT_SHIFT}, port_max={21799 + PORT_SHIFT},
     hf_cache_path="{tmp_path / "dl-hf"}", description="a simulated Spark with a cache"))
 """
     (tmp_path / "dl-hf").mkdir()

@@ -30,6 +30,7 @@ from apps.runs import runner as run_runner
 from apps.runs.models import Run, RunState
 from tests.conftest import wait_for
 from tests.faults.conftest import sim_servers, tiny_suite, worker_env
+from tests.isolation import PORT_SHIFT
 
 JOBS = int(os.environ.get("FAULT_JOBS", "500"))
 
@@ -49,8 +50,8 @@ def two_hosts(db, settings, tmp_path):
             engine=Host.Engine.PROCESS,
             simulated=True,
             sim_time_scale=200,
-            port_min=22000 + 100 * i,
-            port_max=22099 + 100 * i,
+            port_min=22000 + PORT_SHIFT + 100 * i,
+            port_max=22099 + PORT_SHIFT + 100 * i,
         )
         for i in range(2)
     ]

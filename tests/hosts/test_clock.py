@@ -19,6 +19,7 @@ from apps.hosts.clock import (
 )
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
+from tests.isolation import PORT_SHIFT
 from vllm_adapter.metrics import Deriver, parse
 
 
@@ -51,7 +52,7 @@ def test_a_real_host_keeps_the_wall_clock_whatever_its_speed_field_says():
 @pytest.fixture
 def sim10(db):
     return Host.objects.create(name="clock-sim", engine=Host.Engine.PROCESS, simulated=True,
-                               sim_time_scale=10, port_min=20000, port_max=20099)  # fmt: skip
+                               sim_time_scale=10, port_min=20000 + PORT_SHIFT, port_max=20099 + PORT_SHIFT)  # fmt: skip
 
 
 def _run(host, qwen, **fields) -> Run:
@@ -74,7 +75,7 @@ def test_run_clock_uses_the_speed_recorded_at_start_not_the_hosts_speed_now(sim1
 
 def test_a_run_on_a_real_host_records_the_wall_clock(db, qwen):
     spark = Host.objects.create(name="spark-1", engine=Host.Engine.DOCKER, sim_time_scale=20,
-                                port_min=20000, port_max=20099)  # fmt: skip
+                                port_min=20000 + PORT_SHIFT, port_max=20099 + PORT_SHIFT)  # fmt: skip
     run = _run(spark, qwen)
     assert record_run_clock(run) is REAL
     assert run.facts == {SCALE_FACT: None}

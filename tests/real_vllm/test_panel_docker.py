@@ -23,6 +23,7 @@ from apps.runs import runner
 from apps.runs.models import RunState
 from apps.runs.services import run_start
 from hubsim import store
+from tests.conftest import ports
 from tests.real_vllm import fixtures as real
 from tests.real_vllm.test_panel_runs import (
     PROMPT,
@@ -53,7 +54,7 @@ def docker_cpu_host(db, vllm_ready, docker_url, settings, tmp_path, hub):  # noq
         vllm_version=real.VLLM_VERSION, docker_url=docker_url,
         docker_network=Host.DockerNetwork.HOST, gpus=False,
         hf_cache_path=str(tmp_path / "spark-hf"),
-        cuda_visible_gib=8, physical_memory_gb=24, port_min=24200, port_max=24299,
+        cuda_visible_gib=8, physical_memory_gb=24, **ports(24200, 24299),
     )  # fmt: skip
     yield host
     client = docker.DockerClient(base_url=docker_url)

@@ -43,7 +43,7 @@ from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
 from sparkpanel.asgi import application
 from tests.chat.conftest import ws_headers
-from tests.conftest import require_service, wait_for
+from tests.conftest import ports, require_service, wait_for
 from tests.real_vllm import fixtures as real
 from tests.real_vllm.throttle import EngineThrottle
 from tests.recipes.factories import recipe_data
@@ -83,7 +83,7 @@ def cpu_host(db, vllm_ready, settings, tmp_path):
     host = Host.objects.create(
         name=f"cpu-{uuid.uuid4().hex[:6]}", engine=Host.Engine.PROCESS, simulated=False,
         vllm_version=real.VLLM_VERSION, cuda_visible_gib=8, physical_memory_gb=24,
-        port_min=24100, port_max=24199,
+        **ports(24100, 24199),
     )  # fmt: skip
     yield host
     engine = engine_for(host)  # no server outlives its test

@@ -25,6 +25,7 @@ from tests.conftest import (
     ROOT,
     free_port,
     kill_worker_tree,
+    ports,
     require_service,
     stop_process,
     wait_for,
@@ -45,7 +46,7 @@ def pair_hosts(settings, tmp_path):
     for i, name in enumerate(["spark-p1", "spark-p2"]):
         hosts.append(Host.objects.create(
             name=name, engine=Host.Engine.PROCESS, simulated=True, sim_time_scale=40,
-            port_min=22000 + 100 * i, port_max=22099 + 100 * i,
+            **ports(22000 + 100 * i, 22099 + 100 * i),
         ))  # fmt: skip
     pair = SparkPair.objects.create(
         name="pair-1", head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",
@@ -383,7 +384,7 @@ def test_a_pair_of_docker_hosts_runs_its_ray_nodes_and_server_in_containers(
         hosts.append(Host.objects.create(
             name=name, engine=Host.Engine.DOCKER, simulated=True, docker_url=docker_url,
             docker_network=Host.DockerNetwork.HOST, gpus=False, sim_time_scale=40,
-            port_min=24000 + 100 * i, port_max=24099 + 100 * i,
+            **ports(24000 + 100 * i, 24099 + 100 * i),
         ))  # fmt: skip
     pair = SparkPair.objects.create(
         name="dpair", head=hosts[0], worker=hosts[1], head_link_address="127.0.0.2",

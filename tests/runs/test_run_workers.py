@@ -8,6 +8,7 @@ from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_start, run_stop
 from tests.conftest import wait_for
+from tests.isolation import PORT_SHIFT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -30,8 +31,8 @@ def test_two_hosts_with_their_own_workers_run_two_recipes_at_once(
             engine=Host.Engine.PROCESS,
             simulated=True,
             sim_time_scale=40,
-            port_min=21000 + 100 * i,
-            port_max=21099 + 100 * i,
+            port_min=21000 + PORT_SHIFT + 100 * i,
+            port_max=21099 + PORT_SHIFT + 100 * i,
         )
         for i, name in enumerate(["spark-a", "spark-b"])
     ]
