@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # Views that take file uploads: the recipe wizard (config.json and hf_quant_config.json,
 # 2 MB each, plus pasted text) and the YAML import (a 1 MB file, or pasted text).
-UPLOAD_URL_NAMES = ("recipe-wizard", "recipe-import")
+UPLOAD_URL_NAMES = ("recipe-wizard", "recipe-import", "benchmark-import")
 CLOSE_NO_ROUTE = 4404
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 BODYLESS_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")

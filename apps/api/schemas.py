@@ -391,7 +391,10 @@ class JobOut(_RecipeOnHost):
     state: str
     active: bool
     suite: str
-    suite_id: int
+    suite_id: int | None = Field(description="None: imported results (see imported_from).")
+    imported_from: str = Field(
+        description="Imported results: the file's format and name (blank: measured here)."
+    )
     recipe: str
     host: str
     run: int | None
@@ -413,7 +416,7 @@ class JobOut(_RecipeOnHost):
 
     @staticmethod
     def resolve_suite(obj) -> str:
-        return obj.plan.get("name") or obj.suite.name
+        return obj.plan.get("name") or (obj.suite.name if obj.suite else "")
 
     @staticmethod
     def resolve_run(obj) -> int | None:

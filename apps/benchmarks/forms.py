@@ -2,9 +2,12 @@ import re
 
 from django import forms
 
+from apps.benchmarks import vllm_bench
 from apps.benchmarks.models import (
     MAX_LEVELS,
     MAX_SCENARIOS,
+    MAX_SLO_TPOT_S,
+    MAX_SLO_TTFT_S,
     Suite,
     validate_depths,
     validate_levels,
@@ -166,3 +169,41 @@ def _numbers(text: str, pattern: re.Pattern, validate, example: str) -> list:
     numbers = [int(v) if v.isdigit() else float(v) for v in values]
     validate(numbers)
     return numbers
+
+
+class ImportForm(forms.Form):
+    """Results measured elsewhere (apps/benchmarks/imports.py): the file, and what it
+    measured. The file is read and checked here; nothing is saved unless all of it is good."""
+
+    file = forms.FileField(
+        help_text="A file of `vllm bench serve --save-result --save-detailed`: one run, or "
+        "one a line (--append-result, and this panel's own “vllm bench JSON” export)."
+    )
+    recipe = forms.ModelChoiceField(
+        Recipe.objects.all(), help_text="The recipe it measured: its model and flags."
+    )
+    host = forms.ModelChoiceField(Host.objects.all(), label="Spark", help_text="Where it ran.")
+    note = forms.CharField(max_length=200, required=False)
+    slo_ttft_s = forms.FloatField(
+        required=False, min_value=0.001, max_value=MAX_SLO_TTFT_S,
+        label="SLO: TTFT p95 at most (s)",
+        help_text="For the capacity answer; empty: the suites' default (2 s).",
+    )  # fmt: skip
+    slo_tpot_s = forms.FloatField(
+        required=False, min_value=0.0001, max_value=MAX_SLO_TPOT_S,
+        label="SLO: time per output token at most (s)", help_text="Empty: 0.1 s (10 tok/s).",
+    )  # fmt: skip
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > vllm_bench.MAX_FILE_BYTES:
+            raise forms.ValidationError(
+                f"The file is {upload.size / 2**20:.1f} MiB; at most "
+                f"{vllm_bench.MAX_FILE_BYTES // 2**20} MiB."
+            )
+        raw = upload.read()
+        try:
+            self.levels = vllm_bench.parse(raw, upload.name or "the file")
+        except vllm_bench.FileProblem as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return upload

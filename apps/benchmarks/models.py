@@ -429,9 +429,13 @@ class JobQuerySet(models.QuerySet):
 
 
 class Job(models.Model):
-    """A benchmark job one member queued: a suite against a recipe on a host."""
+    """A benchmark job one member queued: a suite against a recipe on a host — or, read-only,
+    results someone measured elsewhere and imported (`imported_from`: the file's format and
+    name; no suite, the plan built from the file: apps/benchmarks/imports.py)."""
 
-    suite = models.ForeignKey(Suite, on_delete=models.PROTECT, related_name="jobs")
+    suite = models.ForeignKey(
+        Suite, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
     recipe = models.ForeignKey("recipes.Recipe", on_delete=models.PROTECT, related_name="jobs")
     host = models.ForeignKey("hosts.Host", on_delete=models.PROTECT, related_name="jobs")
     run = models.ForeignKey(
@@ -444,6 +448,9 @@ class Job(models.Model):
         max_length=16, choices=JobState.choices, default=J.QUEUED, db_index=True
     )
     note = models.CharField(max_length=200, blank=True)
+    imported_from = models.CharField(
+        max_length=240, blank=True, help_text="Imported results: the file's format and name."
+    )
     # The suite as it was when queued (editing a suite never changes a queued job).
     plan = models.JSONField(default=dict)
     progress = models.JSONField(default=dict, blank=True)
@@ -470,7 +477,8 @@ class Job(models.Model):
         ordering = ["-queued_at", "-pk"]
 
     def __str__(self) -> str:
-        return f"job {self.pk}: {self.suite} on {self.recipe} @ {self.host}"
+        what = self.plan.get("name") or self.suite
+        return f"job {self.pk}: {what} on {self.recipe} @ {self.host}"
 
     def get_absolute_url(self) -> str:
         return reverse("benchmark-job", args=[self.pk])

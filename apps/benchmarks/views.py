@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
-from apps.benchmarks import rate_selectors, selectors
-from apps.benchmarks.forms import JobQueueForm, SuiteForm
+from apps.benchmarks import rate_selectors, selectors, vllm_bench
+from apps.benchmarks.forms import ImportForm, JobQueueForm, SuiteForm
+from apps.benchmarks.imports import job_import
 from apps.benchmarks.live import job_context
 from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
 from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_hints
@@ -94,11 +97,27 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     job = get_object_or_404(Job.objects.select_related("recipe", "host"), pk=pk)
+    name = f"sparkpanel-job-{job.pk}.{fmt}"
     if fmt == "json":
         response = JsonResponse(selectors.export_json(job), json_dumps_params={"indent": 2})
+    elif fmt == "jsonl":  # every level, one line each: `vllm bench serve --append-result`
+        lines = [json.dumps(vllm_bench.save_result(job, r)) for r in job.results.all()]
+        response = HttpResponse("".join(line + "\n" for line in lines),
+                                content_type="application/x-ndjson")  # fmt: skip
+        name = f"sparkpanel-job-{job.pk}-vllm-bench.jsonl"
     else:
         response = HttpResponse(selectors.export_csv([job]), content_type="text/csv")
-    response["Content-Disposition"] = f'attachment; filename="sparkpanel-job-{job.pk}.{fmt}"'
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@require_GET
+def level_export(request: HttpRequest, pk: int, result_pk: int) -> HttpResponse:
+    """One level as the file `vllm bench serve --save-result --save-detailed` writes."""
+    job = get_object_or_404(Job.objects.select_related("recipe", "host"), pk=pk)
+    result = get_object_or_404(job.results, pk=result_pk)
+    response = JsonResponse(vllm_bench.save_result(job, result))
+    response["Content-Disposition"] = f'attachment; filename="{vllm_bench.filename(job, result)}"'
     return response
 
 
@@ -182,3 +201,23 @@ def suite_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
         form, status = SuiteForm(instance=suite), 200
     return render(request, "benchmarks/suite_form.html", {"form": form, "suite": suite},
                   status=status)  # fmt: skip
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(QUEUE_BENCHMARKS, raise_exception=True)
+def import_view(request: HttpRequest) -> HttpResponse:
+    """Results measured elsewhere, as a read-only job (apps/benchmarks/imports.py)."""
+    form = ImportForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        job = job_import(
+            levels=form.levels, name=data["file"].name or "upload", recipe=data["recipe"],
+            host=data["host"], user=request.user, note=data["note"],
+            slo_ttft_s=data["slo_ttft_s"], slo_tpot_s=data["slo_tpot_s"],
+        )  # fmt: skip
+        count = len(form.levels)
+        messages.success(request, f"Imported {count} level{'s' if count != 1 else ''} as job "
+                         f"{job.pk}: read-only, it compares beside the panel's own.")  # fmt: skip
+        return redirect(job)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "benchmarks/import.html", {"form": form}, status=status)

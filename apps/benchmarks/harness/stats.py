@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from apps.benchmarks.harness.types import SLO, LevelResult, RequestResult
+from apps.benchmarks.harness.types import MAX_STORED_GAPS, SLO, LevelResult, RequestResult
 
 DEFAULT_PERCENTILES = (50, 90, 99)
 SATURATION_LAG_MS = 5.0  # loop lag p99 above this: the client, not the server, is the limit
@@ -126,7 +126,10 @@ def _aggregate(res: LevelResult, measured: list[RequestResult], slo: SLO | None,
             res.errors[r.error_kind] = res.errors.get(r.error_kind, 0) + 1
     res.prompt_mismatches = sum(r.prompt_mismatch for r in measured)
     res.output_mismatches = sum(r.output_mismatch for r in measured)
-    res.requests = [r.compact() for r in measured]
+    origin = min((r.sent_at for r in measured if r.sent_at is not None), default=None)
+    keep_gaps = sum(max(len(r.chunk_times) - 1, 0) for r in measured) <= MAX_STORED_GAPS
+    res.requests = [r.compact(origin, scale, gaps=keep_gaps) for r in measured]
+    res.gaps_kept = keep_gaps
     res.details = measured
     res.ttft = summarize(r.ttft for r in ok)
     res.e2e = summarize(r.e2e for r in ok)

@@ -19,6 +19,9 @@ MAX_PROMPT_TOKENS = 1_000_000
 MAX_OUTPUT_TOKENS = 100_000
 MAX_LEVEL_PROMPT_TOKENS = 16_000_000
 MAX_PREFIX_GROUPS = 64
+# A level keeps its requests' chunk gaps (for the `vllm bench serve` export) up to this many
+# in all, about 2 MB of JSON; a larger level keeps its statistics and per-request rows only.
+MAX_STORED_GAPS = 250_000
 # A request's own part after a shared prefix: its opening (the salt) and the chat template.
 PREFIX_ROOM_TOKENS = 48
 ERROR_TEXT_MAX = endpoints.ERROR_TEXT_MAX
@@ -177,7 +180,15 @@ class RequestResult:
             self.ok = False
             self.error_kind, self.error = kind, message[:ERROR_TEXT_MAX]
 
-    def compact(self) -> dict:
+    def compact(
+        self, origin: float | None = None, time_scale: float = 1.0, gaps: bool = True
+    ) -> dict:
+        """The stored row. `start`: when it was sent, seconds after `origin` (the level's
+        first send); `lag`: how late an open-loop send went after it was due (None in a
+        closed loop, where a stream sends as soon as its answer ends); `gaps`: the time
+        between its token-bearing chunks (vLLM's `itls`: one per chunk after the first),
+        all in host seconds; left empty when `gaps` is
+        False (a level too large to keep them: MAX_STORED_GAPS)."""
         return {
             "ttft": _round(self.ttft),
             "e2e": _round(self.e2e),
@@ -186,6 +197,18 @@ class RequestResult:
             "prompt_tokens": self.prompt_tokens,
             "ok": self.ok,
             "error": None if self.ok else f"{self.error_kind}: {self.error}",
+            "start": None
+            if origin is None or self.sent_at is None
+            else _round((self.sent_at - origin) * time_scale),
+            "lag": None
+            if self.schedule_lag_ms is None
+            else _round(max(self.schedule_lag_ms, 0) / 1000 * time_scale),
+            "gaps": [
+                _round((b - a) * time_scale)
+                for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)
+            ]
+            if self.ok and gaps
+            else [],
         }
 
     def to_dict(self) -> dict:
@@ -227,6 +250,7 @@ class LevelResult:
     diagnostics: dict = field(default_factory=dict)
     server: dict = field(default_factory=dict)
     requests: list[dict] = field(default_factory=list)  # compact, one per measured request
+    gaps_kept: bool = True  # False: too many chunk gaps to store (MAX_STORED_GAPS)
     details: list[RequestResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
