@@ -3,6 +3,7 @@ import re
 from django import forms
 
 from apps.benchmarks import vllm_bench
+from apps.benchmarks.imports import parse_file
 from apps.benchmarks.models import (
     MAX_LEVELS,
     MAX_SCENARIOS,
@@ -176,8 +177,9 @@ class ImportForm(forms.Form):
     measured. The file is read and checked here; nothing is saved unless all of it is good."""
 
     file = forms.FileField(
-        help_text="A file of `vllm bench serve --save-result --save-detailed`: one run, or "
-        "one a line (--append-result, and this panel's own “vllm bench JSON” export)."
+        help_text="A file of `vllm bench serve --save-result --save-detailed` (one run, or "
+        "one a line: --append-result, and this panel's own “vllm bench JSON” export), or a "
+        "GuideLLM JSON report (`guidellm run … --output kind=json`)."
     )
     recipe = forms.ModelChoiceField(
         Recipe.objects.all(), help_text="The recipe it measured: its model and flags."
@@ -203,7 +205,7 @@ class ImportForm(forms.Form):
             )
         raw = upload.read()
         try:
-            self.levels = vllm_bench.parse(raw, upload.name or "the file")
+            self.source, self.levels = parse_file(raw, upload.name or "the file")
         except vllm_bench.FileProblem as exc:
             raise forms.ValidationError(str(exc)) from None
         return upload

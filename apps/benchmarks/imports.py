@@ -1,25 +1,40 @@
 """Results measured elsewhere, imported as read-only jobs that compare beside the panel's own.
 
 A file `vllm bench serve --save-result --save-detailed` wrote (one run, or one a line with
---append-result — the panel's own "vllm bench JSON" export is such a file) becomes a job in
-state done: each run a level (a closed loop, `request_rate: "inf"`, is a concurrency level
-at its --max-concurrency; a rate a request-rate level), with the per-request rows, the
-headline numbers computed from them as the panel computes its own, and a plan built from the
-file so the job page, Compare and the exports read it as any job. It has no suite, never
-runs and cannot be cancelled; the member names the recipe and the Spark it was measured on.
+--append-result — the panel's own "vllm bench JSON" export is such a file), or a JSON report
+of GuideLLM's (apps/benchmarks/guidellm_format.py), becomes a job in state done: each run a
+level (a closed loop, `request_rate: "inf"`, is a concurrency level at its --max-concurrency;
+a rate a request-rate level), with the per-request rows, the headline numbers computed from
+them as the panel computes its own, and a plan built from the file so the job page, Compare
+and the exports read it as any job. It has no suite, never runs and cannot be cancelled; the
+member names the recipe and the Spark it was measured on.
 """
 
 from __future__ import annotations
 
+import json
+
 from django.db import transaction
 from django.utils import timezone
 
-from apps.benchmarks import selectors
+from apps.benchmarks import guidellm_format, selectors, vllm_bench
 from apps.benchmarks.harness import percentiles, summarize
 from apps.benchmarks.models import J, Job, Result, Suite
 from apps.benchmarks.vllm_bench import ImportedLevel
 
-FORMAT = "vllm bench serve"
+
+def parse_file(raw: bytes, name: str) -> tuple[str, list[ImportedLevel]]:
+    """(format, levels) of an uploaded file: a GuideLLM report, else a `vllm bench serve`
+    file; FileProblem says why neither reads."""
+    if len(raw) > vllm_bench.MAX_FILE_BYTES:
+        return vllm_bench.FORMAT, vllm_bench.parse(raw, name)  # refused for its size
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = None
+    if guidellm_format.is_report(data):
+        return guidellm_format.FORMAT, guidellm_format.levels_of(data, name)
+    return vllm_bench.FORMAT, vllm_bench.parse(raw, name)
 
 
 def _default(field: str) -> float:
@@ -32,14 +47,14 @@ def _concurrency(level: ImportedLevel) -> int:
     return level.max_concurrency or len(level.rows)
 
 
-def _plan(name: str, levels: list[ImportedLevel], slo: dict) -> dict:
+def _plan(name: str, source: str, levels: list[ImportedLevel], slo: dict) -> dict:
     rates = [lv.request_rate for lv in levels if lv.request_rate is not None]
     first = levels[0]
     kind = "poisson" if (first.burstiness or 1.0) == 1.0 else "gamma"
     return {
         "name": f"Imported: {name}"[:120],
         "imported": {
-            "format": FORMAT,
+            "format": source,
             "file": name,
             "date": first.date,
             "label": first.label,
@@ -128,6 +143,7 @@ def job_import(
     *,
     levels: list[ImportedLevel],
     name: str,
+    source: str = vllm_bench.FORMAT,
     recipe,
     host,
     user,
@@ -143,9 +159,10 @@ def job_import(
     with transaction.atomic():
         job = Job.objects.create(
             suite=None, recipe=recipe, host=host, queued_by=user, state=J.DONE,
-            note=note[:200], imported_from=f"{FORMAT}: {name}"[:240],
-            plan=_plan(name, levels, slo), queued_at=now, started_at=now, finished_at=now,
-            context={"imported": True, "format": FORMAT, "file": name[:200],
+            note=note[:200], imported_from=f"{source}: {name}"[:240],
+            plan=_plan(name, source, levels, slo), queued_at=now, started_at=now,
+            finished_at=now,
+            context={"imported": True, "format": source, "file": name[:200],
                      "model_id": levels[0].model_id, "host": host.name},
         )  # fmt: skip
         Result.objects.bulk_create(_result(job, level) for level in levels)

@@ -211,7 +211,8 @@ def import_view(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         job = job_import(
-            levels=form.levels, name=data["file"].name or "upload", recipe=data["recipe"],
+            levels=form.levels, name=data["file"].name or "upload", source=form.source,
+            recipe=data["recipe"],
             host=data["host"], user=request.user, note=data["note"],
             slo_ttft_s=data["slo_ttft_s"], slo_tpot_s=data["slo_tpot_s"],
         )  # fmt: skip

@@ -37,6 +37,7 @@ from apps.benchmarks.harness import percentiles
 from apps.benchmarks.harness.types import MAX_STORED_GAPS
 from apps.benchmarks.models import Job, Result
 
+FORMAT = "vllm bench serve"
 BACKENDS = {"chat": "openai-chat", "completions": "openai"}  # vLLM's names for the two
 
 
