@@ -2,7 +2,6 @@ import re
 
 from django import forms
 
-from apps.benchmarks import vllm_bench
 from apps.benchmarks.imports import parse_file
 from apps.benchmarks.models import (
     MAX_LEVELS,
@@ -15,6 +14,7 @@ from apps.benchmarks.models import (
     validate_rates,
     validate_scenarios,
 )
+from apps.benchmarks.peer_files import MAX_FILE_BYTES, FileProblem
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 
@@ -198,14 +198,13 @@ class ImportForm(forms.Form):
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
-        if upload.size > vllm_bench.MAX_FILE_BYTES:
+        if upload.size > MAX_FILE_BYTES:
             raise forms.ValidationError(
-                f"The file is {upload.size / 2**20:.1f} MiB; at most "
-                f"{vllm_bench.MAX_FILE_BYTES // 2**20} MiB."
+                f"The file is {upload.size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES // 2**20} MiB."
             )
         raw = upload.read()
         try:
             self.source, self.levels = parse_file(raw, upload.name or "the file")
-        except vllm_bench.FileProblem as exc:
+        except FileProblem as exc:
             raise forms.ValidationError(str(exc)) from None
         return upload

@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import statistics
 
-from apps.benchmarks.vllm_bench import (
+from apps.benchmarks.peer_files import (
     MAX_FILE_BYTES,
     MAX_FILE_LEVELS,
     MAX_FILE_REQUESTS,
     FileProblem,
     ImportedLevel,
-    _number,
+    number,
 )
 
 FORMAT = "GuideLLM"
@@ -55,20 +55,18 @@ def _row(request: dict, status: str, origin: float, where: str) -> dict:
     prompt = request.get("prompt_tokens")
     if ok and (latency is None or ttft_ms is None or out is None):
         raise FileProblem(f"{where}: a successful request without its latency, TTFT or tokens")
-    ttft = _number(ttft_ms, f"{where}: time_to_first_token_ms") / 1000 if ok else None
-    e2e = _number(latency, f"{where}: request_latency") if ok else None
-    out = int(_number(out, f"{where}: output_tokens")) if out is not None else None
+    ttft = number(ttft_ms, f"{where}: time_to_first_token_ms") / 1000 if ok else None
+    e2e = number(latency, f"{where}: request_latency") if ok else None
+    out = int(number(out, f"{where}: output_tokens")) if out is not None else None
     start = request.get("request_start_time")
-    start = _number(start, f"{where}: request_start_time") if start is not None else origin
+    start = number(start, f"{where}: request_start_time") if start is not None else origin
     error = info.get("error") or ("cancelled before it finished" if status == "incomplete" else "")
     return {
         "ttft": round(ttft, 6) if ok else None,
         "e2e": round(e2e, 6) if ok else None,
         "tpot": round((e2e - ttft) / (out - 1), 6) if ok and out and out > 1 else None,
         "output_tokens": out if ok else None,
-        "prompt_tokens": None
-        if prompt is None
-        else int(_number(prompt, f"{where}: prompt_tokens")),
+        "prompt_tokens": None if prompt is None else int(number(prompt, f"{where}: prompt_tokens")),
         "ok": ok,
         "error": None if ok else f"{status}: {str(error)[:480]}",
         "start": round(max(start - origin, 0.0), 6),
@@ -95,26 +93,26 @@ def _level(bench, where: str, model: str, date: str) -> ImportedLevel:
     if count > MAX_FILE_REQUESTS:
         raise FileProblem(f"{where}: {count:,} requests; at most {MAX_FILE_REQUESTS:,} a level")
     starts = [r.get("request_start_time") for _, g in groups for r in g if isinstance(r, dict)]
-    starts = [_number(s, f"{where}: request_start_time") for s in starts if s is not None]
+    starts = [number(s, f"{where}: request_start_time") for s in starts if s is not None]
     origin = min(starts, default=0.0)
     rows = [_row(r, status, origin, where) for status, group in groups for r in group]
     rows.sort(key=lambda r: r["start"])
     ok = [r for r in rows if r["ok"]]
     if kind in CLOSED_LOOP:
         streams = strategy.get(CLOSED_LOOP[kind]) or (1 if kind == "synchronous" else None)
-        cap = None if streams is None else int(_number(streams, f"{where}: streams", minimum=1))
+        cap = None if streams is None else int(number(streams, f"{where}: streams", minimum=1))
         rate = burst = None
     else:
-        rate = _number(strategy.get("rate"), f"{where}: rate")
+        rate = number(strategy.get("rate"), f"{where}: rate")
         cap, burst = strategy.get("max_concurrency"), OPEN_LOOP[kind]
-        cap = None if cap is None else int(_number(cap, f"{where}: max_concurrency", minimum=1))
+        cap = None if cap is None else int(number(cap, f"{where}: max_concurrency", minimum=1))
     return ImportedLevel(
         request_rate=rate,
         max_concurrency=cap,
         burstiness=burst,
         prompt_tokens=int(statistics.median([r["prompt_tokens"] or 0 for r in rows] or [0])),
         output_tokens=int(statistics.median([r["output_tokens"] for r in ok] or [0])),
-        duration=_number(bench.get("duration"), f"{where}: duration"),
+        duration=number(bench.get("duration"), f"{where}: duration"),
         rows=rows,
         model_id=model,
         date=date,

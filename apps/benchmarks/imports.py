@@ -20,13 +20,13 @@ from django.utils import timezone
 from apps.benchmarks import guidellm_format, selectors, vllm_bench
 from apps.benchmarks.harness import percentiles, summarize
 from apps.benchmarks.models import J, Job, Result, Suite
-from apps.benchmarks.vllm_bench import ImportedLevel
+from apps.benchmarks.peer_files import MAX_FILE_BYTES, ImportedLevel
 
 
 def parse_file(raw: bytes, name: str) -> tuple[str, list[ImportedLevel]]:
     """(format, levels) of an uploaded file: a GuideLLM report, else a `vllm bench serve`
     file; FileProblem says why neither reads."""
-    if len(raw) > vllm_bench.MAX_FILE_BYTES:
+    if len(raw) > MAX_FILE_BYTES:
         return vllm_bench.FORMAT, vllm_bench.parse(raw, name)  # refused for its size
     try:
         data = json.loads(raw.decode("utf-8"))

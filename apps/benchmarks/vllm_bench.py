@@ -31,11 +31,18 @@ import json
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from apps.benchmarks.harness import percentiles
 from apps.benchmarks.harness.types import MAX_STORED_GAPS
 from apps.benchmarks.models import Job, Result
+from apps.benchmarks.peer_files import (
+    MAX_FILE_BYTES,
+    MAX_FILE_LEVELS,
+    MAX_FILE_REQUESTS,
+    FileProblem,
+    ImportedLevel,
+    number,
+)
 
 FORMAT = "vllm bench serve"
 BACKENDS = {"chat": "openai-chat", "completions": "openai"}  # vLLM's names for the two
@@ -158,41 +165,7 @@ def filename(job: Job, result: Result) -> str:
 
 # --- reading a file `vllm bench serve` wrote ---------------------------------------------
 
-MAX_FILE_BYTES = 8 * 1024 * 1024  # UPLOAD_BODY_MAX_BYTES; 500 requests × 1,000 tokens is ~5 MB
-MAX_FILE_LEVELS = 32  # lines of an --append-result file (a job's levels: MAX_LEVELS)
-MAX_FILE_REQUESTS = 100_000  # per level
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors")
-
-
-class FileProblem(ValueError):
-    """Why a file cannot be imported, said so a person can fix it."""
-
-
-@dataclass(frozen=True)
-class ImportedLevel:
-    """One run of `vllm bench serve`, as the panel stores a level: its traffic, its
-    headline numbers and its per-request rows (in `Result.requests`' shape)."""
-
-    request_rate: float | None  # None: a closed loop ("inf")
-    max_concurrency: int | None
-    burstiness: float | None
-    prompt_tokens: int  # the median request's
-    output_tokens: int
-    duration: float
-    rows: list[dict]
-    model_id: str
-    date: str
-    backend: str
-    label: str
-    goodput: float | None
-
-
-def _number(value, where: str, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise FileProblem(f"{where}: {value!r} is not a number")
-    if value < minimum:
-        raise FileProblem(f"{where}: {value!r} is below {minimum:g}")
-    return float(value)
 
 
 def _rows(data: dict, where: str) -> list[dict]:
@@ -205,7 +178,7 @@ def _rows(data: dict, where: str) -> list[dict]:
                 f"{where}: “{key}” must list one entry per request ({n}); was the file "
                 "written with --save-detailed?"
             )
-    starts = [_number(s, f"{where}: start_times") for s in data["start_times"]]
+    starts = [number(s, f"{where}: start_times") for s in data["start_times"]]
     origin = min(starts, default=0.0)
     rows = []
     for i in range(n):
@@ -213,19 +186,19 @@ def _rows(data: dict, where: str) -> list[dict]:
         if not isinstance(error, str):
             raise FileProblem(f"{where}: errors[{i}] is not text")
         ok = error == ""
-        ttft = _number(data["ttfts"][i], f"{where}: ttfts[{i}]")
-        latency = _number(data["latencies"][i], f"{where}: latencies[{i}]")
-        out = int(_number(data["output_lens"][i], f"{where}: output_lens[{i}]"))
+        ttft = number(data["ttfts"][i], f"{where}: ttfts[{i}]")
+        latency = number(data["latencies"][i], f"{where}: latencies[{i}]")
+        out = int(number(data["output_lens"][i], f"{where}: output_lens[{i}]"))
         gaps = data["itls"][i]
         if not isinstance(gaps, list):
             raise FileProblem(f"{where}: itls[{i}] is not a list")
-        gaps = [round(_number(g, f"{where}: itls[{i}]"), 6) for g in gaps]
+        gaps = [round(number(g, f"{where}: itls[{i}]"), 6) for g in gaps]
         rows.append({
             "ttft": round(ttft, 6) if ok else None,
             "e2e": round(latency, 6) if ok else None,
             "tpot": round((latency - ttft) / (out - 1), 6) if ok and out > 1 else None,
             "output_tokens": out if ok else None,
-            "prompt_tokens": int(_number(data["input_lens"][i], f"{where}: input_lens[{i}]")),
+            "prompt_tokens": int(number(data["input_lens"][i], f"{where}: input_lens[{i}]")),
             "ok": ok,
             "error": None if ok else error[:500],
             "start": round(starts[i] - origin, 6),
@@ -247,18 +220,18 @@ def _level(data, where: str) -> ImportedLevel:
             f"{where}: no {', '.join(missing)} — not a file of `vllm bench serve --save-result "
             "--save-detailed`"
         )
-    duration = _number(data["duration"], f"{where}: duration")
+    duration = number(data["duration"], f"{where}: duration")
     rows = _rows(data, where)
     rate = data["request_rate"]
-    rate = None if rate in ("inf", None) else _number(rate, f"{where}: request_rate")
+    rate = None if rate in ("inf", None) else number(rate, f"{where}: request_rate")
     cap = data.get("max_concurrency")
-    cap = None if cap is None else int(_number(cap, f"{where}: max_concurrency", minimum=1))
+    cap = None if cap is None else int(number(cap, f"{where}: max_concurrency", minimum=1))
     burst = data.get("burstiness")
     ok = [r for r in rows if r["ok"]]
     return ImportedLevel(
         request_rate=rate,
         max_concurrency=cap,
-        burstiness=None if burst is None else _number(burst, f"{where}: burstiness"),
+        burstiness=None if burst is None else number(burst, f"{where}: burstiness"),
         prompt_tokens=int(statistics.median([r["prompt_tokens"] for r in rows] or [0])),
         output_tokens=int(statistics.median([r["output_tokens"] for r in ok] or [0])),
         duration=duration,
@@ -269,7 +242,7 @@ def _level(data, where: str) -> ImportedLevel:
         label=str(data.get("label") or "")[:200],
         goodput=None
         if data.get("request_goodput") is None
-        else _number(data["request_goodput"], f"{where}: request_goodput"),
+        else number(data["request_goodput"], f"{where}: request_goodput"),
     )
 
 

@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.benchmarks import guidellm_format
 from apps.benchmarks.models import Job
-from apps.benchmarks.vllm_bench import FileProblem
+from apps.benchmarks.peer_files import FileProblem
 from tests.conftest import ROOT, require_service
 from tests.real_vllm import fixtures as real
 from tests.sparksim.conftest import NEMOTRON, NEMOTRON_FLAGS, launch

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from apps.benchmarks import runner, vllm_bench
+from apps.benchmarks import peer_files, runner, vllm_bench
 from apps.benchmarks.harness.types import LevelSpec, Scenario
 from apps.benchmarks.imports import job_import
 from apps.benchmarks.models import J, Job, Result
@@ -257,7 +257,7 @@ def test_only_those_who_queue_benchmarks_import_and_a_too_large_file_is_refused(
     assert client_as(outsider).get("/benchmarks/import/").status_code == 403
     page = client_as(member).get("/benchmarks/import/")
     assert page.status_code == 200 and b"--save-detailed" in page.content
-    big = SimpleUploadedFile("big.json", b" " * (vllm_bench.MAX_FILE_BYTES + 1))
+    big = SimpleUploadedFile("big.json", b" " * (peer_files.MAX_FILE_BYTES + 1))
     response = client_as(member).post("/benchmarks/import/", {"file": big, "recipe": qwen.pk,
                                                               "host": sim_host.pk})  # fmt: skip
     assert response.status_code == 400 and "at most 8 MiB" in response.content.decode()
