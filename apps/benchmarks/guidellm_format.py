@@ -26,6 +26,7 @@ from apps.benchmarks.peer_files import (
     MAX_FILE_REQUESTS,
     FileProblem,
     ImportedLevel,
+    loads,
     number,
 )
 
@@ -128,7 +129,7 @@ def parse(raw: bytes, name: str = "the file") -> list[ImportedLevel]:
         raise FileProblem(f"{name} is {len(raw) / 2**20:.0f} MiB; at most "
                           f"{MAX_FILE_BYTES // 2**20} MiB")  # fmt: skip
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = loads(raw.decode("utf-8"), name)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise FileProblem(f"{name} is not a JSON GuideLLM report") from None
     return levels_of(data, name)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from apps.benchmarks import guidellm_format, selectors, vllm_bench
 from apps.benchmarks.harness import percentiles, summarize
 from apps.benchmarks.models import J, Job, Result, Suite
-from apps.benchmarks.peer_files import MAX_FILE_BYTES, ImportedLevel
+from apps.benchmarks.peer_files import MAX_FILE_BYTES, ImportedLevel, loads
 
 
 def parse_file(raw: bytes, name: str) -> tuple[str, list[ImportedLevel]]:
@@ -29,7 +29,7 @@ def parse_file(raw: bytes, name: str) -> tuple[str, list[ImportedLevel]]:
     if len(raw) > MAX_FILE_BYTES:
         return vllm_bench.FORMAT, vllm_bench.parse(raw, name)  # refused for its size
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = loads(raw.decode("utf-8"), name)
     except (UnicodeDecodeError, json.JSONDecodeError):
         data = None
     if guidellm_format.is_report(data):

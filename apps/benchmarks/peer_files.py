@@ -5,6 +5,7 @@ same bounds and the same way of saying what is wrong (`FileProblem`)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -44,3 +45,16 @@ def number(value, where: str, *, minimum: float = 0.0) -> float:
     if value < minimum:
         raise FileProblem(f"{where}: {value!r} is below {minimum:g}")
     return float(value)
+
+
+def loads(text: str, name: str):
+    """json.loads, with what it raises beyond JSONDecodeError (a file nested deeper than
+    Python recurses, a number of more digits than int() takes) said as a FileProblem."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise FileProblem(f"{name} nests its JSON too deep") from None
+    except ValueError as exc:
+        raise FileProblem(f"{name} is not JSON the panel can read: {exc}"[:300]) from None

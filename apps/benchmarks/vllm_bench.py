@@ -41,6 +41,7 @@ from apps.benchmarks.peer_files import (
     MAX_FILE_REQUESTS,
     FileProblem,
     ImportedLevel,
+    loads,
     number,
 )
 
@@ -257,14 +258,14 @@ def parse(raw: bytes, name: str = "the file") -> list[ImportedLevel]:
     except UnicodeDecodeError:
         raise FileProblem(f"{name} is not UTF-8 text (a JSON file is)") from None
     try:
-        objects = [json.loads(text)]
+        objects = [loads(text, name)]
     except json.JSONDecodeError:
         lines = [line for line in text.splitlines() if line.strip()]
         if len(lines) > MAX_FILE_LEVELS:
             raise FileProblem(f"{name} has {len(lines)} lines; at most {MAX_FILE_LEVELS} "
                               "levels a file") from None  # fmt: skip
         try:
-            objects = [json.loads(line) for line in lines]
+            objects = [loads(line, name) for line in lines]
         except json.JSONDecodeError as exc:
             raise FileProblem(f"{name} is not JSON: {exc.msg} (line {exc.lineno})") from None
     if not objects:

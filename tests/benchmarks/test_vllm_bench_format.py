@@ -234,6 +234,8 @@ BAD_FILES = [
                  "itls": [[]], "errors": [""], "latencies": [-1]}).encode(), "below 0"),
     (b'{"duration": NaN, "completed": 0, "request_rate": "inf", "ttfts": []}', "not a number"),
     (b"\n".join([b"{}"] * 40), "at most 32 levels"),
+    (b"[" * 100_000 + b"]" * 100_000, "nests its JSON too deep"),
+    (b'{"duration": ' + b"9" * 5000 + b"}", "not JSON the panel can read"),
 ]  # fmt: skip
 
 

@@ -49,11 +49,12 @@ def test_two_replicas_share_the_load_and_a_killed_one_fails_cleanly(panel, repli
             except openai.APIError as exc:
                 return f"error: {exc.message}"
 
-        tasks = [asyncio.create_task(one()) for _ in range(n)]
-        if kill_after_first is not None:
-            await asyncio.wait_for(started.wait(), 30)
-            kill_after_first()
-        return await asyncio.gather(*tasks)
+        async with client:  # closed in this loop, not by the garbage collector after it
+            tasks = [asyncio.create_task(one()) for _ in range(n)]
+            if kill_after_first is not None:
+                await asyncio.wait_for(started.wait(), 30)
+                kill_after_first()
+            return await asyncio.gather(*tasks)
 
     # Fewest requests in flight: 8 concurrent streams split evenly.
     assert asyncio.run(streams(8, 20)) == ["ok"] * 8

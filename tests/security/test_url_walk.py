@@ -57,6 +57,7 @@ MEMBER_MAY_POST = {
     "webhook-add": "adds the member's own webhook",
     "gateway-key-create": "creates the member's own gateway key",
     "benchmark-queue": "members queue benchmarks",
+    "benchmark-import": "members import results they measured as read-only jobs",
     "chat-new": "members chat",
     "recipe-plan": "the live planner preview; computes, saves nothing",
     "password-change": "changes the member's own password (an empty form changes nothing)",
