@@ -17,16 +17,13 @@ per-request chunk timeline; and a report may keep only a sample of its requests
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from apps.benchmarks.peer_files import (
-    MAX_FILE_BYTES,
     MAX_FILE_LEVELS,
     MAX_FILE_REQUESTS,
     FileProblem,
     ImportedLevel,
-    loads,
     number,
 )
 
@@ -123,19 +120,9 @@ def _level(bench, where: str, model: str, date: str) -> ImportedLevel:
     )
 
 
-def parse(raw: bytes, name: str = "the file") -> list[ImportedLevel]:
-    """The levels of a GuideLLM JSON report (bounded like a vLLM file)."""
-    if len(raw) > MAX_FILE_BYTES:
-        raise FileProblem(f"{name} is {len(raw) / 2**20:.0f} MiB; at most "
-                          f"{MAX_FILE_BYTES // 2**20} MiB")  # fmt: skip
-    try:
-        data = loads(raw.decode("utf-8"), name)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise FileProblem(f"{name} is not a JSON GuideLLM report") from None
-    return levels_of(data, name)
-
-
 def levels_of(data, name: str) -> list[ImportedLevel]:
+    """The levels of a GuideLLM report already read as JSON (imports.parse_file reads the
+    upload once and tells the two formats apart); FileProblem says what is wrong."""
     if not is_report(data):
         raise FileProblem(f"{name} is not a GuideLLM report (no metadata and benchmarks)")
     version = data["metadata"].get("version")
