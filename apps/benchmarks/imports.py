@@ -12,29 +12,22 @@ member names the recipe and the Spark it was measured on.
 
 from __future__ import annotations
 
-import json
-
 from django.db import transaction
 from django.utils import timezone
 
 from apps.benchmarks import guidellm_format, selectors, vllm_bench
 from apps.benchmarks.harness import percentiles, summarize
 from apps.benchmarks.models import J, Job, Result, Suite
-from apps.benchmarks.peer_files import MAX_FILE_BYTES, ImportedLevel, loads
+from apps.benchmarks.peer_files import ImportedLevel, read_documents
 
 
 def parse_file(raw: bytes, name: str) -> tuple[str, list[ImportedLevel]]:
-    """(format, levels) of an uploaded file: a GuideLLM report, else a `vllm bench serve`
-    file; FileProblem says why neither reads."""
-    if len(raw) > MAX_FILE_BYTES:
-        return vllm_bench.FORMAT, vllm_bench.parse(raw, name)  # refused for its size
-    try:
-        data = loads(raw.decode("utf-8"), name)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        data = None
-    if guidellm_format.is_report(data):
-        return guidellm_format.FORMAT, guidellm_format.levels_of(data, name)
-    return vllm_bench.FORMAT, vllm_bench.parse(raw, name)
+    """(format, levels) of an uploaded file, read once: a GuideLLM report, else a
+    `vllm bench serve` file; FileProblem says why it does not read."""
+    documents = read_documents(raw, name)
+    if len(documents) == 1 and guidellm_format.is_report(documents[0]):
+        return guidellm_format.FORMAT, guidellm_format.levels_of(documents[0], name)
+    return vllm_bench.FORMAT, vllm_bench.levels_of(documents, name)
 
 
 def _default(field: str) -> float:
@@ -91,7 +84,7 @@ def _result(job: Job, level: ImportedLevel) -> Result:
     ok = [r for r in rows if r["ok"]]
     ttfts = [r["ttft"] for r in ok]
     decode = [1 / r["tpot"] for r in ok if r["tpot"]]
-    prefill = [r["prompt_tokens"] / r["ttft"] for r in ok if r["ttft"]]
+    prefill = [r["prompt_tokens"] / r["ttft"] for r in ok if r["ttft"] and r["prompt_tokens"]]
     out_tokens = sum(r["output_tokens"] or 0 for r in ok)
     window = level.duration or None
     rate = level.request_rate is not None

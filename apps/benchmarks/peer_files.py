@@ -58,3 +58,29 @@ def loads(text: str, name: str):
         raise FileProblem(f"{name} nests its JSON too deep") from None
     except ValueError as exc:
         raise FileProblem(f"{name} is not JSON the panel can read: {exc}"[:300]) from None
+
+
+def read_documents(raw: bytes, name: str) -> list:
+    """The JSON documents of an upload, read once: the whole file as one, or one a line
+    (JSON lines, as `vllm bench serve --append-result` writes); bounded in bytes and lines."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise FileProblem(f"{name} is {len(raw) / 2**20:.0f} MiB; at most "
+                          f"{MAX_FILE_BYTES // 2**20} MiB")  # fmt: skip
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FileProblem(f"{name} is not UTF-8 text (a JSON file is)") from None
+    try:
+        objects = [loads(text, name)]
+    except json.JSONDecodeError:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > MAX_FILE_LEVELS:
+            raise FileProblem(f"{name} has {len(lines)} lines; at most {MAX_FILE_LEVELS} "
+                              "levels a file") from None  # fmt: skip
+        try:
+            objects = [loads(line, name) for line in lines]
+        except json.JSONDecodeError as exc:
+            raise FileProblem(f"{name} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not objects:
+        raise FileProblem(f"{name} is empty")
+    return objects

@@ -27,7 +27,6 @@ What differs, and why:
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -36,13 +35,12 @@ from apps.benchmarks.harness import percentiles
 from apps.benchmarks.harness.types import MAX_STORED_GAPS
 from apps.benchmarks.models import Job, Result
 from apps.benchmarks.peer_files import (
-    MAX_FILE_BYTES,
     MAX_FILE_LEVELS,
     MAX_FILE_REQUESTS,
     FileProblem,
     ImportedLevel,
-    loads,
     number,
+    read_documents,
 )
 
 FORMAT = "vllm bench serve"
@@ -250,26 +248,12 @@ def _level(data, where: str) -> ImportedLevel:
 def parse(raw: bytes, name: str = "the file") -> list[ImportedLevel]:
     """The levels of a `vllm bench serve --save-result --save-detailed` file: one JSON
     object, or one a line (`--append-result`, and this panel's own job export)."""
-    if len(raw) > MAX_FILE_BYTES:
-        raise FileProblem(f"{name} is {len(raw) / 2**20:.0f} MiB; at most "
-                          f"{MAX_FILE_BYTES // 2**20} MiB")  # fmt: skip
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise FileProblem(f"{name} is not UTF-8 text (a JSON file is)") from None
-    try:
-        objects = [loads(text, name)]
-    except json.JSONDecodeError:
-        lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) > MAX_FILE_LEVELS:
-            raise FileProblem(f"{name} has {len(lines)} lines; at most {MAX_FILE_LEVELS} "
-                              "levels a file") from None  # fmt: skip
-        try:
-            objects = [loads(line, name) for line in lines]
-        except json.JSONDecodeError as exc:
-            raise FileProblem(f"{name} is not JSON: {exc.msg} (line {exc.lineno})") from None
-    if not objects:
-        raise FileProblem(f"{name} is empty")
+    return levels_of(read_documents(raw, name), name)
+
+
+def levels_of(objects: list, name: str) -> list[ImportedLevel]:
+    """The levels of a file already read (peer_files.read_documents): one run an object,
+    or a JSON array of them."""
     if len(objects) == 1 and isinstance(objects[0], list):
         objects = objects[0]  # a JSON array of results
     if len(objects) > MAX_FILE_LEVELS:

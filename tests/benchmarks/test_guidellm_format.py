@@ -12,6 +12,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.benchmarks import guidellm_format
+from apps.benchmarks.imports import job_import
 from apps.benchmarks.models import Job
 from apps.benchmarks.peer_files import FileProblem
 from tests.conftest import ROOT, require_service
@@ -118,3 +119,16 @@ def test_a_report_the_panel_cannot_read_says_why(report):
     with pytest.raises(FileProblem, match="holds no benchmarks"):
         guidellm_format.levels_of(empty, "empty.json")
     assert not guidellm_format.is_report({"benchmarks": []})  # a vLLM-ish file: not GuideLLM
+
+
+@pytest.mark.services
+@pytest.mark.django_db
+def test_a_request_without_its_prompt_count_imports_without_a_prefill_rate(report, qwen, sim_host):
+    data = copy.deepcopy(report)
+    for request in data["benchmarks"][0]["requests"]["successful"]:
+        request["prompt_tokens"] = None  # GuideLLM writes null when it could not count
+    levels = guidellm_format.levels_of(data, "no-prompts.json")
+    job = job_import(levels=levels, name="no-prompts.json", source=guidellm_format.FORMAT,
+                     recipe=qwen, host=sim_host, user=None)  # fmt: skip
+    level = job.results.get()
+    assert level.ok == REQUESTS and level.prefill_tps_p50 is None and level.ttft_p50_s > 0
