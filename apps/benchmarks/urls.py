@@ -19,6 +19,8 @@ urlpatterns = [
     path(
         "jobs/<int:pk>/vllm-bench.jsonl", views.job_export, {"fmt": "jsonl"}, name="benchmark-vllm"
     ),
+    # GuideLLM's report JSON (apps/benchmarks/guidellm_format.py): every level a benchmark.
+    path("jobs/<int:pk>/guidellm.json", views.guidellm_export, name="benchmark-guidellm"),
     path(
         "jobs/<int:pk>/levels/<int:result_pk>/vllm-bench.json",
         views.level_export,

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, QUEUE_BENCHMARKS
-from apps.benchmarks import rate_selectors, selectors, vllm_bench
+from apps.benchmarks import guidellm_format, rate_selectors, selectors, vllm_bench
 from apps.benchmarks.forms import ImportForm, JobQueueForm, SuiteForm
 from apps.benchmarks.imports import job_import
 from apps.benchmarks.live import job_context
@@ -118,6 +118,20 @@ def level_export(request: HttpRequest, pk: int, result_pk: int) -> HttpResponse:
     result = get_object_or_404(job.results, pk=result_pk)
     response = JsonResponse(vllm_bench.save_result(job, result))
     response["Content-Disposition"] = f'attachment; filename="{vllm_bench.filename(job, result)}"'
+    return response
+
+
+@require_GET
+def guidellm_export(request: HttpRequest, pk: int) -> HttpResponse:
+    """Every level as a benchmark of GuideLLM's JSON report (apps/benchmarks/guidellm_format.py)."""
+    job = get_object_or_404(Job.objects.select_related("recipe", "host"), pk=pk)
+    try:
+        data = guidellm_format.report(job)
+    except guidellm_format.ExportProblem as exc:  # no levels yet, or arrivals GuideLLM lacks
+        return HttpResponse(f"Not exported: {exc}", status=409,
+                            content_type="text/plain; charset=utf-8")  # fmt: skip
+    response = JsonResponse(data)
+    response["Content-Disposition"] = f'attachment; filename="{guidellm_format.filename(job)}"'
     return response
 
 
