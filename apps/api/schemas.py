@@ -282,6 +282,16 @@ class RunOut(_RecipeOnHost):
         description="Who started it although the planner said it does not fit."
     )
     fit_override_at: datetime | None
+    pinned: bool = Field(
+        description="Pinned by an operator: benchmark jobs for other recipes do not replace "
+        "it (POST /runs/{id}/pin, /unpin)."
+    )
+    pinned_by: str | None = Field(description="Who pinned it.")
+    pinned_at: datetime | None
+    stop_reason: str = Field(
+        description='Why the panel stopped it for other work ("stopped to run benchmark job '
+        '12"); blank otherwise.'
+    )
     weights: dict | None = Field(
         description="The model this run serves: repo, revision as asked, the commit it "
         "resolved to and served (--revision), total and downloaded bytes, files — or, "
@@ -308,6 +318,10 @@ class RunOut(_RecipeOnHost):
     @staticmethod
     def resolve_fit_override_by(obj) -> str | None:
         return obj.fit_override_by.get_username() if obj.fit_override_by else None
+
+    @staticmethod
+    def resolve_pinned_by(obj) -> str | None:
+        return obj.pinned_by.get_username() if obj.pinned_by else None
 
     @staticmethod
     def resolve_started_by(obj) -> str | None:
@@ -446,6 +460,12 @@ class JobDetailOut(JobOut):
     )
     estimated_start: datetime | None = None
     estimate_s: float | None = Field(None, description="Median duration of similar jobs.")
+    waiting: str = Field(
+        "",
+        description="While queued behind another recipe (the host's run of it, or jobs "
+        'ahead for it): "waiting for spark-1 to be free: …"; the job swaps that run out at '
+        "its turn. Blank otherwise.",
+    )
 
 
 class CompareOut(Schema):

@@ -81,6 +81,7 @@ class SuiteForm(forms.ModelForm):
                   "length_kind", "length_spread", "shared_prefix_groups",
                   "shared_prefix_tokens", "warm_prefix",
                   "sweep_enabled", "sweep_mode", "sweep_prompt_tokens", "sweep_output_tokens",
+                  "sweep_dataset", "session_turns", "think_time_s", "followup_tokens",
                   "requests_per_level", "arrival_kind", "burstiness", "rate_max_concurrency",
                   "ramp_up_s", "arrival_seed", "slo_ttft_s", "slo_tpot_s"]  # fmt: skip
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}

@@ -11,13 +11,17 @@ from django.utils import timezone
 
 from apps.benchmarks import signals
 from apps.benchmarks.harness.arrivals import MAX_RAMP_S, MAX_RATE, Arrivals
+from apps.benchmarks.harness.datasets import Dataset, DatasetError, sharegpt_path
 from apps.benchmarks.harness.types import (
     MAX_OUTPUT_TOKENS,
     MAX_PREFIX_GROUPS,
     MAX_PROMPT_TOKENS,
+    MAX_THINK_S,
+    MAX_TURNS,
     Lengths,
     LevelSpec,
     Scenario,
+    Sessions,
     SharedPrefix,
     level_refusal,
 )
@@ -136,9 +140,12 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
         )  # fmt: skip
         levels.append(("scenario", spec))
     sweep = plan["sweep"]
+    if plan.get("dataset"):  # the sweep's requests come from the dataset
+        extra = {**extra, "dataset": Dataset(**plan["dataset"]), "shared_prefix": None,
+                 "lengths": None}  # fmt: skip
     if sweep["enabled"] and sweep.get("mode") == "rate":  # plans queued before have no mode
         shape = Scenario(
-            f"rates {sweep['prompt_tokens']}/{sweep['output_tokens']}",
+            f"rates {sweep_shape(plan)}",
             sweep["prompt_tokens"],
             sweep["output_tokens"],
         )
@@ -153,16 +160,29 @@ def plan_levels(plan: dict, max_num_seqs: int) -> list[tuple[str, LevelSpec]]:
             levels.append(("rate", spec))
     elif sweep["enabled"]:
         shape = Scenario(
-            f"sweep {sweep['prompt_tokens']}/{sweep['output_tokens']}",
+            f"sweep {sweep_shape(plan)}"[:SCENARIO_NAME_CHARS],
             sweep["prompt_tokens"],
             sweep["output_tokens"],
         )
+        if plan.get("sessions"):  # the users hold conversations
+            extra = {**extra, "sessions": Sessions(**plan["sessions"])}
         for c in sweep["levels"] or default_levels(max_num_seqs):
             requests = max(sweep["requests_per_level"], c)
             warmup = max(plan["warmup_requests"], c)
             spec = LevelSpec(shape, c, requests, warmup, plan["warm_prefix"], **extra)
             levels.append(("sweep", spec))
     return levels
+
+
+def sweep_shape(plan: dict) -> str:
+    """The sweep's requests in a few characters: "1834/108" (prompt/answer tokens) or
+    "ShareGPT" (a dataset's own lengths)."""
+    sweep = plan["sweep"]
+    if plan.get("dataset"):
+        return "ShareGPT"
+    if plan.get("sessions") and sweep.get("mode", "concurrency") == "concurrency":
+        return Sessions(**plan["sessions"]).describe(sweep["prompt_tokens"], sweep["output_tokens"])
+    return f"{sweep['prompt_tokens']}/{sweep['output_tokens']}"
 
 
 def plan_refusal(plan: dict, *, max_num_seqs: int, max_model_len: int | None) -> str | None:
@@ -317,6 +337,39 @@ class Suite(models.Model):
         help_text="As a fraction of the scenario's lengths (0.25: ±25 % uniform; at most 0.5 "
         "for normal). Prompt and answer lengths vary alike; the seed below repeats them.",
     )
+    sweep_dataset = models.CharField(
+        "sweep requests",
+        max_length=12,
+        choices=[("synthetic", "Synthetic: the sweep's lengths (and the lengths setting)"),
+                 ("sharegpt", "ShareGPT: real conversations' prompts and answer lengths "
+                              "(vllm bench serve's dataset)")],
+        default="synthetic",
+        help_text="ShareGPT: each request of the sweep is a ShareGPT conversation's first "
+        "question, answered with exactly its reply's length, sampled as vllm bench serve "
+        "samples them (the seed below shuffles; vLLM's length filter). The scenarios and "
+        "context depths stay exact-length probes.",
+    )  # fmt: skip
+    session_turns = models.PositiveSmallIntegerField(
+        "turns per chat session",
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_TURNS)],
+        help_text="1: each sweep request stands alone. 2 or more: the concurrency sweep's "
+        "users hold conversations — each turn sends the whole chat so far back (the "
+        "questions and the answers the server gave) plus a new question, after a think "
+        "time; the answer says how many such users the recipe serves.",
+    )
+    think_time_s = models.FloatField(
+        "think time (s)",
+        default=10.0,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_THINK_S)],
+        help_text="Between an answer and the user's next question (sessions only).",
+    )
+    followup_tokens = models.PositiveIntegerField(
+        "follow-up question tokens",
+        default=64,
+        validators=[MinValueValidator(4), MaxValueValidator(100_000)],
+        help_text="Each later question's length (sessions only; the first is the sweep's prompt).",
+    )
     warm_prefix = models.BooleanField(
         "warm prefix cache",
         default=False,
@@ -377,6 +430,20 @@ class Suite(models.Model):
                 if self.shared_prefix_groups
                 else None
             ),
+            "dataset": (
+                {"kind": self.sweep_dataset, "seed": self.arrival_seed}
+                if self.sweep_dataset != "synthetic"
+                else None
+            ),
+            "sessions": (
+                {
+                    "turns": self.session_turns,
+                    "think_s": self.think_time_s,
+                    "question_tokens": self.followup_tokens,
+                }
+                if self.session_turns > 1
+                else None
+            ),
         }
 
     def clean(self) -> None:
@@ -387,6 +454,20 @@ class Suite(models.Model):
                 "Normal lengths take a spread of at most 0.5 (within ±2 of it, a length stays "
                 "positive)."
             )
+        if (
+            self.session_turns > 1
+            and self.sweep_enabled
+            and (self.sweep_mode == self.SweepMode.RATE or self.sweep_dataset != "synthetic")
+        ):
+            raise ValidationError(
+                {"session_turns": "Chat sessions are a concurrency sweep of synthetic "
+                 "prompts (their users are the concurrency): not a rate sweep or ShareGPT."}
+            )  # fmt: skip
+        if self.sweep_enabled and self.sweep_dataset == "sharegpt":
+            try:
+                sharegpt_path()
+            except DatasetError as exc:
+                raise ValidationError({"sweep_dataset": str(exc)}) from None
         if self.sweep_enabled and self.sweep_mode == self.SweepMode.RATE and not self.sweep_rates:
             raise ValidationError("A rate sweep needs at least one request rate.")
         try:

@@ -3,7 +3,7 @@ the saturation point, the knee), for the job page and the API (docs/benchmarks.m
 
 from __future__ import annotations
 
-from apps.benchmarks.models import Job, Result
+from apps.benchmarks.models import Job, Result, sweep_shape
 from apps.benchmarks.selectors import decode_timed
 
 
@@ -32,7 +32,7 @@ def rate_answer(job: Job) -> dict | None:
     best = max(meeting, key=lambda r: r.request_rate) if meeting else None
     saturated = next((r for r in levels if r.saturated), None)
     not_run = [x for x in sweep.get("rates", []) if x not in {r.request_rate for r in levels}]
-    shape = f"{sweep['prompt_tokens']}/{sweep['output_tokens']}"
+    shape = sweep_shape(job.plan)
     if best:
         text = (
             f"Holds {best.request_rate:g} requests/s of {shape} with TTFT p95 ≤ "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 import httpx
 from django.db import close_old_connections, connection
@@ -20,11 +21,17 @@ from apps.benchmarks.models import WORKING_JOB_STATES, J, Job, Result, plan_leve
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
-from apps.runs.services import RunRefused, busy_refusal, run_create
+from apps.runs.services import RunRefused, active_run_on, run_create, run_stop
 from vllm_adapter import endpoints
 
 log = logging.getLogger(__name__)
 MONITOR_EVERY_S = 0.5
+# A swap waits this long for a run on another queue (a pair's head) to stop.
+SWAP_STOP_WAIT_S = 600
+SWAP_POLL_S = 0.5
+# ...and this long for the stopped server's memory to show as free before its start.
+SWAP_MEMORY_WAIT_S = 60
+MEMORY_REFUSALS = {"not_enough_memory", "memory_unknown"}
 
 
 class JobFailed(Exception):
@@ -79,22 +86,22 @@ def run_job(job_id: int) -> None:
 
 
 def _ensure_run(job: Job) -> Run:
-    """A ready run of the recipe on the host, reused; else start one here (on the host's
-    queue, so it cannot wait for a start task queued behind this job)."""
-    # The same admission as the queue form and the API (which refused this up front; the
-    # host may have changed while the job waited).
-    busy = busy_refusal(job.host, job.recipe, reuse=True, job=job)
-    if busy is not None:
-        raise JobFailed(busy)
-    active = Run.objects.active().on(job.host).select_related("recipe").first()
+    """A ready run of the recipe on the host, reused; a run of another recipe there is
+    swapped out first (`_swap_out`; a pinned one fails the job); else start one here (on
+    the host's queue, so it cannot wait for a start task queued behind this job). Run
+    admission applies to the start, memory included, once the host is free."""
+    active = active_run_on(job.host)
+    swapped = active is not None and (
+        active.recipe_id != job.recipe_id or active.state == RunState.STOPPING
+    )
+    if swapped:
+        _swap_out(job, active)
+        active = None
     if active is not None and active.state == RunState.READY:
         _progress(job, step=f"Reusing the ready run {active.pk}")
         return active
     if active is None:
-        try:
-            active = run_create(recipe=job.recipe, host=job.host, user=job.queued_by, job=job)
-        except RunRefused as exc:
-            raise JobFailed(f"could not start the recipe: {exc}") from None
+        active = _create_run(job, swapped=swapped)
         _progress(job, step=f"Starting run {active.pk} (a first load can take 15 minutes)")
     else:
         _progress(job, step=f"Waiting for run {active.pk} to be ready")
@@ -106,6 +113,55 @@ def _ensure_run(job: Job) -> Run:
         reason = active.failure_reason or f"it is {active.get_state_display().lower()}"
         raise JobFailed(f"run {active.pk} did not become ready: {reason}")
     return active
+
+
+def _swap_out(job: Job, active: Run) -> None:
+    """The job's turn has come and the host serves another recipe (or a run that is
+    stopping): stop that run the way an operator's stop does, with the reason kept on it,
+    and wait until it is stopped. A run pinned meanwhile is left alone and the job fails
+    (queue it again once an operator unpins the run). Chat users of the run lose it too:
+    pinning is how an operator protects a run."""
+    reason = f"stopped to run benchmark job {job.pk}"
+    # This queue is the run's host's: stop it here (a stop task would wait behind this
+    # job). A pair run this Spark is the worker of lives on its head's queue.
+    here = active.host_id == job.host_id
+    try:
+        active = run_stop(run=active, reason=reason, unless_pinned=True, here=here)
+    except RunRefused as exc:
+        raise JobFailed(f"Not run: {exc}") from None
+    _progress(job, step=f"Stopping run {active.pk} (“{active.recipe}”) to start “{job.recipe}”")
+    push_progress(job)
+    if here:
+        run_runner.stop(active.pk)
+    deadline = time.monotonic() + SWAP_STOP_WAIT_S
+    while Run.objects.active().filter(pk=active.pk).exists():
+        if time.monotonic() > deadline:
+            raise JobFailed(
+                f"run {active.pk} on {active.host.name} did not stop within "
+                f"{SWAP_STOP_WAIT_S // 60} minutes, so “{job.recipe}” was not started."
+            )
+        time.sleep(SWAP_POLL_S)
+
+
+def _create_run(job: Job, *, swapped: bool) -> Run:
+    """Admit and create the job's run. Right after a swap the stopped server's memory can
+    take a moment to show as free (the host agent measures it on the Spark twice a
+    second): a refusal for memory is asked again, with the host read afresh, for up to
+    SWAP_MEMORY_WAIT_S before the job fails with it."""
+    deadline = time.monotonic() + (SWAP_MEMORY_WAIT_S if swapped else 0)
+    while True:
+        if swapped:
+            job.host.refresh_from_db()  # the agent's sample from before the stop is stale
+        try:
+            return run_create(recipe=job.recipe, host=job.host, user=job.queued_by, job=job)
+        except RunRefused as exc:
+            if exc.code not in MEMORY_REFUSALS or time.monotonic() >= deadline:
+                raise JobFailed(f"could not start the recipe: {exc}") from None
+            step = f"Waiting for {job.host.name}'s memory to be given back: {exc}"
+        if job.progress.get("step") != step[:200]:
+            _progress(job, step=step[:200])
+            push_progress(job)
+        time.sleep(SWAP_POLL_S)
 
 
 def _server_version(run: Run) -> str:
@@ -268,12 +324,14 @@ def _store(job: Job, kind: str, level: harness.LevelResult, cut_short: bool = Fa
     spec = level.spec
     metrics = level.to_dict()
     metrics.pop("requests", None)
+    # A dataset level's lengths are its sample's means (the scenario's are only bounds).
+    lengths = level.dataset
     return Result.objects.create(
         job=job,
         kind=kind,
         scenario=spec.scenario.name,
-        prompt_tokens=spec.scenario.prompt_tokens,
-        output_tokens=spec.scenario.output_tokens,
+        prompt_tokens=round(lengths.get("prompt_tokens_mean") or spec.scenario.prompt_tokens),
+        output_tokens=round(lengths.get("output_tokens_mean") or spec.scenario.output_tokens),
         concurrency=(spec.arrivals.max_concurrency or 0) if spec.arrivals else spec.concurrency,
         request_rate=spec.arrivals.rate if spec.arrivals else None,
         ok=level.ok,

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.benchmarks import harness, reference
-from apps.benchmarks.models import J, Job, Result, Suite
+from apps.benchmarks.models import J, Job, Result, Suite, sweep_shape
 from apps.benchmarks.reference import (
     SEED_SOURCE,
     has_reference_shape,
@@ -25,7 +25,7 @@ from apps.core.csvsafe import csv_text
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run
-from apps.runs.services import Occupancy, RunRefused, fit_check
+from apps.runs.services import Occupancy, RunRefused, active_run_on, fit_check
 from apps.runs.signals import Claim
 from sparkdomain.planner import roofline_check
 
@@ -47,6 +47,9 @@ class QueueEntry:
     position: int  # 0 = running now
     estimated_start: datetime | None
     estimate_s: float | None
+    # A queued job held up by another recipe: "waiting for spark-1 to be free: …" (the
+    # host's run of another recipe, or jobs ahead for one); "" otherwise.
+    waiting: str = ""
 
 
 def _estimate_seconds(job: Job) -> float | None:
@@ -94,12 +97,35 @@ def host_queue_entries(host: Host) -> list[QueueEntry]:
             else:
                 elapsed = (now - job.started_at).total_seconds() if job.started_at else 0
                 clock = clock + timedelta(seconds=max(estimate - elapsed, 0))
+    active = active_run_on(host)
+    ahead = _Ahead(running)
     for position, job in enumerate(queued, start=1):
         estimate = estimate_seconds(job)
-        entries.append(QueueEntry(job, position, clock, estimate))
+        waiting = Occupancy(host, active, ahead.claims()).waiting_for(job.recipe) or ""
+        entries.append(QueueEntry(job, position, clock, estimate, waiting))
+        ahead.add(job)
         if clock is not None:
             clock = None if estimate is None else clock + timedelta(seconds=estimate)
     return entries
+
+
+class _Ahead:
+    """The jobs ahead in a host's queue as run admission's claims (one per recipe, oldest
+    first), kept up as the queue is walked: no query per job."""
+
+    def __init__(self, jobs: list[Job]):
+        self.by_recipe: dict[int, list] = {}
+        for job in jobs:
+            self.add(job)
+
+    def add(self, job: Job) -> None:
+        entry = self.by_recipe.setdefault(job.recipe_id, [job.recipe, 0, job.queued_at])
+        entry[1] += 1
+        entry[2] = min(entry[2], job.queued_at)
+
+    def claims(self) -> list[Claim]:
+        found = [Claim(r, n, t, noun="benchmark job") for r, n, t in self.by_recipe.values()]
+        return sorted(found, key=lambda claim: claim.since)
 
 
 def queue_entry(job: Job) -> QueueEntry | None:
@@ -168,6 +194,8 @@ def queue_hints(hosts, recipes) -> list[dict]:
         if occupancy.active is not None:
             active = occupancy.active
             state = f"runs “{active.recipe}” ({active.get_state_display().lower()})"
+            if active.pinned:
+                state += ", pinned: jobs for other recipes will not replace it"
         elif occupancy.reserved:
             first = occupancy.reserved[0]
             count = first.count
@@ -176,31 +204,33 @@ def queue_hints(hosts, recipes) -> list[dict]:
             state = "idle"
         if not host.online:
             state += " · no worker seen lately (jobs wait in its queue)"
-        per_recipe = {}
-        for recipe in recipes:
-            busy = occupancy.refusal(recipe.pk, reuse=True)
-            reuse = occupancy.reusable(recipe.pk)
-            if busy is not None:
-                per_recipe[str(recipe.pk)] = {"ok": False, "text": busy}
-            elif not host.image_allowed(recipe.image):
-                text = f"{host.name} does not allow the image {recipe.image}."
-                per_recipe[str(recipe.pk)] = {"ok": False, "text": text}
-            elif reuse is not None:
-                text = f"The job reuses run {reuse.pk} of “{recipe}” on {host.name}."
-                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
-            else:
-                try:
-                    fit_check(recipe=recipe, host=host)
-                except RunRefused as exc:
-                    per_recipe[str(recipe.pk)] = {"ok": False, "text": str(exc) + NEVER_OVERRIDES}
-                    continue
-                text = (
-                    f"The job starts “{recipe}” on {host.name} first (a first load can take "
-                    "15 minutes on a real Spark)."
-                )
-                per_recipe[str(recipe.pk)] = {"ok": True, "text": text}
+        per_recipe = {str(recipe.pk): _hint(occupancy, recipe) for recipe in recipes}
         hints.append({"id": str(host.pk), "name": host.name, "state": state, "recipes": per_recipe})
     return hints
+
+
+def _hint(occupancy: Occupancy, recipe: Recipe) -> dict:
+    """What queueing a job for the recipe on the occupancy's host would meet."""
+    host = occupancy.host
+    refusal = occupancy.job_refusal(recipe.pk)
+    if refusal is not None:
+        return {"ok": False, "text": refusal}
+    if not host.image_allowed(recipe.image):
+        return {"ok": False, "text": f"{host.name} does not allow the image {recipe.image}."}
+    waiting = occupancy.waiting_for(recipe)
+    reuse = occupancy.reusable(recipe.pk)
+    if reuse is not None and waiting is None:
+        return {"ok": True, "text": f"The job reuses run {reuse.pk} of “{recipe}” on {host.name}."}
+    try:
+        fit_check(recipe=recipe, host=host)
+    except RunRefused as exc:
+        return {"ok": False, "text": str(exc) + NEVER_OVERRIDES}
+    if waiting is not None:
+        return {"ok": True, "text": f"Queued, the job will be {waiting}"}
+    return {"ok": True, "text": (
+        f"The job starts “{recipe}” on {host.name} first (a first load can take 15 minutes "
+        "on a real Spark)."
+    )}  # fmt: skip
 
 
 # --- a job's results ------------------------------------------------------------------
@@ -351,12 +381,14 @@ def capacity_answer(job: Job) -> dict | None:
         "ttft_p95_s": best.ttft_p95_s if best else None,
         "decode_tps_p50": best.decode_tps_p50 if best else None,
         "tested_up_to": max(r.concurrency for r in levels),
-        "shape": f"{job.plan['sweep']['prompt_tokens']}/{job.plan['sweep']['output_tokens']}",
+        "shape": sweep_shape(job.plan),
     }
+    # the team workload: people holding conversations, not lone requests
+    of = f" in {answer['shape']}" if (job.plan or {}).get("sessions") else ""
     if best:
         answer["text"] = (
             f"This recipe serves {best.concurrency} concurrent user"
-            f"{'s' if best.concurrency != 1 else ''} with TTFT p95 ≤ {slo['ttft_s']:g} s and "
+            f"{'s' if best.concurrency != 1 else ''}{of} with TTFT p95 ≤ {slo['ttft_s']:g} s and "
             f"≥ {min_tps:.0f} tok/s each (measured {best.ttft_p95_s:.2f} s and "
             f"{best.decode_tps_p50:.1f} tok/s at {best.concurrency})."
         )

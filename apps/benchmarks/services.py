@@ -12,8 +12,7 @@ from apps.benchmarks.selectors import NEVER_OVERRIDES, can_cancel, suite_plan
 from apps.benchmarks.tasks import run_job
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
-from apps.runs.models import Run
-from apps.runs.services import RunRefused, admission_check, busy_refusal
+from apps.runs.services import Occupancy, RunRefused, admission_check
 
 
 class JobRefused(Exception):
@@ -27,24 +26,30 @@ class JobRefused(Exception):
 
 # Refusals about the host's current state (the API answers 409); the others are about the
 # request (422). The same split as for runs.
-CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown"}
+CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown", "pinned"}
 
 
 def job_admission(*, recipe: Recipe, host: Host, user) -> None:
     """Refuse up front what the worker would refuse seconds later, in run admission's own
-    words: a host busy with (or reserved by queued jobs for) another recipe; and, when the
-    job would start its recipe (no active run of it there to reuse), every rule a run start
-    meets — "does not fit" included, which a job never overrides."""
-    busy = busy_refusal(host, recipe, reuse=True)
-    if busy is not None:
-        raise JobRefused(busy, "host_busy")
+    words. A host serving another recipe takes the job — it waits in the host's FIFO queue
+    and swaps that run out at its turn (apps/benchmarks/runner.py) — unless that run is
+    pinned (refused, "pinned"); so does a host that jobs for other recipes are queued on
+    (each swaps in turn). When the job would start its recipe, every rule a run start meets
+    applies — "does not fit" included, which a job never overrides; what the host holds
+    now (busy, measured memory) only when nothing of another recipe holds it: otherwise
+    the worker checks those after the swap."""
+    occupancy = Occupancy.of(host)
+    pinned = occupancy.job_refusal(recipe.pk)
+    if pinned is not None:
+        raise JobRefused(pinned, "pinned")
     if not host.image_allowed(recipe.image):
         raise JobRefused(f"{host.name} does not allow the image {recipe.image}.",
                          "image_not_allowed")  # fmt: skip
-    if Run.objects.active().filter(host=host, recipe=recipe).exists():
+    if occupancy.reusable(recipe.pk) and occupancy.waiting_for(recipe) is None:
         return  # the job reuses that run
+    waits = occupancy.waiting_for(recipe) is not None
     try:
-        admission_check(recipe=recipe, host=host, user=None, reuse=True)
+        admission_check(recipe=recipe, host=host, user=None, reuse=True, host_state=not waits)
     except RunRefused as exc:
         message = str(exc)
         if exc.code == "does_not_fit":

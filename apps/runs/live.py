@@ -24,7 +24,9 @@ LOG_TAIL_BYTES = 20_000
 
 def run_or_404(key: str) -> Run:
     try:
-        return Run.objects.select_related("recipe", "host", "started_by").get(pk=int(key))
+        return Run.objects.select_related("recipe", "host", "started_by", "pinned_by").get(
+            pk=int(key)
+        )
     except (ValueError, Run.DoesNotExist):
         raise Http404("no such run") from None
 

@@ -148,6 +148,17 @@ class Run(models.Model):
         related_name="fit_overrides",
     )  # fmt: skip
     fit_override_at = models.DateTimeField(null=True, blank=True)
+    # Pinned by an operator: benchmark jobs for other recipes never stop it to swap in theirs
+    # (they are refused up front, or fail at their turn); operators still stop it by hand.
+    pinned = models.BooleanField(default=False)
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    # Why the panel stopped it for other work ("stopped to run benchmark job 12"); blank
+    # when an operator, the watchdog or a failure ended it (each says so elsewhere).
+    stop_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -219,9 +230,11 @@ class Run(models.Model):
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
 
-    def transition(self, to: str, **fields) -> None:
+    def transition(self, to: str, *, only_if: dict | None = None, **fields) -> None:
         """Move to `to` if the state machine allows it and nobody moved the row meanwhile
-        (a conditional UPDATE: a second worker cannot apply the same change twice)."""
+        (a conditional UPDATE: a second worker cannot apply the same change twice).
+        `only_if` adds conditions to that UPDATE (e.g. ``{"pinned": False}``: a run pinned
+        a moment ago is not stopped for a benchmark job's swap)."""
         if to not in TRANSITIONS[self.state]:
             raise InvalidTransition(f"run {self.pk}: {self.state} → {to} is not allowed")
         now = timezone.now().isoformat()
@@ -229,7 +242,7 @@ class Run(models.Model):
         if self.state in timings:
             timings[self.state] = {**timings[self.state], "end": now}
         timings[to] = {"start": now}
-        updated = Run.objects.filter(pk=self.pk, state=self.state).update(
+        updated = Run.objects.filter(pk=self.pk, state=self.state, **(only_if or {})).update(
             state=to, timings=timings, updated_at=timezone.now(), **fields
         )
         if not updated:

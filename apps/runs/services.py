@@ -15,7 +15,7 @@ from apps.hosts.models import Host, SparkPair, pair_of
 from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
 from apps.runs import live
-from apps.runs.models import STARTING_STATES, Run, RunState
+from apps.runs.models import ACTIVE_STATES, STARTING_STATES, InvalidTransition, Run, RunState
 from apps.runs.signals import Claim, host_claims
 from sparkdomain import planner
 from sparkdomain.command import UnsafeCommand, contract_problems
@@ -27,8 +27,9 @@ from sparkdomain.spark import GB, GIB
 
 class RunRefused(Exception):
     """Admission control said no; the message says why, with numbers. `code` says which
-    rule: host_busy, no_free_port, not_enough_memory, memory_unknown (the state of the
-    host), or image_not_allowed, unsafe_recipe, does_not_fit (the request itself)."""
+    rule: host_busy, no_free_port, not_enough_memory, memory_unknown, pinned, not_active
+    (the state of the host or the run), or image_not_allowed, unsafe_recipe, does_not_fit,
+    forbidden (the request itself)."""
 
     def __init__(self, message: str, code: str = "refused"):
         super().__init__(message)
@@ -59,8 +60,9 @@ def _free_port(host: Host) -> int:
 class Occupancy:
     """What holds a host now: its active run and what other apps claim it for (their
     answers to apps/runs/signals.py::host_claims: the benchmark jobs queued or running
-    there, FIFO). One model at a time per Spark: `refusal` is the one answer run
-    admission, the jobs API, the queue form (for every recipe at once) and the worker give."""
+    there, FIFO). One model at a time per Spark: `refusal` is the one answer run admission
+    gives (a manual start: strict); `job_refusal` and `waiting_for` are what a benchmark
+    job meets — the jobs API, the queue form (for every recipe at once) and its queued row."""
 
     host: Host
     active: Run | None
@@ -70,10 +72,9 @@ class Occupancy:
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
-        active = Run.objects.active().on(host).select_related("recipe").first()
         claims = gathered(host_claims, sender=cls, host=host, job=job)
         claims.sort(key=lambda claim: claim.since)
-        return cls(host, active, claims)
+        return cls(host, active_run_on(host), claims)
 
     def reusable(self, recipe_id: int) -> Run | None:
         """The active run a benchmark job for this recipe would reuse."""
@@ -87,6 +88,8 @@ class Occupancy:
         return None
 
     def refusal(self, recipe_id: int, *, reuse: bool = False) -> str | None:
+        """Why a run of the recipe cannot start here now: an active run (unless `reuse`
+        and it is of this recipe), or claims for another recipe."""
         host, active = self.host, self.active
         if active is not None and not (reuse and self.reusable(recipe_id)):
             return (
@@ -94,7 +97,7 @@ class Occupancy:
                 f"({active.get_state_display().lower()}): stop it first — one model at a time "
                 "per Spark."
             )
-        others = [claim for claim in self.reserved if claim.recipe.pk != recipe_id]
+        others = self._others(recipe_id)
         if others:
             first = others[0]
             return (
@@ -104,14 +107,82 @@ class Occupancy:
             )
         return None
 
+    def job_refusal(self, recipe_id: int) -> str | None:
+        """Why a benchmark job for the recipe cannot be queued here: only a pinned run of
+        another recipe. An unpinned one is swapped when the job's turn comes, and jobs for
+        other recipes ahead of it swap theirs in their own turn (the host's queue is FIFO)."""
+        active = self.active
+        if active is not None and self._swapped(active, recipe_id) and active.pinned:
+            return pinned_words(active, self.host)
+        return None
+
+    def waiting_for(self, recipe: Recipe) -> str | None:
+        """What a benchmark job for the recipe, queued behind these claims, waits for
+        before its turn ("waiting for spark-1 to be free: …"); None when nothing of another
+        recipe holds the host (the job reuses the run, or starts its recipe on an idle host)."""
+        host, active = self.host, self.active
+        others = self._others(recipe.pk)
+        if others:
+            first = others[0]
+            more = "" if len(others) == 1 else f" (and jobs for {len(others) - 1} other recipes)"
+            return (
+                f"waiting for {host.name} to be free: {first.words()} for “{first.recipe}”"
+                f"{more} ahead of it; each job swaps in its recipe when its turn comes."
+            )
+        if active is None or self.reusable(recipe.pk):
+            return None
+        if active.state == RunState.STOPPING:
+            return (
+                f"waiting for {host.name} to be free: its run of “{active.recipe}” is stopping; "
+                f"when this job's turn comes, it starts “{recipe}”."
+            )
+        words = (
+            f"waiting for {host.name} to be free: it runs “{active.recipe}” "
+            f"({active.get_state_display().lower()}); when this job's turn comes, it stops "
+            f"that run and starts “{recipe}”."
+        )
+        if active.pinned:
+            words += (
+                f" Run {active.pk} has been pinned since: unless an operator unpins it, this "
+                "job fails when its turn comes."
+            )
+        return words
+
+    def _others(self, recipe_id: int) -> list[Claim]:
+        return [claim for claim in self.reserved if claim.recipe.pk != recipe_id]
+
+    @staticmethod
+    def _swapped(active: Run, recipe_id: int) -> bool:
+        """Whether a job for the recipe would stop the active run (one of another recipe,
+        not already stopping)."""
+        return active.recipe_id != recipe_id and active.state != RunState.STOPPING
+
+
+def active_run_on(host: Host) -> Run | None:
+    """The run that holds the host (its own, or a pair run it is the worker side of)."""
+    return Run.objects.active().on(host).select_related("recipe", "host", "pinned_by").first()
+
+
+def pinned_words(run: Run, host: Host) -> str:
+    """Why a benchmark job for another recipe does not replace this pinned run."""
+    by = f" by {run.pinned_by.get_username()}" if run.pinned_by else ""
+    return (
+        f"{host.name} runs “{run.recipe}” (run {run.pk}), pinned{by}: benchmark jobs for "
+        "other recipes do not replace a pinned run. An operator can unpin it on the run's "
+        f"page (or POST /api/v1/runs/{run.pk}/unpin); or queue the job on another Spark."
+    )
+
 
 def busy_refusal(host: Host, recipe: Recipe, *, reuse: bool = False, job=None) -> str | None:
-    """Why the host cannot take this recipe now (None when it can). An active run makes it
-    busy (unless `reuse`: a benchmark job for the recipe already running there reuses that
-    run); so do claims for another recipe (`Occupancy`: benchmark jobs queued or running
-    for it reserve the host for theirs; for the worker running `job`, only the jobs ahead
-    of it)."""
-    return Occupancy.of(host, job=job).refusal(recipe.pk, reuse=reuse)
+    """Why the host cannot take a run of this recipe now (None when it can). An active run
+    makes it busy (unless `reuse`: a benchmark job for the recipe already running there
+    reuses that run); so do claims for another recipe (`Occupancy`: benchmark jobs queued
+    or running for it reserve the host for theirs). For the worker running `job` — its
+    turn on the host's FIFO queue — only the active run counts: jobs queued ahead of it
+    for other recipes swap theirs in their own turn."""
+    if job is not None:
+        return Occupancy(host, active_run_on(host), []).refusal(recipe.pk, reuse=reuse)
+    return Occupancy.of(host).refusal(recipe.pk, reuse=reuse)
 
 
 def can_override_fit(user) -> bool:
@@ -252,9 +323,12 @@ def admission_check(
     reuse: bool = False,
     job=None,
     pair: SparkPair | None = None,
+    host_state: bool = True,
 ) -> Admission:
     """Every rule a start must pass, most basic first; returns the planner's verdict. A
-    pair run (`pair`, its head as `host`) passes each rule on both Sparks."""
+    pair run (`pair`, its head as `host`) passes each rule on both Sparks. Without
+    `host_state` the rules about what the host holds now (busy, measured memory) are left
+    for later: a benchmark job queued behind another recipe meets them at its turn."""
     try:
         check_utilization(recipe.gpu_memory_utilization)
     except FlagError as exc:  # a recipe row changed behind the validators' back
@@ -268,7 +342,7 @@ def admission_check(
             "unsafe_recipe",
         )
     sides = pair.hosts if pair is not None else (host,)
-    for side in sides:
+    for side in sides if host_state else ():
         busy = busy_refusal(side, recipe, reuse=reuse, job=job)
         if busy is not None:
             raise RunRefused(busy, "host_busy")
@@ -287,7 +361,7 @@ def admission_check(
     else:
         admission = fit_check(recipe=recipe, host=host, user=user,
                               fit_confirmation=fit_confirmation)  # fmt: skip
-    for side in sides:
+    for side in sides if host_state else ():
         _memory_refusal(side, recipe)
     return admission
 
@@ -328,6 +402,7 @@ def run_create(
                 fit_verdict=admission.verdict,
                 fit_override_by=user if admission.overridden else None,
                 fit_override_at=timezone.now() if admission.overridden else None,
+                **_pin_of(restart_of),
             )  # fmt: skip
         # The host now serves this run: its dashboard line and queue section, live.
         transaction.on_commit(lambda: live.push_host(host.name))
@@ -354,18 +429,70 @@ def run_start(
     return run
 
 
-def run_stop(*, run: Run) -> Run:
+def run_stop(*, run: Run, reason: str = "", unless_pinned: bool = False, here: bool = False) -> Run:
     """Ask a run to stop. While it starts, its start task sees the state and stops it; a
-    ready run is stopped by a task on the host's queue."""
+    ready run is stopped by a task on the host's queue — unless `here`: the caller runs on
+    that queue (a benchmark job's swap) and stops it itself with runner.stop, as a task
+    would only wait behind it. `reason` is kept on the run (`stop_reason`: "stopped to run
+    benchmark job 12"); `unless_pinned` refuses a pinned run (RunRefused "pinned") in the
+    same conditional UPDATE that stops it, so a pin set a moment ago wins."""
     from apps.runs.tasks import stop_run  # here: tasks → runner → this module
 
     run.refresh_from_db()
     if not run.is_active or run.state == RunState.STOPPING:
         return run
     was_starting = run.state in STARTING_STATES
-    run.transition(RunState.STOPPING, step="Stopping")
-    if not was_starting:
+    fields = {"step": f"Stopping: {reason}"[:200], "stop_reason": reason[:200]} if reason else {}
+    try:
+        run.transition(RunState.STOPPING, only_if={"pinned": False} if unless_pinned else None,
+                       **({"step": "Stopping"} | fields))  # fmt: skip
+    except InvalidTransition:
+        run.refresh_from_db()
+        if unless_pinned and run.pinned and run.is_active and run.state != RunState.STOPPING:
+            raise RunRefused(pinned_words(run, run.host), "pinned") from None
+        return run  # moved meanwhile (stopping, stopped or failed): nothing more to ask
+    if not was_starting and not here:
         transaction.on_commit(lambda: stop_run.apply_async(args=[run.pk], queue=run.host.queue))
+    return run
+
+
+def _pin_of(restart_of: Run | None) -> dict:
+    """A restart of a pinned run is pinned too (by the same operator)."""
+    if restart_of is None or not restart_of.pinned:
+        return {}
+    return {"pinned": True, "pinned_by_id": restart_of.pinned_by_id,
+            "pinned_at": restart_of.pinned_at}  # fmt: skip
+
+
+PINNABLE_STATES = [state for state in ACTIVE_STATES if state != RunState.STOPPING]
+
+
+def run_pin(*, run: Run, user, pinned: bool = True) -> Run:
+    """Pin (or unpin) a run: benchmark jobs for other recipes never stop a pinned run to
+    swap in theirs (they are refused up front, or fail at their turn). Operators only;
+    only a run that is starting or ready can be pinned (RunRefused "not_active"); pinning
+    a pinned run, or unpinning one that is not, changes nothing."""
+    if user is None or not user.has_perm(OPERATE_RUNS):
+        raise RunRefused("Only an operator can pin or unpin a run.", "forbidden")
+    if pinned:
+        changed = Run.objects.filter(pk=run.pk, state__in=PINNABLE_STATES, pinned=False).update(
+            pinned=True, pinned_by=user, pinned_at=timezone.now()
+        )
+    else:
+        changed = Run.objects.filter(pk=run.pk, pinned=True).update(
+            pinned=False, pinned_by=None, pinned_at=None
+        )
+    run.refresh_from_db()
+    if pinned and not run.pinned:
+        raise RunRefused(
+            f"Run {run.pk} is {run.get_state_display().lower()}: only a run that is starting "
+            "or ready can be pinned.",
+            "not_active",
+        )
+    if changed:
+        host = run.host.name
+        # Its page and list row, and its host's queue (what queued jobs wait for), live.
+        transaction.on_commit(lambda: (live.push_run(run.pk), live.push_host(host)))
     return run
 
 

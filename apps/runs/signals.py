@@ -17,9 +17,11 @@ Asked (provider hooks: ``send`` returns ``[(receiver, value)]``, and the runs ap
 combines the values):
 
 ``host_claims(sender=Occupancy, host=host, job=job_or_None)``: what holds the host besides
-its run, for run admission (one model at a time per Spark). Each receiver returns a list
-of `Claim`: the benchmarks app, one per recipe its active jobs on the host are for. `job`
-is the benchmark job whose worker asks (only the jobs ahead of it count), else None.
+its run, for run admission (one model at a time per Spark: a run of another recipe is
+refused meanwhile) and for what a benchmark job queued now would wait for. Each receiver
+returns a list of `Claim`: the benchmarks app, one per recipe its active jobs on the host
+are for. With a benchmark `job`, only the jobs ahead of it count; else None. (The worker
+running a job asks no claims: its turn has come, and the jobs ahead swap in theirs.)
 
 ``stop_impact(sender=Run, run=run, now=datetime)``: who would lose something if the run
 were stopped or restarted (the confirm page, apps/runs/confirm.py). Each receiver returns

@@ -8,4 +8,6 @@ urlpatterns = [
     path("<int:pk>/", views.run_detail, name="run-detail"),
     path("<int:pk>/stop/", views.run_stop_view, name="run-stop"),
     path("<int:pk>/restart/", views.run_restart_view, name="run-restart"),
+    path("<int:pk>/pin/", views.run_pin_view, {"pinned": True}, name="run-pin"),
+    path("<int:pk>/unpin/", views.run_pin_view, {"pinned": False}, name="run-unpin"),
 ]

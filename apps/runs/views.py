@@ -13,7 +13,7 @@ from apps.runs.confirm import REAL_RESTART_MINUTES, run_impact
 from apps.runs.forms import RunStartForm
 from apps.runs.live import log_tail
 from apps.runs.models import Run, RunState
-from apps.runs.services import RunRefused, run_restart, run_start, run_stop
+from apps.runs.services import RunRefused, run_pin, run_restart, run_start, run_stop
 from apps.telemetry.selectors import backfill
 
 LIST_LIMIT = 100
@@ -21,7 +21,7 @@ LIST_LIMIT = 100
 
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("recipe", "host", "started_by")
+    runs = Run.objects.select_related("recipe", "host", "started_by", "pinned_by")
     host, state = request.GET.get("host", ""), request.GET.get("state", "")
     if host:
         runs = runs.filter(host__name=host)
@@ -46,7 +46,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(
         Run.objects.select_related("recipe", "host", "peer_host", "started_by",
-                                   "fit_override_by"), pk=pk,
+                                   "fit_override_by", "pinned_by"), pk=pk,
     )  # fmt: skip
     context = {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
                "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
@@ -143,3 +143,27 @@ def run_restart_view(request: HttpRequest, pk: int) -> HttpResponse:
         request, f"Restarting: run {run.pk} stops, then its recipe starts again as a new run."
     )
     return redirect(run)
+
+
+@require_POST
+@permission_required(OPERATE_RUNS, raise_exception=True)
+def run_pin_view(request: HttpRequest, pk: int, pinned: bool) -> HttpResponse:
+    """Pin or unpin a run: benchmark jobs for other recipes do not replace a pinned run."""
+    run = get_object_or_404(Run.objects.select_related("recipe", "host"), pk=pk)
+    try:
+        run = run_pin(run=run, user=request.user, pinned=pinned)
+    except RunRefused as exc:
+        messages.error(request, f"Not {'pinned' if pinned else 'unpinned'}: {exc}")
+        return redirect(run)
+    if pinned:
+        messages.success(
+            request,
+            f"Run {run.pk} is pinned: benchmark jobs for other recipes will not replace it.",
+        )
+    else:
+        messages.success(
+            request,
+            f"Run {run.pk} is unpinned: a benchmark job for another recipe queued on "
+            f"{run.host} stops it when that job's turn comes.",
+        )
+    return redirect(safe_next(request, run))

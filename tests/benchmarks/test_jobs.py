@@ -16,7 +16,7 @@ from apps.benchmarks.services import JobRefused, job_cancel, job_queue
 from apps.recipes.models import Recipe
 from apps.runs import runner as run_runner
 from apps.runs.models import Run, RunState
-from apps.runs.services import run_start
+from apps.runs.services import run_pin, run_start
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,17 +66,19 @@ def test_a_job_starts_the_recipe_runs_the_suite_and_answers_the_capacity_questio
     run_runner.stop(job.run_id)
 
 
-def test_a_host_serving_another_recipe_is_not_taken_over(
+def test_a_host_serving_a_pinned_run_of_another_recipe_is_not_taken_over(
     sim_host, qwen, quick_suite, member, operator
 ):
+    """Unpinned, a job swaps the run out at its turn (tests/benchmarks/test_swap.py)."""
     other = Recipe.objects.create(name="Other", model_id="Qwen/Qwen3-32B", total_params_b=32.8,
                                   weight_format="bf16", num_layers=64, kv_heads=8, head_dim=128,
                                   gpu_memory_utilization="0.60", max_model_len=4096, max_num_seqs=2)  # fmt: skip
     run = run_start(recipe=other, host=sim_host, user=operator)
-    # Refused up front, in run admission's words (no job that fails seconds later).
-    with pytest.raises(JobRefused, match="already runs “Other”") as refused:
+    run_pin(run=run, user=operator)
+    # Refused up front (no job that fails seconds later), naming the run and who unpins it.
+    with pytest.raises(JobRefused, match=f"runs “Other” \\(run {run.pk}\\), pinned") as refused:
         job_queue(suite=quick_suite, recipe=qwen, host=sim_host, user=member)
-    assert refused.value.code == "host_busy" and "stop it first" in str(refused.value)
+    assert refused.value.code == "pinned" and "An operator can unpin it" in str(refused.value)
     assert not Job.objects.exists()
     assert Run.objects.get(pk=run.pk).state == RunState.QUEUED  # untouched
 
@@ -324,3 +326,40 @@ def test_compare_overlays_the_rate_sweeps_of_several_jobs(
     )
     assert 'data-testid="compare-rates"' in html and 'id="compare-rates"' in html
     assert rate_selectors.rate_chart([]) is None
+
+
+def test_a_sweep_of_chat_sessions_answers_how_many_people_chatting_the_recipe_serves(
+    client_as, sim_host, qwen_team, member
+):
+    """The team workload: each user holds a three-turn conversation with think time; the
+    answer is in those terms."""
+    from apps.benchmarks.models import Suite
+
+    sim_host.sim_time_scale = 10
+    sim_host.save(update_fields=["sim_time_scale"])
+    suite = Suite.objects.create(
+        name="chats", scenarios=[{"name": "short", "prompt_tokens": 200, "output_tokens": 16}],
+        repetitions=1, warmup_requests=1, sweep_prompt_tokens=300, sweep_output_tokens=48,
+        sweep_levels=[1, 2], requests_per_level=5, session_turns=3, think_time_s=1,
+        followup_tokens=40, slo_ttft_s=20.0, slo_tpot_s=0.2,
+    )  # fmt: skip
+    job = job_queue(suite=suite, recipe=qwen_team, host=sim_host, user=member)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == J.DONE, job.error
+    levels = list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
+    assert [(r.concurrency, r.ok) for r in levels] == [(1, 6), (2, 6)]  # 5 → two sessions of 3
+    for level in levels:
+        turns = [row["turn"] for row in level.requests]
+        assert sorted(turns) == [1, 1, 2, 2, 3, 3]
+        first = [row["prompt_tokens"] for row in level.requests if row["turn"] == 1]
+        last = [row["prompt_tokens"] for row in level.requests if row["turn"] == 3]
+        assert first == [300, 300] and min(last) > 300 + 2 * (48 + 40)
+    answer = selectors.capacity_answer(job)
+    assert answer["users"] in (1, 2)
+    assert (
+        "in chat sessions of 3 turns (300-token opening, 40-token follow-ups, 48-token "
+        "answers, 1 s think time)" in answer["text"]
+    )
+    html = client_as(member).get(reverse("benchmark-job", args=[job.pk])).content.decode()
+    assert "chat sessions of 3 turns" in html

@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from apps.benchmarks.harness.arrivals import Arrivals
 from apps.benchmarks.harness.types import Lengths, SharedPrefix
-from apps.benchmarks.models import Suite, plan_levels
+from apps.benchmarks.models import Suite, plan_levels, plan_refusal, sweep_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +17,8 @@ FORM = {
     "levels_text": "1, 2, 4, 8", "sweep_mode": "concurrency", "arrival_kind": "poisson",
     "burstiness": 1, "ramp_up_s": 0, "arrival_seed": 0, "endpoint": "chat",
     "shared_prefix_groups": 0, "shared_prefix_tokens": 1000, "length_kind": "fixed",
-    "length_spread": 0.25,
+    "length_spread": 0.25, "sweep_dataset": "synthetic", "session_turns": 1,
+    "think_time_s": 10, "followup_tokens": 64,
 }  # fmt: skip
 RATES = {**FORM, "sweep_mode": "rate", "rates_text": "0.5, 1, 2.5", "arrival_kind": "gamma",
          "burstiness": 0.5, "rate_max_concurrency": 8, "ramp_up_s": 2, "arrival_seed": 9}  # fmt: skip
@@ -144,6 +145,63 @@ def test_a_context_depth_sweep_asks_the_same_question_after_more_context(client_
         response = client.post(reverse("benchmark-suite-new"),
                                {**form, "name": "Bad", "depths_text": bad})  # fmt: skip
         assert response.status_code == 400 and message in response.content.decode()
+
+
+def test_a_sharegpt_rate_sweep_takes_its_requests_from_the_dataset(client_as, operator):
+    from apps.benchmarks.harness.datasets import Dataset
+
+    client = client_as(operator)
+    form = {**RATES, "sweep_dataset": "sharegpt", "shared_prefix_groups": 2,
+            "shared_prefix_tokens": 100}  # fmt: skip
+    assert client.post(reverse("benchmark-suite-new"), form).status_code == 302
+    suite = Suite.objects.get(name="Long context")
+    plan = suite.plan()
+    assert plan["dataset"] == {"kind": "sharegpt", "seed": 9} and sweep_shape(plan) == "ShareGPT"
+    levels = plan_levels(plan, max_num_seqs=4)
+    rates = [spec for kind, spec in levels if kind == "rate"]
+    assert len(rates) == 3 and all(s.dataset == Dataset(seed=9) for s in rates)
+    assert all(s.shared_prefix is None and s.arrivals.kind == "gamma" for s in rates)
+    # the exact-length scenarios stay synthetic, with their shared prefix
+    assert all(s.dataset is None and s.shared_prefix for k, s in levels if k == "scenario")
+    assert "ShareGPT at 0.5, 1, 2.5 req/s" in client.get(reverse("benchmark-suites")).text
+    # a recipe whose context cannot hold vLLM's longest ShareGPT request is refused
+    short = {**plan, "scenarios": [{"name": "s", "prompt_tokens": 200, "output_tokens": 8}]}
+    refusal = plan_refusal(short, max_num_seqs=4, max_model_len=1500)
+    assert "reach 2,048 tokens" in refusal and "1,500" in refusal
+    assert plan_refusal(short, max_num_seqs=4, max_model_len=2048) is None
+
+
+def test_a_sharegpt_suite_without_the_dataset_is_refused_with_how_to_get_it(
+    client_as, operator, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("SPARKPANEL_SHAREGPT_FILE", str(tmp_path / "missing.json"))
+    response = client_as(operator).post(
+        reverse("benchmark-suite-new"), {**RATES, "sweep_dataset": "sharegpt"}
+    )
+    assert response.status_code == 400 and "does not exist" in response.content.decode()
+    assert not Suite.objects.filter(name="Long context").exists()
+
+
+def test_a_sweep_of_chat_sessions_gives_its_levels_conversations(client_as, operator):
+    from apps.benchmarks.harness.types import Sessions
+
+    client = client_as(operator)
+    form = {**FORM, "session_turns": 4, "think_time_s": 30, "followup_tokens": 80}
+    assert client.post(reverse("benchmark-suite-new"), form).status_code == 302
+    plan = Suite.objects.get(name="Long context").plan()
+    levels = plan_levels(plan, max_num_seqs=4)
+    sweep = [spec for kind, spec in levels if kind == "sweep"]
+    assert {s.sessions for s in sweep} == {Sessions(4, 30, 80)}
+    assert [s.requests for s in sweep] == [8, 8, 8, 8]  # 8 per level: two whole sessions
+    assert all(s.sessions is None for kind, s in levels if kind == "scenario")
+    assert sweep_shape(plan).startswith("chat sessions of 4 turns (7234-token opening")
+    # sessions are people: not a rate sweep, not ShareGPT
+    for change in ({"sweep_mode": "rate", "rates_text": "1"}, {"sweep_dataset": "sharegpt"}):
+        response = client.post(reverse("benchmark-suite-new"),
+                               {**form, "name": "No", **change})  # fmt: skip
+        assert response.status_code == 400 and "Chat sessions are a concurrency sweep" in (
+            response.content.decode()
+        )
 
 
 def test_a_plan_queued_before_rate_sweeps_still_runs_its_concurrency_levels():

@@ -14,8 +14,9 @@ from tests.e2e.conftest import login
 
 pytestmark = pytest.mark.e2e
 
-# A run of one recipe occupying local-sim (made directly: no model is started), and a job
-# for another recipe, queued without its task so the test decides when the worker gets it.
+# A run of one recipe occupying local-sim (made directly: no model is started), pinned so a
+# job for another recipe fails at its turn rather than swapping it out, and such a job,
+# queued without its task so the test decides when the worker gets it.
 SETUP = """
 import json
 from django.contrib.auth import get_user_model
@@ -27,7 +28,7 @@ from apps.runs.models import Run
 host = Host.objects.get(name="local-sim")
 busy, other = Recipe.objects.order_by("pk")[:2]
 run = Run.objects.create(recipe=busy, host=host, port=host.port_max, image=busy.image, argv=[],
-                         state="ready", step="Ready (a stand-in for the test)")
+                         state="ready", step="Ready (a stand-in for the test)", pinned=True)
 suite = Suite.objects.order_by("-is_default", "pk").first()
 mia = get_user_model().objects.get(username="mia")
 job = Job.objects.create(suite=suite, recipe=other, host=host, queued_by=mia, plan=suite_plan(suite))
@@ -151,7 +152,8 @@ def test_a_job_that_fails_while_its_page_is_open_shows_it_without_a_reload(
     for page in (member, admin, operator):
         live(page)
 
-    # The host's worker takes the job and fails it at once: local-sim serves another recipe.
+    # The host's worker takes the job and fails it at once: local-sim serves another
+    # recipe, pinned.
     server.manage("shell", "-c", RUN_JOB.format(job=ids["job"]))
 
     for page in (member, admin):

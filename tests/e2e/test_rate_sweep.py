@@ -64,3 +64,53 @@ def test_a_rate_sweep_suite_is_built_run_and_read_in_the_browser(new_page, idle_
     # latency against the requested rate, drawn in the browser
     expect(sweep.locator("[data-bench-data$='-rates'] canvas")).to_be_visible()
     expect(sweep).not_to_contain_text("Chart unavailable")
+
+
+def test_a_sharegpt_poisson_sweep_is_built_run_and_read_in_the_browser(new_page, idle_demo_host):
+    """The same with ShareGPT conversations as the requests (vllm bench serve's dataset):
+    each level shows its mean lengths, the goodput answer names the dataset."""
+    page = new_page()
+    login(page, "otto")
+    page.goto("/benchmarks/suites/new/")
+    page.locator("#id_name").fill("ShareGPT rates")
+    page.locator("#id_scenarios_text").fill("short: 200/16")
+    page.locator("#id_repetitions").fill("1")
+    page.locator("#id_sweep_mode").select_option("rate")
+    page.locator("#id_sweep_dataset").select_option("sharegpt")
+    page.locator("#id_rates_text").fill("0.05, 200")
+    page.locator("#id_requests_per_level").fill("40")
+    page.locator("#id_arrival_kind").select_option("poisson")
+    page.locator("#id_slo_ttft_s").fill("20")
+    page.locator("#id_slo_tpot_s").fill("0.2")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("row").filter(has_text="ShareGPT rates")).to_contain_text(
+        "ShareGPT at 0.05, 200 req/s (Poisson)"
+    )
+
+    member = new_page()
+    login(member, "mia")
+    member.get_by_role("link", name="Benchmarks", exact=True).click()
+    member.get_by_label("Suite").select_option(label="ShareGPT rates")
+    member.get_by_label("Recipe").select_option(
+        label="Nemotron-3-Super 120B — official vLLM Spark recipe"
+    )
+    member.get_by_label("Host").select_option(label="local-sim")
+    member.get_by_role("button", name="Queue").click()
+    badge = member.locator("[id$='-progress'] .state-badge")
+    expect(badge).to_have_text("Done", timeout=400_000)
+
+    sweep = member.get_by_test_id("rate-sweep")
+    expect(sweep.get_by_test_id("rate-answer")).to_contain_text(
+        re.compile(r"^Holds 0\.05 requests/s of ShareGPT with TTFT p95 ≤ 20 s")
+    )
+    expect(sweep.get_by_test_id("dataset-note")).to_contain_text("ShareGPT conversation")
+    levels = sweep.get_by_test_id("rate-level")
+    expect(levels).to_have_count(2)
+    expect(levels.nth(1)).to_contain_text("saturated")
+    for i in range(2):
+        expect(levels.nth(i).get_by_test_id("dataset-lengths")).to_contain_text(
+            re.compile(r"mean \d+/\d+ tokens")
+        )
+        expect(levels.nth(i).get_by_test_id("server-during-level")).to_contain_text(
+            re.compile(r"KV \d+\.\d % peak")
+        )

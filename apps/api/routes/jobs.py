@@ -115,6 +115,7 @@ def _detail(job: Job) -> Job:
     job.position = entry.position if entry else None
     job.estimated_start = entry.estimated_start if entry else None
     job.estimate_s = entry.estimate_s if entry else None
+    job.waiting = entry.waiting if entry else ""
     return job
 
 
@@ -135,11 +136,13 @@ def queue_job(
         "gets it back (200 instead of 201). Keys last 24 hours.",
     ),
 ):
-    """Queue a benchmark on the host's own queue (FIFO, one at a time per host). Refused up
-    front with run admission's words: 409 `host_busy` when the host runs another recipe or
-    is reserved by jobs queued for another one (a job for the recipe already running there
-    reuses that run); when the job would start its recipe, every rule of `POST /runs`
-    applies (422 `does_not_fit`, which a job never overrides; 409 `not_enough_memory`)."""
+    """Queue a benchmark on the host's own queue (FIFO, one at a time per host). A job for
+    the recipe already running there reuses that run; on a host serving another recipe (or
+    with jobs queued for other recipes) it waits (`waiting` says for what) and swaps that
+    run out at its turn — unless the run is pinned: 409 `pinned`, with the run and who can
+    unpin it. When the job would start its recipe, `POST /runs`' rules about the request
+    apply up front (422 `does_not_fit`, which a job never overrides), and on a free host
+    its memory (409 `not_enough_memory`)."""
     require(request, QUEUE_BENCHMARKS)
     recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
     host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)

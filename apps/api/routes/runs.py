@@ -11,7 +11,7 @@ from apps.api.schemas import RunDetailOut, RunOut, RunStartIn
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import ACTIVE_STATES, Run, RunState
-from apps.runs.services import RunRefused, run_start, run_stop
+from apps.runs.services import RunRefused, run_pin, run_start, run_stop
 
 router = Router(tags=["runs"])
 
@@ -26,9 +26,9 @@ class RunFilters(Schema):
 
 
 def _runs():
-    return Run.objects.select_related("recipe", "host", "started_by", "fit_override_by").order_by(
-        "-created_at"
-    )
+    return Run.objects.select_related(
+        "recipe", "host", "started_by", "fit_override_by", "pinned_by"
+    ).order_by("-created_at")
 
 
 @router.get("/runs", response={200: list[RunOut], **ERRORS}, summary="List runs")
@@ -90,3 +90,39 @@ def stop_run(request: HttpRequest, run_id: int):
                        code="not_active")  # fmt: skip
     run = run_stop(run=run)
     return Status(202, run)
+
+
+def _pin(request: HttpRequest, run_id: int, pinned: bool):
+    require(request, OPERATE_RUNS)
+    run = get_or_404(_runs(), "run", pk=run_id)
+    try:
+        run_pin(run=run, user=request.user, pinned=pinned)
+    except RunRefused as exc:
+        status = 409 if exc.code == "not_active" else 403  # the run is over / not an operator
+        raise ApiError(status, str(exc), code=exc.code) from None
+    return get_or_404(_runs(), "run", pk=run_id)
+
+
+@router.post(
+    "/runs/{int:run_id}/pin",
+    auth=needs(OPERATE_RUNS),
+    response={200: RunOut, **ERRORS},
+    summary="Pin a run",
+)
+def pin_run(request: HttpRequest, run_id: int):
+    """Operators. Benchmark jobs for other recipes do not replace a pinned run: queueing
+    one on its host is refused (409 `pinned`), and one queued before the pin fails at its
+    turn. Operators still stop or restart it (a restart stays pinned). 409 `not_active`
+    unless the run is starting or ready; pinning a pinned run changes nothing."""
+    return _pin(request, run_id, True)
+
+
+@router.post(
+    "/runs/{int:run_id}/unpin",
+    auth=needs(OPERATE_RUNS),
+    response={200: RunOut, **ERRORS},
+    summary="Unpin a run",
+)
+def unpin_run(request: HttpRequest, run_id: int):
+    """Operators. Benchmark jobs for other recipes may swap the run out again at their turn."""
+    return _pin(request, run_id, False)

@@ -18,7 +18,8 @@ from apps.benchmarks.harness.arrivals import Saturation
 from apps.benchmarks.harness.arrivals import offsets as arrival_offsets
 from apps.benchmarks.harness.client import Client
 from apps.benchmarks.harness.metrics import ServerSampler, _server_delta, _try_scrape
-from apps.benchmarks.harness.prompts import build_payloads
+from apps.benchmarks.harness.prompts import build_payloads, dataset_payloads, request_body
+from apps.benchmarks.harness.sessions import Openings, build_openings, run_sessions
 from apps.benchmarks.harness.stats import _aggregate, _diagnostics, percentiles, stream_metrics
 from apps.benchmarks.harness.stream import StreamParser
 from apps.benchmarks.harness.transport import _Stream
@@ -60,7 +61,7 @@ async def run_level(
     prepared = await _prepare(client, spec, total, result)
     if prepared is None:
         return result
-    lengths, payloads = prepared
+    lengths, payloads, openings = prepared
     completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
@@ -94,6 +95,12 @@ async def run_level(
     try:
         if state["stopped"]:
             pass
+        elif openings is not None:
+            state["stopped"] = await run_sessions(
+                client, spec, openings, spec.warmup, _one_request, results, time_scale,
+                lambda: should_stop is not None and bool(_call(should_stop)),
+                lambda: _count(state, on_progress, total),
+            )  # fmt: skip
         elif spec.arrivals is None:
             await phase(range(spec.warmup, total), warmup=False)
         else:
@@ -137,17 +144,30 @@ def _check_caller(client: Client, spec: LevelSpec, time_scale: float) -> None:
 
 async def _prepare(
     client: Client, spec: LevelSpec, total: int, result: LevelResult
-) -> tuple[list[tuple[int, int]], list[bytes]] | None:
-    """Each request's lengths and serialised body, built before anything is sent; None
-    (with `result.error` saying why) when the level cannot run."""
+) -> tuple[list[tuple[int, int]], list[bytes], Openings | None] | None:
+    """Each request's lengths and serialised body, built before anything is sent (for
+    sessions: the warm-up's, and every session's opening); None (with `result.error`
+    saying why) when the level cannot run."""
     refusal = level_refusal(spec)
     if refusal is not None:  # before a single prompt is built
         result.error = f"could not prepare the prompts: {refusal}"
         return None
     try:
+        if spec.dataset is not None:
+            lengths, payloads, result.dataset = await dataset_payloads(client, spec, total)
+            return lengths, payloads, None
         lengths = request_lengths(spec, total)
-        return lengths, await build_payloads(client, spec, total, lengths)
-    except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
+        if spec.sessions is not None:
+            scenario, count = spec.scenario, spec.warmup + spec.requests // spec.sessions.turns
+            openings = await build_openings(client, scenario.prompt_tokens, count, spec.sessions)
+            payloads = [
+                request_body(client.model, True, openings.messages[i], scenario.output_tokens,
+                             openings.salts[i])
+                for i in range(spec.warmup)
+            ]  # fmt: skip
+            return lengths, payloads, openings
+        return lengths, await build_payloads(client, spec, total, lengths), None
+    except (PromptLengthError, RuntimeError, httpx.HTTPError, KeyError, ValueError, OSError) as exc:
         result.error = f"could not prepare the prompts: {type(exc).__name__}: {exc}"
         return None
 
@@ -245,10 +265,11 @@ async def _one_request(
     intended: tuple[int, int],
     scale: float,
     completions: bool = False,
+    keep_text: bool = False,
 ) -> RequestResult:
     r = RequestResult(index=index, warmup=warmup, intended_prompt_tokens=intended[0],
                       intended_output_tokens=intended[1])  # fmt: skip
-    parser = StreamParser()
+    parser = StreamParser(keep_text)
     monotonic = time.monotonic
     sent: list[float] = []
 
@@ -307,6 +328,8 @@ def _finish_request(r: RequestResult, parser: StreamParser, sent_at: float, scal
     r.response_id = parser.response_id
     r.finish_reason = parser.finish_reason
     r.chunk_times, r.chunk_tokens = parser.times, parser.tokens
+    if parser.text is not None:
+        r.answer = "".join(parser.text)
     usage = parser.usage or {}
     r.prompt_tokens = usage.get("prompt_tokens")
     r.output_tokens = usage.get("completion_tokens", sum(parser.tokens) if parser.tokens else None)

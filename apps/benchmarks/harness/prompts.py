@@ -13,6 +13,7 @@ import random
 import uuid
 from collections.abc import Sequence
 
+from apps.benchmarks.harness import datasets
 from apps.benchmarks.harness.client import Client
 from apps.benchmarks.harness.types import CHAT, MAX_PROMPT_TOKENS, LevelSpec, PromptLengthError
 from vllm_adapter import endpoints
@@ -188,6 +189,43 @@ async def _build(
     )
 
 
+def request_body(model: str, chat: bool, prompt, output: int, salt: str | None) -> bytes:
+    """One streamed request asking for exactly `output` tokens (`min_tokens`, `ignore_eos`):
+    `prompt` is chat messages (chat) or text; `salt` keeps its prefix out of the cache."""
+    sampling = {"max_tokens": output, "stream": True, "continuous_usage": True,
+                "min_tokens": output, "ignore_eos": True, "temperature": 0,
+                "cache_salt": salt}  # fmt: skip
+    if chat:
+        return json.dumps(endpoints.chat_body(model, prompt, **sampling)).encode()
+    return json.dumps(endpoints.completion_body(prompt, model=model, **sampling)).encode()
+
+
+async def dataset_payloads(
+    client: Client, spec: LevelSpec, total: int
+) -> tuple[list[tuple[int, int]], list[bytes], dict]:
+    """A dataset level's requests (datasets.py): each one's intended lengths (the prompt as
+    the endpoint counts it: chat-templated for chat), its body, and the sample's summary."""
+    got = await datasets.sample(client, spec.dataset, total)
+    chat = spec.endpoint == CHAT
+    base = uuid.uuid4().hex[:12]
+    gate = asyncio.Semaphore(PROMPT_BUILD_PARALLEL)
+
+    async def one(i: int) -> tuple[tuple[int, int], bytes]:
+        text, output = got.prompts[i], got.answer_tokens[i]
+        prompt = [{"role": "user", "content": text}] if chat else text
+        if chat:  # the user message as the chat template wraps it
+            async with gate:
+                prompt_tokens = await client.count_chat_tokens(prompt)
+        else:
+            prompt_tokens = got.prompt_tokens[i]
+        return (prompt_tokens, output), request_body(
+            client.model, chat, prompt, output, f"{base}-{i}"
+        )
+
+    built = await asyncio.gather(*(one(i) for i in range(total)))
+    return [b[0] for b in built], [b[1] for b in built], got.summary()
+
+
 async def build_payloads(
     client: Client, spec: LevelSpec, total: int, lengths: list[tuple[int, int]] | None = None
 ) -> list[bytes]:
@@ -201,14 +239,7 @@ async def build_payloads(
     build = build_messages if chat else build_text
 
     def body(prompt, salt: str | None = None, output: int = scenario.output_tokens) -> bytes:
-        sampling = {"max_tokens": output, "stream": True,
-                    "continuous_usage": True, "min_tokens": output,
-                    "ignore_eos": True, "temperature": 0, "cache_salt": salt}  # fmt: skip
-        if chat:
-            return json.dumps(endpoints.chat_body(client.model, prompt, **sampling)).encode()
-        return json.dumps(
-            endpoints.completion_body(prompt, model=client.model, **sampling)
-        ).encode()
+        return request_body(client.model, chat, prompt, output, salt)
 
     if spec.warm_prefix:
         return [body(await build(client, scenario.prompt_tokens, base))] * total

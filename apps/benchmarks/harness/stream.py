@@ -36,10 +36,12 @@ class StreamParser:
     `feed` raises `StreamError` on a malformed event, an oversized one or an error
     event."""
 
-    __slots__ = ("_decode", "_sse", "done", "finish_reason", "response_id", "times", "tokens",
-                 "usage")  # fmt: skip
+    __slots__ = ("_decode", "_sse", "done", "finish_reason", "response_id", "text", "times",
+                 "tokens", "usage")  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, keep_text: bool = False) -> None:
+        # keep_text: the answer's content is kept too (a multi-turn session sends it back).
+        self.text: list[str] | None = [] if keep_text else None
         self._sse = sse.Decoder()
         self._decode = self._sse.feed
         self.times: list[float] = []
@@ -72,6 +74,8 @@ class StreamParser:
         if n:
             self.times.append(now)
             self.tokens.append(n)
+        if self.text is not None:
+            self.text.extend(sse.delta_text(c)[0] for c in chunk.get("choices") or ())
         reason = sse.finish_reason(chunk)
         if reason:
             self.finish_reason = reason

@@ -5,10 +5,14 @@ the MAX_* numbers the suite forms validate against)."""
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass, field, fields
 
 from apps.benchmarks.harness.arrivals import Arrivals
+from apps.benchmarks.harness.datasets import MAX_PROMPT as DATASET_MAX_PROMPT
+from apps.benchmarks.harness.datasets import MAX_TOTAL as DATASET_MAX_TOTAL
+from apps.benchmarks.harness.datasets import Dataset
 from vllm_adapter import endpoints
 
 # Bounds on what a level may build, whatever a suite says (suites are validated against
@@ -91,6 +95,47 @@ class Lengths:
         return min(max(round(rng.gauss(mean, self.spread * mean)), low), max(low, high))
 
 
+MAX_TURNS = 32
+MAX_THINK_S = 600.0
+# A later turn's prompt: the conversation so far plus a question; the chat template adds
+# a few tokens around each message (counted by the server, not predicted here).
+TEMPLATE_ROOM_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """`turns` questions per session, `think_s` (simulated) seconds between an answer and
+    the next question, each later question `question_tokens` long."""
+
+    turns: int
+    think_s: float = 0.0
+    question_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.turns <= MAX_TURNS:
+            raise ValueError(f"a session has 2 to {MAX_TURNS} turns")
+        if not 0 <= self.think_s <= MAX_THINK_S:
+            raise ValueError(f"the think time is 0 to {MAX_THINK_S:g} s")
+        if not 4 <= self.question_tokens <= 100_000:
+            raise ValueError("a follow-up question has 4 to 100,000 tokens")
+
+    def sessions_for(self, requests: int) -> int:
+        """Whole sessions covering at least `requests` measured requests."""
+        return max(1, math.ceil(requests / self.turns))
+
+    def longest_prompt(self, first: int, answer: int) -> int:
+        """The last turn's prompt, about: every question and answer before it."""
+        later = self.turns - 1
+        return first + later * (answer + self.question_tokens + 2 * TEMPLATE_ROOM_TOKENS)
+
+    def describe(self, first: int, answer: int) -> str:
+        think = f", {self.think_s:g} s think time" if self.think_s else ""
+        return (
+            f"chat sessions of {self.turns} turns ({first}-token opening, "
+            f"{self.question_tokens}-token follow-ups, {answer}-token answers{think})"
+        )
+
+
 def request_lengths(spec: LevelSpec, total: int) -> list[tuple[int, int]]:
     """(prompt, answer) tokens of each of a level's `total` requests, warm-up included."""
     scenario = spec.scenario
@@ -121,6 +166,10 @@ class LevelSpec:
     endpoint: str = CHAT
     shared_prefix: SharedPrefix | None = None
     lengths: Lengths | None = None
+    dataset: Dataset | None = None  # requests from a dataset: its prompts and lengths
+    # multi-turn chat sessions (sessions.py): `concurrency` people, `requests` rounded up to
+    # whole sessions
+    sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 1:
@@ -128,6 +177,8 @@ class LevelSpec:
         if self.endpoint not in ENDPOINTS:
             raise ValueError(f"a level's endpoint is chat or completions, not {self.endpoint!r}")
         self.warmup = max(int(self.warmup), self.concurrency)
+        if self.sessions is not None:
+            self.requests = self.sessions.sessions_for(self.requests) * self.sessions.turns
 
 
 @dataclass
@@ -172,8 +223,10 @@ class RequestResult:
     prompt_mismatch: bool = False
     output_mismatch: bool = False
     itl: list[float] = field(default_factory=list)
+    turn: int | None = None  # a multi-turn session's turn (1, 2, …)
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    answer: str | None = None  # a session's answer text (sent back in the next turn)
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:  # the first failure is the cause
@@ -197,6 +250,7 @@ class RequestResult:
             "prompt_tokens": self.prompt_tokens,
             "ok": self.ok,
             "error": None if self.ok else f"{self.error_kind}: {self.error}",
+            "turn": self.turn,
             "start": None
             if origin is None or self.sent_at is None
             else _round((self.sent_at - origin) * time_scale),
@@ -213,8 +267,8 @@ class RequestResult:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.pop("chunk_times")
-        out.pop("chunk_tokens")
+        for kept_out in ("chunk_times", "chunk_tokens", "answer"):
+            out.pop(kept_out)
         return out
 
 
@@ -249,6 +303,7 @@ class LevelResult:
     decode_timed: bool = True  # False: too short to time (see decode_too_short)
     diagnostics: dict = field(default_factory=dict)
     server: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)  # a dataset level: what its sample took
     requests: list[dict] = field(default_factory=list)  # compact, one per measured request
     gaps_kept: bool = True  # False: too many chunk gaps to store (MAX_STORED_GAPS)
     details: list[RequestResult] = field(default_factory=list, repr=False)
@@ -272,6 +327,10 @@ def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | No
     """Why this level must not run (None: it may): a prompt or answer beyond the absolute
     bounds, prompt + answer beyond the served context (vLLM refuses every such request),
     or more prompt tokens than a level keeps in memory."""
+    if spec.dataset is not None:
+        return _dataset_refusal(spec, max_model_len)
+    if spec.sessions is not None:
+        return _sessions_refusal(spec, max_model_len)
     scenario = spec.scenario
     prompt, output = scenario.prompt_tokens, scenario.output_tokens
     if spec.lengths is not None:  # judged at the longest and shortest a draw may be
@@ -313,6 +372,51 @@ def level_refusal(spec: LevelSpec, max_model_len: int | None = None) -> str | No
             f"{held:,} prompt tokens to hold; a level holds at most "
             f"{MAX_LEVEL_PROMPT_TOKENS:,} (fewer requests, shorter prompts or a warm prefix)."
         )
+    return None
+
+
+def _dataset_refusal(spec: LevelSpec, max_model_len: int | None) -> str | None:
+    """A dataset sets every request's lengths: nothing else may, and its longest request
+    (vLLM's filter: DATASET_MAX_TOTAL tokens) must fit the served context."""
+    if spec.warm_prefix or spec.shared_prefix is not None or spec.lengths is not None:
+        return (
+            "ShareGPT requests take their prompts and lengths from the dataset: no warm "
+            "prefix, shared prefix or varied lengths with it."
+        )
+    if max_model_len is not None and max_model_len < DATASET_MAX_TOTAL:
+        return (
+            f"ShareGPT requests reach {DATASET_MAX_TOTAL:,} tokens (vLLM's filter: prompts up to "
+            f"{DATASET_MAX_PROMPT:,}, prompt + answer up to {DATASET_MAX_TOTAL:,}); the "
+            f"recipe's max_model_len is {max_model_len:,}."
+        )
+    return None
+
+
+def _sessions_refusal(spec: LevelSpec, max_model_len: int | None) -> str | None:
+    """Sessions are people chatting: chat only, each turn's answer sent back (no warm or
+    shared prefix, no dataset, no varied lengths, no open loop), and the last turn's
+    conversation within the served context."""
+    if spec.endpoint != CHAT:
+        return "multi-turn sessions are chats: the chat endpoint only."
+    if (spec.warm_prefix or spec.shared_prefix is not None or spec.lengths is not None
+            or spec.arrivals is not None):  # fmt: skip
+        return (
+            "multi-turn sessions send their own conversation back: no warm or shared prefix, "
+            "varied lengths or request rates with them (their people are the concurrency)."
+        )
+    scenario, sessions = spec.scenario, spec.sessions
+    if scenario.prompt_tokens > MAX_PROMPT_TOKENS or scenario.output_tokens > MAX_OUTPUT_TOKENS:
+        return "a session's opening or answer is beyond a level's bounds."
+    longest = sessions.longest_prompt(scenario.prompt_tokens, scenario.output_tokens)
+    if max_model_len is not None and longest + scenario.output_tokens > max_model_len:
+        return (
+            f"the last of {sessions.turns} turns holds about {longest:,} prompt tokens + "
+            f"{scenario.output_tokens:,} generated, more than the recipe's max_model_len "
+            f"({max_model_len:,}): fewer turns or shorter answers."
+        )
+    held = scenario.prompt_tokens * (spec.warmup + spec.requests // sessions.turns)
+    if held > MAX_LEVEL_PROMPT_TOKENS or longest > MAX_PROMPT_TOKENS:
+        return f"these sessions hold more than a level's {MAX_LEVEL_PROMPT_TOKENS:,} prompt tokens."
     return None
 
 
