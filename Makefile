@@ -43,6 +43,8 @@ bench:
 	.venv/bin/python -m bench.sparksim_calibration
 	.venv/bin/python -m bench.sparksim_capacity
 	.venv/bin/python -m bench.harness_accuracy
+	tools/vllm_env.sh all && tools/peers_env.sh all
+	.venv/bin/python -m bench.peers_accuracy
 	.venv/bin/python -m bench.telemetry_fanout
 	.venv/bin/python -m bench.chat_relay
 	.venv/bin/python -m bench.gateway_overhead

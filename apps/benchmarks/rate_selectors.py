@@ -3,7 +3,8 @@ the saturation point, the knee), for the job page and the API (docs/benchmarks.m
 
 from __future__ import annotations
 
-from apps.benchmarks.models import Job, Result, sweep_shape
+from apps.benchmarks.models import Job, Result
+from apps.benchmarks.plans import sweep_shape
 from apps.benchmarks.selectors import decode_timed
 
 

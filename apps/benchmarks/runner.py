@@ -17,7 +17,8 @@ from apps.benchmarks import harness
 from apps.benchmarks.harness.types import SLO, LevelSpec
 from apps.benchmarks.lifecycle import finish, finish_cancelled, interrupt
 from apps.benchmarks.live import push_progress
-from apps.benchmarks.models import WORKING_JOB_STATES, J, Job, Result, plan_levels, plan_refusal
+from apps.benchmarks.models import WORKING_JOB_STATES, J, Job, Result
+from apps.benchmarks.plans import plan_levels, plan_refusal
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.benchmarks import harness, reference
-from apps.benchmarks.models import J, Job, Result, Suite, sweep_shape
+from apps.benchmarks.models import J, Job, Result, Suite
+from apps.benchmarks.plans import sweep_shape
 from apps.benchmarks.reference import (
     SEED_SOURCE,
     has_reference_shape,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from apps.benchmarks import lifecycle, live
-from apps.benchmarks.models import Job, Suite, plan_refusal
+from apps.benchmarks.models import Job, Suite
+from apps.benchmarks.plans import plan_refusal
 from apps.benchmarks.selectors import NEVER_OVERRIDES, can_cancel, suite_plan
 from apps.benchmarks.tasks import run_job
 from apps.hosts.models import Host

@@ -163,7 +163,8 @@ def test_a_completions_level_sends_text_prompts_of_exact_length(small_sim, promp
 
 
 def test_a_suite_sends_every_level_to_its_endpoint():
-    from apps.benchmarks.models import Suite, plan_levels
+    from apps.benchmarks.models import Suite
+    from apps.benchmarks.plans import plan_levels
 
     suite = Suite(name="x", scenarios=[{"name": "a", "prompt_tokens": 5, "output_tokens": 2}],
                   sweep_levels=[1, 2], endpoint="completions")  # fmt: skip

@@ -227,7 +227,9 @@ def test_a_job_exports_as_a_report_guidellm_reads_and_recomputes_alike(
         "successful": REQUESTS, "errored": 1, "incomplete": 1, "total": REQUESTS + 2}  # fmt: skip
     # The SLO is the suite's, judged GuideLLM's way.
     assert ours["config"]["spec"]["metrics"]["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 100.0}
-    assert closed["metrics"]["slo_attainment"] == 1.0
+    # (from the level's own rows: a busy machine may push a request past the SLO)
+    meets = [r["ttft"] <= 2.0 and r["tpot"] <= 0.1 for r in sweep.requests]
+    assert closed["metrics"]["slo_attainment"] == pytest.approx(sum(meets) / len(meets))
     assert ours["benchmarks"][2]["metrics"]["slo_determined_requests"] == REQUESTS + 1
 
 

@@ -5,7 +5,8 @@ from django.urls import reverse
 
 from apps.benchmarks.harness.arrivals import Arrivals
 from apps.benchmarks.harness.types import Lengths, SharedPrefix
-from apps.benchmarks.models import Suite, plan_levels, plan_refusal, sweep_shape
+from apps.benchmarks.models import Suite
+from apps.benchmarks.plans import plan_levels, plan_refusal, sweep_shape
 
 pytestmark = pytest.mark.django_db
 

@@ -12,41 +12,55 @@ from tests.e2e.conftest import login
 pytestmark = pytest.mark.e2e
 
 
-def test_a_rate_sweep_suite_is_built_run_and_read_in_the_browser(new_page, idle_demo_host):
-    page = new_page()
+NEMOTRON = "Nemotron-3-Super 120B — official vLLM Spark recipe"
+
+
+def build_rate_suite(page, name: str, rates: str, requests: int, **fields) -> None:
+    """An operator's Poisson rate-sweep suite, one short scenario, a generous SLO: at 40×
+    simulated speed one wall millisecond is 40 simulated ones, and a busy machine's delays
+    must not decide which rate "holds" (the saturated one misses it by minutes, as its
+    backlog grows). `fields`: other inputs by id (a select takes its option value)."""
     login(page, "otto")
-    page.goto("/benchmarks/suites/")
-    page.get_by_role("link", name="New suite").click()
-    page.locator("#id_name").fill("Team rate sweep")
+    page.goto("/benchmarks/suites/new/")
+    page.locator("#id_name").fill(name)
     page.locator("#id_scenarios_text").fill("short: 200/16")
     page.locator("#id_repetitions").fill("1")
     page.locator("#id_sweep_mode").select_option("rate")
-    page.locator("#id_rates_text").fill("0.1, 200")
-    page.locator("#id_sweep_prompt_tokens").fill("200")
-    page.locator("#id_sweep_output_tokens").fill("64")
-    page.locator("#id_requests_per_level").fill("60")
+    page.locator("#id_rates_text").fill(rates)
+    page.locator("#id_requests_per_level").fill(str(requests))
     page.locator("#id_arrival_kind").select_option("poisson")
-    # A generous SLO: at 40× simulated speed one wall millisecond is 40 simulated ones, and a
-    # busy machine's delays must not decide which rate "holds" (the saturated one misses
-    # it by minutes, as its backlog grows).
     page.locator("#id_slo_ttft_s").fill("20")
     page.locator("#id_slo_tpot_s").fill("0.2")
+    for field, value in fields.items():
+        box = page.locator(f"#id_{field}")
+        if box.evaluate("e => e.tagName") == "SELECT":
+            box.select_option(value)
+        else:
+            box.fill(value)
     page.get_by_role("button", name="Save").click()
+
+
+def queue_and_wait(member, suite: str, timeout_ms: int) -> None:
+    """A member queues `suite` for the official Nemotron recipe on local-sim; it ends Done."""
+    login(member, "mia")
+    member.get_by_role("link", name="Benchmarks", exact=True).click()
+    member.get_by_label("Suite").select_option(label=suite)
+    member.get_by_label("Recipe").select_option(label=NEMOTRON)
+    member.get_by_label("Host").select_option(label="local-sim")
+    member.get_by_role("button", name="Queue").click()
+    badge = member.locator("[id$='-progress'] .state-badge")
+    expect(badge).to_have_text("Done", timeout=timeout_ms)
+
+
+def test_a_rate_sweep_suite_is_built_run_and_read_in_the_browser(new_page, idle_demo_host):
+    page = new_page()
+    build_rate_suite(page, "Team rate sweep", "0.1, 200", 60,
+                     sweep_prompt_tokens="200", sweep_output_tokens="64")  # fmt: skip
     row = page.get_by_role("row").filter(has_text="Team rate sweep")
     expect(row).to_contain_text("200/64 at 0.1, 200 req/s (Poisson)")
 
     member = new_page()
-    login(member, "mia")
-    member.get_by_role("link", name="Benchmarks", exact=True).click()
-    member.get_by_label("Suite").select_option(label="Team rate sweep")
-    member.get_by_label("Recipe").select_option(
-        label="Nemotron-3-Super 120B — official vLLM Spark recipe"
-    )
-    member.get_by_label("Host").select_option(label="local-sim")
-    member.get_by_role("button", name="Queue").click()
-    badge = member.locator("[id$='-progress'] .state-badge")
-    expect(badge).to_have_text("Done", timeout=300_000)
-
+    queue_and_wait(member, "Team rate sweep", 300_000)
     sweep = member.get_by_test_id("rate-sweep")
     expect(sweep.get_by_test_id("rate-answer")).to_contain_text(
         re.compile(r"^Holds 0\.1 requests/s of 200/64 with TTFT p95 ≤ 20 s")
@@ -70,35 +84,13 @@ def test_a_sharegpt_poisson_sweep_is_built_run_and_read_in_the_browser(new_page,
     """The same with ShareGPT conversations as the requests (vllm bench serve's dataset):
     each level shows its mean lengths, the goodput answer names the dataset."""
     page = new_page()
-    login(page, "otto")
-    page.goto("/benchmarks/suites/new/")
-    page.locator("#id_name").fill("ShareGPT rates")
-    page.locator("#id_scenarios_text").fill("short: 200/16")
-    page.locator("#id_repetitions").fill("1")
-    page.locator("#id_sweep_mode").select_option("rate")
-    page.locator("#id_sweep_dataset").select_option("sharegpt")
-    page.locator("#id_rates_text").fill("0.05, 200")
-    page.locator("#id_requests_per_level").fill("40")
-    page.locator("#id_arrival_kind").select_option("poisson")
-    page.locator("#id_slo_ttft_s").fill("20")
-    page.locator("#id_slo_tpot_s").fill("0.2")
-    page.get_by_role("button", name="Save").click()
+    build_rate_suite(page, "ShareGPT rates", "0.05, 200", 40, sweep_dataset="sharegpt")
     expect(page.get_by_role("row").filter(has_text="ShareGPT rates")).to_contain_text(
         "ShareGPT at 0.05, 200 req/s (Poisson)"
     )
 
     member = new_page()
-    login(member, "mia")
-    member.get_by_role("link", name="Benchmarks", exact=True).click()
-    member.get_by_label("Suite").select_option(label="ShareGPT rates")
-    member.get_by_label("Recipe").select_option(
-        label="Nemotron-3-Super 120B — official vLLM Spark recipe"
-    )
-    member.get_by_label("Host").select_option(label="local-sim")
-    member.get_by_role("button", name="Queue").click()
-    badge = member.locator("[id$='-progress'] .state-badge")
-    expect(badge).to_have_text("Done", timeout=400_000)
-
+    queue_and_wait(member, "ShareGPT rates", 400_000)
     sweep = member.get_by_test_id("rate-sweep")
     expect(sweep.get_by_test_id("rate-answer")).to_contain_text(
         re.compile(r"^Holds 0\.05 requests/s of ShareGPT with TTFT p95 ≤ 20 s")

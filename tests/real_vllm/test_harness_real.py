@@ -5,6 +5,8 @@ usage, the prefix cache turning a warm prefix into hits)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from apps.benchmarks.harness.client import Client
@@ -54,3 +56,20 @@ def test_shared_system_prompts_are_prefix_cache_hits_on_real_vllm(real_vllm):
     # the warm-up's request cached group 0's prompt; of the three measured, two reuse a
     # cached group (whole blocks of ~480 of 600 tokens) and one fills group 1
     assert shared.server["prefix_hit_rate"] > 0.4, shared.server
+
+
+def test_a_chat_session_sends_its_conversation_back_and_hits_the_prefix_cache(real_vllm):
+    """Multi-turn sessions on real vLLM: each turn's prompt holds the earlier questions and
+    the answers vLLM gave (its own count of them), and the prefix cache serves them."""
+    from apps.benchmarks.harness.types import Sessions
+
+    result = _level(real_vllm, 200, 16, sessions=Sessions(3, think_s=0, question_tokens=24))
+    assert result.error is None and result.ok == 3 and result.failed == 0, result.errors
+    turns = sorted(result.details, key=lambda r: r.index)
+    assert [r.turn for r in turns] == [1, 2, 3] and turns[0].prompt_tokens == 200
+    for before, after in itertools.pairwise(turns):
+        # the answer (re-tokenized from its text: about its 16 tokens), the question, and
+        # the chat template around them
+        assert after.prompt_tokens - before.prompt_tokens >= 24 + 8
+    # turns 2 and 3 find the conversation so far cached (whole blocks of it)
+    assert result.server["prefix_hit_rate"] > 0.3, result.server

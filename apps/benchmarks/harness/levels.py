@@ -65,6 +65,7 @@ async def run_level(
     completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
+    stop_now = lambda: should_stop is not None and bool(_call(should_stop))  # noqa: E731
 
     async def phase(indices: range, warmup: bool) -> None:
         queue = iter(indices)
@@ -98,16 +99,14 @@ async def run_level(
         elif openings is not None:
             state["stopped"] = await run_sessions(
                 client, spec, openings, spec.warmup, _one_request, results, time_scale,
-                lambda: should_stop is not None and bool(_call(should_stop)),
-                lambda: _count(state, on_progress, total),
+                stop_now, lambda: _count(state, on_progress, total),
             )  # fmt: skip
         elif spec.arrivals is None:
             await phase(range(spec.warmup, total), warmup=False)
         else:
             result.arrival = await _open_phase(
                 client, spec, payloads, lengths, results, range(spec.warmup, total), time_scale,
-                lambda: should_stop is not None and bool(_call(should_stop)),
-                lambda: _count(state, on_progress, total),
+                stop_now, lambda: _count(state, on_progress, total),
             )  # fmt: skip
             state["stopped"] = result.arrival.pop("stopped")
             result.saturated = result.arrival["saturated"]
@@ -117,17 +116,25 @@ async def run_level(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    after, after_error = await _try_scrape(client)
     result.stopped = state["stopped"]
-    measured = [r for r in results[spec.warmup :] if r is not None]
-    _aggregate(result, measured, slo, time_scale)
-    result.diagnostics = _diagnostics(lags, measured, spec.concurrency)
-    if before is None or after is None:
-        result.server = {"ok": False, "error": before_error or after_error}
-    else:
-        result.server = _server_delta(before, after, result.ttft.get("mean"), time_scale)
-    result.server.update(sampler.summary())
+    _conclude(result, results, lags, (before, before_error), await _try_scrape(client), sampler)
     return result
+
+
+def _conclude(result: LevelResult, results: list, lags: list[float], before: tuple,
+              after: tuple, sampler: ServerSampler) -> None:  # fmt: skip
+    """The level's figures from its measured requests, and what the server did meanwhile
+    (/metrics before and after, `(metrics, error)` each, and the sampler's summary)."""
+    spec = result.spec
+    measured = [r for r in results[spec.warmup :] if r is not None]
+    _aggregate(result, measured, result.slo, result.time_scale)
+    result.diagnostics = _diagnostics(lags, measured, spec.concurrency)
+    if before[0] is None or after[0] is None:
+        result.server = {"ok": False, "error": before[1] or after[1]}
+    else:
+        result.server = _server_delta(before[0], after[0], result.ttft.get("mean"),
+                                      result.time_scale)  # fmt: skip
+    result.server.update(sampler.summary())
 
 
 def _check_caller(client: Client, spec: LevelSpec, time_scale: float) -> None:

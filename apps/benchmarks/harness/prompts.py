@@ -74,6 +74,12 @@ def _text(head: str, k: int, tail: Sequence[str] = ()) -> str:
     return head + (" " + " ".join(words) if words else "")
 
 
+def filler_text(head: str, words: int) -> str:
+    """`head`, then `words` filler words (about one token each): text of about a length,
+    where an exact one is not needed (a session's follow-up questions)."""
+    return _text(head, words)
+
+
 def _prompt(head: str, k: int, tail: Sequence[str] = ()) -> list[dict]:
     return [{"role": "user", "content": _text(head, k, tail)}]
 

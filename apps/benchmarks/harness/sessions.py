@@ -2,7 +2,7 @@
 `concurrency` is the number of people; each runs one session after another. A session's
 first question is the scenario's prompt (exactly its tokens, built as every prompt is);
 each later turn sends the whole conversation back — every earlier question and the
-answers the server actually gave — plus a new question of `question_tokens`, after the
+answers the server actually gave — plus a new question of about `question_tokens`, after the
 person's think time. So the prompt grows turn by turn by each answer, as in a real chat,
 and the prefix cache can serve what it has seen (a session keeps one `cache_salt`; no two
 sessions share a prefix).
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from apps.benchmarks.harness.client import Client
-from apps.benchmarks.harness.prompts import PROMPT_BUILD_PARALLEL, build_messages, build_text
+from apps.benchmarks.harness.prompts import PROMPT_BUILD_PARALLEL, build_messages, filler_text
 from apps.benchmarks.harness.prompts import request_body as _body
 from apps.benchmarks.harness.types import LevelSpec, Sessions
 
@@ -46,8 +46,11 @@ async def build_openings(client: Client, prompt_tokens: int, count: int,
 
     first = await one(salts[0])  # finds the template; the rest reuse it
     messages = [first, *await asyncio.gather(*(one(s) for s in salts[1:]))]
+    # about question_tokens each (one token a word): a follow-up's exact length does not
+    # matter (the server counts each turn's whole prompt), and a short one must not fail
+    # for being shorter than a prompt's unique opening
     questions = [
-        await build_text(client, sessions.question_tokens, f"{base}-q{t}")
+        filler_text(f"Next, part {t + 1}:", max(sessions.question_tokens - 4, 1))
         for t in range(1, sessions.turns)
     ]
     return Openings(messages, salts, questions)
