@@ -1,4 +1,5 @@
-"""The harness beside its peers, against one sparksim's ground truth: `vllm bench serve`
+"""(Written, not yet run: no figures in docs/BENCHMARKS.md from it yet.) The harness beside
+its peers, against one sparksim's ground truth: `vllm bench serve`
 (vLLM 0.33's own client), GuideLLM 0.8.1 and AIPerf 0.13, each sending the same traffic to
 the same sparksim server — closed loops of 1, 8 and 64 streams and one open-loop Poisson
 rate — one after another, interleaved level by level and repeat by repeat.

@@ -387,6 +387,12 @@ class SuiteOut(Schema):
     sweep_rates: list[float] = Field(description="A rate sweep's requests per second.")
     arrival_kind: str = Field(description="`poisson`, `gamma` or `constant`.")
     burstiness: float
+    sweep_dataset: str = Field(
+        description="`synthetic` (the sweep's lengths) or `sharegpt` (ShareGPT conversations)."
+    )
+    session_turns: int = Field(description="1: lone requests; 2 or more: chat sessions.")
+    think_time_s: float = Field(description="A session's pause between answer and question.")
+    followup_tokens: int = Field(description="About how long a session's later questions are.")
     slo_ttft_s: float
     slo_tpot_s: float
 

@@ -340,6 +340,10 @@ def test_suites_list(member, suite, api_as):
         [0.5, 2.0],
     )
     assert items["Quick check"]["sweep_mode"] == "concurrency"
+    Suite.objects.filter(pk=suite.pk).update(sweep_dataset="sharegpt", session_turns=3)
+    items = {s["name"]: s for s in api_as(member).get("/suites").data["items"]}
+    assert (items["api quick"]["sweep_dataset"], items["api quick"]["session_turns"]) == (
+        "sharegpt", 3)  # fmt: skip
 
 
 def test_outsiders_cannot_queue(outsider, sim_host, qwen, suite, api_as):
