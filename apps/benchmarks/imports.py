@@ -43,7 +43,12 @@ def _concurrency(level: ImportedLevel) -> int:
 def _plan(name: str, source: str, levels: list[ImportedLevel], slo: dict) -> dict:
     rates = [lv.request_rate for lv in levels if lv.request_rate is not None]
     first = levels[0]
-    kind = "poisson" if (first.burstiness or 1.0) == 1.0 else "gamma"
+    # an open loop without a gamma shape (burstiness None) sent constant arrivals: GuideLLM's
+    # "constant", and the panel's own vLLM export of a constant level
+    if rates and first.burstiness is None:
+        kind = "constant"
+    else:
+        kind = "poisson" if (first.burstiness or 1.0) == 1.0 else "gamma"
     return {
         "name": f"Imported: {name}"[:120],
         "imported": {

@@ -300,3 +300,23 @@ def test_the_page_serves_the_report_to_members_and_says_why_it_cannot(
     empty = Job.objects.create(suite=quick_suite, recipe=qwen, host=host, plan=quick_suite.plan())
     refused = client_as(member).get(f"/benchmarks/jobs/{empty.pk}/guidellm.json")
     assert refused.status_code == 409 and "no measured levels yet" in refused.content.decode()
+
+
+def test_an_imported_open_loop_without_a_gamma_shape_is_constant_arrivals():
+    """GuideLLM's "constant" profile (and the panel's own export of constant arrivals) carries
+    no burstiness: it imports as constant, so a re-export says constant again, not Poisson."""
+    from apps.benchmarks.imports import _plan
+    from apps.benchmarks.peer_files import ImportedLevel
+
+    def level(rate, burstiness):
+        return ImportedLevel(request_rate=rate, max_concurrency=None, burstiness=burstiness,
+                             prompt_tokens=32, output_tokens=12, duration=1.0, rows=[{}],
+                             model_id="m", date="", backend="openai-chat", label="",
+                             goodput=None)  # fmt: skip
+
+    def kind(*levels):
+        return _plan("f.json", "GuideLLM", list(levels), {})["sweep"]["arrivals"]["kind"]
+
+    assert kind(level(2.0, None)) == "constant"
+    assert kind(level(2.0, 1.0)) == "poisson" and kind(level(2.0, 0.5)) == "gamma"
+    assert kind(level(None, None)) == "poisson"  # a closed loop: no arrivals at all
