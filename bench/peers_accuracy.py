@@ -208,8 +208,7 @@ class TreeCPU(threading.Thread):
         """CPU seconds spent from `start` to `end` (interpolated samples)."""
 
         def at(t: float) -> float:
-            times = [s for s, _ in self.samples]
-            if not self.samples or t <= times[0]:
+            if not self.samples or t <= self.samples[0][0]:
                 return self.samples[0][1] if self.samples else 0.0
             for (t0, c0), (t1, c1) in itertools.pairwise(self.samples):
                 if t0 <= t <= t1:

@@ -43,6 +43,7 @@ MAX_ENTRY_CHARS = 16 << 20
 CANDIDATES_PER_REQUEST = 8
 COUNT_PARALLEL = 8
 _SEPARATORS = re.compile(r"[\s,]*")
+_SPACE = re.compile(r"\s*")
 
 
 class DatasetError(ValueError):
@@ -157,7 +158,7 @@ def scan(path: Path) -> ShareGPTFile:
                     return
 
         try:
-            skip(re.compile(r"\s*"))
+            skip(_SPACE)
             if buf[at : at + 1] != "[":
                 raise DatasetError(f"{path} is not a ShareGPT file (a JSON list of entries)")
             at, byte_at = at + 1, byte_at + 1

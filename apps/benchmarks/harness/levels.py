@@ -65,7 +65,9 @@ async def run_level(
     completions = spec.endpoint == COMPLETIONS
     results: list[RequestResult | None] = [None] * total
     state = {"done": 0, "stopped": False}
-    stop_now = lambda: should_stop is not None and bool(_call(should_stop))  # noqa: E731
+
+    def stop_now() -> bool:
+        return should_stop is not None and bool(_call(should_stop))
 
     async def phase(indices: range, warmup: bool) -> None:
         queue = iter(indices)
