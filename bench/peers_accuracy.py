@@ -12,7 +12,7 @@ CLOCK_MONOTONIC); every client here stamps its own receive times, on the same ma
   per request (every client reports its first and last token; per-gap figures need each
   chunk's time, which only the harness, `vllm bench serve` and AIPerf keep: "gap err p99");
 - **CPU per request** = the client's CPU time (all its processes) while its requests ran,
-  ÷ its requests (start-up and imports left out: sampled every 20 ms).
+  ÷ its requests (start-up and imports left out: sampled every 50 ms).
 
 Clocks: the harness and `vllm bench serve` stamp `time.monotonic`/`perf_counter` (the
 trace's clock); GuideLLM and AIPerf stamp wall time (`time.time`), turned into the
@@ -21,9 +21,10 @@ request to its trace: by the response id where the client keeps it (the harness,
 GuideLLM); otherwise in order of first-token time (a client that keeps no id: the k-th
 first token it received is paired with the k-th one sparksim wrote in its window).
 
-sparksim is pinned to CPU 0 and every client to CPU 1 (taskset). Needs the peers' venvs:
-`tools/vllm_env.sh all` (vLLM 0.33, and the tiny model for a tokenizer) and `tools/peers_env.sh all`. Run with
-`make bench` (or `python -m bench.peers_accuracy`; `--tools` / `--levels` to narrow it).
+sparksim (and this process, whose CPU sampler wakes every 50 ms) is pinned to CPU 0 and
+every client to CPU 1 (taskset). Needs the peers' venvs: `tools/vllm_env.sh all` (vLLM
+0.33, and the tiny model for a tokenizer) and `tools/peers_env.sh all`. Run with `make bench`
+(or `python -m bench.peers_accuracy`; `--tools` / `--levels` to narrow it).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ VLLM = ROOT / "var" / "vllm-0.33.0" / "bin" / "vllm"
 GUIDELLM = ROOT / "var" / "guidellm-0.8.1" / "bin" / "guidellm"
 AIPERF = ROOT / "var" / "aiperf-0.13.0" / "bin" / "aiperf"
 TOOLS = ("harness", "vllm", "guidellm", "aiperf")
-CPU_SAMPLE_S = 0.02
+CPU_SAMPLE_S = 0.05
 HF_HOME = ROOT / "var" / "hf-home"  # the tiny model's cache (tests/real_vllm/fixtures.py)
 
 
@@ -348,6 +349,8 @@ def main() -> int:
         harness_worker(*args.harness_worker)
         return 0
     tools, levels = args.tools.split(","), args.levels.split(",")
+    if pin(0):  # this process (its CPU sampler) shares sparksim's core, not the clients'
+        os.sched_setaffinity(0, {0})
     missing = [t for t, p in (("vllm", VLLM), ("guidellm", GUIDELLM), ("aiperf", AIPERF))
                if t in tools and not p.exists()]  # fmt: skip
     if missing:
@@ -383,8 +386,8 @@ def report(results: dict, args) -> None:
     print(f"\nclients against sparksim's trace: {MODEL} profile at time scale "
           f"{args.time_scale:g}, {PROMPT}-token prompts, {OUTPUT} output tokens, sparksim on "
           f"CPU 0 and each client on CPU 1; wall ms, median (min–max) of {args.repeats} repeats; "
-          "pooled: the percentile over every repeat's requests at once")  # fmt: skip
-    head = ("level", "client", "TTFT err p50", "TTFT err p99", "pooled p50 / p99",
+          "pooled: the percentile of |error| over every repeat's requests at once")  # fmt: skip
+    head = ("level", "client", "TTFT err p50", "TTFT err p99", "pooled |err| p50 / p99",
             "ITL err p50", "ITL err p99", "gap err p99", "CPU ms/request")  # fmt: skip
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for level, by_tool in results.items():
@@ -402,8 +405,9 @@ def report(results: dict, args) -> None:
 
 
 def pooled_ttft(runs: list[dict]) -> tuple[float, float]:
-    """TTFT error p50 and p99 over the requests of every repeat at once."""
-    errors = [e for r in runs for e in r.get("ttft_errors", [])]
+    """The TTFT error's size (early or late alike), p50 and p99, over the requests of every
+    repeat at once."""
+    errors = [abs(e) for r in runs for e in r.get("ttft_errors", [])]
     return pct(errors, 50), pct(errors, 99)
 
 

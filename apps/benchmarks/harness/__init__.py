@@ -75,9 +75,11 @@ Client overhead (measured in docs/BENCHMARKS.md against sparksim's /sparksim/tra
 shared `httpx.AsyncClient` runs on `_Transport` — httpx's own transport over a flat
 connection pool (httpcore's pool costs O(connections) with a poll() per idle connection on
 every request start and end: seconds of send delay at 64 streams) and, for plain HTTP, an
-asyncio-native network backend that stamps reads as they arrive. Streamed requests go
-straight to that transport (`Client.open_stream`). The event loop matters: uvloop roughly
-halves the timestamp error of plain asyncio at 64 streams.
+asyncio-native network backend that dates reads by the kernel's receive time on Linux
+(SO_TIMESTAMPNS, `_KernelStamped`), else by when the loop hands their bytes over; a level's
+`diagnostics["receive_stamps"]` says which. Streamed requests go straight to that
+transport (`Client.open_stream`). The event loop matters where the loop's stamps are used:
+uvloop roughly halves their error at 64 streams.
 
 Where each part lives
 ---------------------
@@ -90,7 +92,8 @@ Where each part lives
 - `stream.py`: reading one streamed answer (`StreamParser`, `tokens_in_chunk`) on top of
   `vllm_adapter.sse`'s decoder.
 - `transport.py`: the HTTP/1.1 transport, connection pool and timestamping network
-  backend (`_Transport`, `_FlatPool`, `_AsyncioBackend`, `_Stream`, `_Protocol`).
+  backend (`_Transport`, `_FlatPool`, `_AsyncioBackend`, `_Stream`, `_Protocol`, and
+  `_KernelStamped`, the transport that reads with the kernel's receive times).
 - `client.py`: `Client`, the shared httpx client (model discovery, `open_stream`,
   `count_chat_tokens`).
 - `prompts.py`: exact-length prompts (`build_messages`) and the serialised bodies

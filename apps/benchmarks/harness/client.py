@@ -66,6 +66,15 @@ class Client:
         # (chat?, n_tokens) -> (filler words, tail words) that hit n exactly last time
         self._templates: dict[tuple[bool, int], tuple[int, tuple[str, ...]]] = {}
 
+    @property
+    def receive_stamps(self) -> str:
+        """Whose clock dated the answers' bytes: "kernel" (the time they came in,
+        SO_TIMESTAMPNS), "event loop" (when the loop handed them over), or "task" (when the
+        reading task got them: TLS, or a transport passed in)."""
+        if not self.stamped:
+            return "task"
+        return "kernel" if self._transport._pool._backend.kernel_stamps else "event loop"
+
     @classmethod
     async def create(cls, base_url: str, model: str | None = None, **kwargs) -> Client:
         """A client; with `model=None` the served model's name comes from /v1/models."""

@@ -120,6 +120,7 @@ async def run_level(
                 await task
     result.stopped = state["stopped"]
     _conclude(result, results, lags, (before, before_error), await _try_scrape(client), sampler)
+    result.diagnostics["receive_stamps"] = client.receive_stamps
     return result
 
 

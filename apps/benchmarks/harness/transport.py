@@ -1,10 +1,17 @@
 """The HTTP/1.1 transport under the harness's httpx client: httpx's own transport
 (`_Transport`) over a flat connection pool (`_FlatPool`: O(1) per request, LIFO reuse,
 one request per connection) and, for plain HTTP, an asyncio-native network backend
-(`_AsyncioBackend`, `_Stream`, `_Protocol`) that stamps every read with the time the
-event loop handed its bytes over and every write with the time it began. TLS goes
-through httpcore's default backend. Why each piece exists, and what it measured:
-docs/BENCHMARKS.md."""
+(`_AsyncioBackend`, `_Stream`, `_Protocol`) that stamps every read with the time its bytes
+arrived and every write with the time it began. TLS goes through httpcore's default
+backend. Why each piece exists, and what it measured: docs/BENCHMARKS.md.
+
+When its bytes arrived: on Linux a plain-HTTP connection is read by `_KernelStamped`, a
+small transport of its own that reads with recvmsg and takes the kernel's receive time of
+the data (SO_TIMESTAMPNS: stamped as the packet comes in — on loopback inside the
+server's own send call), so the time the client's event loop was busy with other chunks,
+other requests or anything else is no longer part of what it measures. Elsewhere, or if
+the socket option is refused, the stamp is the moment the event loop hands the bytes to
+the protocol (`_Protocol.data_received`)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ import asyncio
 import collections
 import contextlib
 import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
 
@@ -19,6 +28,14 @@ import httpcore
 import httpx
 
 _READ_BUFFER_MAX = 1 << 20  # bytes a connection buffers before it stops reading
+_RECV_SIZE = 1 << 16  # bytes one recvmsg reads at most
+_WRITE_BUFFER_HIGH = 1 << 16  # unsent bytes past which writers wait (asyncio's default)
+# SO_TIMESTAMPNS (asm-generic/socket.h and x86: 35; the 64-bit-time-safe "old" value, a
+# struct timespec of two 64-bit fields on every 64-bit Linux); its control message type is
+# the same number. Python's socket module does not name it.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
+KERNEL_STAMPS = sys.platform.startswith("linux") and sys.maxsize > 2**32
 
 
 class _Protocol(asyncio.Protocol):
@@ -40,7 +57,11 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self.chunks.append((time.monotonic(), data))
+        self.received(data, time.monotonic())
+
+    def received(self, data: bytes, at: float) -> None:
+        """`data` arrived at `at` (monotonic): the kernel's receive time, or now."""
+        self.chunks.append((at, data))
         self.buffered += len(data)
         if self.buffered > _READ_BUFFER_MAX and not self.reading_paused:
             self.reading_paused = True
@@ -69,6 +90,159 @@ class _Protocol(asyncio.Protocol):
         waiter = getattr(self, name)
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+class _KernelStamped:
+    """A plain-TCP transport for `_Protocol` that reads with recvmsg and hands each read
+    over with the kernel's receive time of its data (SO_TIMESTAMPNS; for a read that takes
+    several packets' bytes at once, the last packet's time), converted from the realtime to
+    the monotonic clock. The subset of asyncio.Transport that `_Stream` uses: write with
+    back-pressure, close after the pending writes, pause/resume reading, extra info."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol):
+        self._loop, self._sock, self._protocol = loop, sock, protocol
+        self._fd = sock.fileno()
+        self._buffer = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buffer)
+        self._ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
+        self._pending = bytearray()  # written but not yet taken by the kernel
+        self._closing = self._closed = self._reading = self._writers_paused = False
+        protocol.connection_made(self)
+        self.resume_reading()
+
+    def _on_readable(self) -> None:
+        try:
+            n, ancillary, _flags, _ = self._sock.recvmsg_into([self._view], self._ancillary)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._shut(exc)
+            return
+        now = time.monotonic()
+        if n == 0:
+            self.pause_reading()
+            self._protocol.eof_received()
+            self.close()
+            return
+        at = now
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+                # realtime → monotonic; never later than now (a stepped clock cannot put
+                # the arrival after the read)
+                at = min(seconds + nanoseconds * 1e-9 - (time.time() - now), now)
+        self._protocol.received(bytes(self._view[:n]), at)
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if not self._pending:
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._shut(exc)
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+        self._pending += data
+        if len(self._pending) > _WRITE_BUFFER_HIGH and not self._writers_paused:
+            self._writers_paused = True
+            self._protocol.pause_writing()
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._shut(exc)
+            return
+        del self._pending[:sent]
+        if self._pending:
+            return
+        self._loop.remove_writer(self._fd)
+        if self._writers_paused:
+            self._writers_paused = False
+            self._protocol.resume_writing()
+        if self._closing:
+            self._shut(None)
+
+    def pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closing:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Stop reading now; the socket closes once what was written has gone."""
+        if self._closing:
+            return
+        self._closing = True
+        self.pause_reading()
+        if not self._pending:
+            self._shut(None)
+
+    def _shut(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closing = self._closed = True
+        self.pause_reading()
+        self._loop.remove_writer(self._fd)
+        self._pending.clear()
+        self._sock.close()
+        # as asyncio's transports do: the protocol hears of it on the next loop turn
+        self._loop.call_soon(self._protocol.connection_lost, exc)
+
+    def get_extra_info(self, name: str, default=None):
+        if name == "socket":
+            return self._sock
+        with contextlib.suppress(OSError):
+            if name == "sockname":
+                return self._sock.getsockname()
+            if name == "peername":
+                return self._sock.getpeername()
+        return default
+
+
+async def _connect_kernel_stamped(host: str, port: int, local_address: str | None):
+    """A connected `(_KernelStamped, _Protocol)`, or None when this kernel will not stamp
+    a TCP socket's reads (the caller then uses the loop's own transport)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                sock.close()
+                return None
+            sock.setblocking(False)
+            if local_address:
+                sock.bind((local_address, 0))
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        protocol = _Protocol()
+        return _KernelStamped(loop, sock, protocol), protocol
+    raise error or OSError(f"no address for {host}:{port}")
 
 
 class _Stream(httpcore.AsyncNetworkStream):
@@ -156,19 +330,30 @@ class _Stream(httpcore.AsyncNetworkStream):
 
 class _AsyncioBackend(httpcore.AsyncNetworkBackend):
     """Plain-HTTP connections straight on the asyncio loop (no anyio layers per read and
-    write), with receive times taken in the protocol callback, when the loop hands the
-    bytes over, rather than when a task gets round to them: at 64 streams that cut the
-    TTFT timestamp error p99 from ~8 ms to ~3 ms here (docs/BENCHMARKS.md)."""
+    write), with receive times that are the kernel's (`_KernelStamped`, Linux) or else
+    taken in the protocol callback, when the loop hands the bytes over, rather than when a
+    task gets round to them: at 64 streams the callback stamps cut the TTFT timestamp error
+    p99 from ~8 ms to ~3 ms here; the kernel's take the client's own delays out of it
+    (docs/BENCHMARKS.md). `kernel_stamps=False` keeps the callback stamps."""
+
+    def __init__(self, kernel_stamps: bool = KERNEL_STAMPS):
+        self.kernel_stamps = kernel_stamps
 
     async def connect_tcp(self, host, port, timeout=None, local_address=None,
                           socket_options=None) -> _Stream:  # fmt: skip
         loop = asyncio.get_running_loop()
+        connected = None
         try:
             async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_connection(
-                    _Protocol, host, port,
-                    local_addr=(local_address, 0) if local_address else None,
-                )  # fmt: skip
+                if self.kernel_stamps:
+                    connected = await _connect_kernel_stamped(host, port, local_address)
+                if connected is None:
+                    self.kernel_stamps = False  # this kernel does not: ask once
+                    connected = await loop.create_connection(
+                        _Protocol, host, port,
+                        local_addr=(local_address, 0) if local_address else None,
+                    )  # fmt: skip
+                transport, protocol = connected
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
         except OSError as exc:
