@@ -92,6 +92,32 @@ class _Protocol(asyncio.Protocol):
             waiter.set_result(None)
 
 
+_monotonic = time.monotonic
+
+
+class _RealtimeOffset:
+    """time.time() − time.monotonic(), for turning the kernel's realtime stamps into the
+    monotonic clock. Read as the tightest of three back-to-back readings (a preemption
+    between two clock reads would shift every stamp by its length) and kept for a second:
+    the two clocks drift apart only at NTP's slew rate (microseconds a second at most)."""
+
+    def __init__(self) -> None:
+        self._offset, self._until = 0.0, -1.0
+
+    def offset(self, now: float) -> float:
+        if now >= self._until:
+            best = None
+            for _ in range(3):
+                before, real, after = _monotonic(), time.time(), _monotonic()
+                if best is None or after - before < best[0]:
+                    best = (after - before, real - (before + after) / 2)
+            self._offset, self._until = best[1], now + 1.0
+        return self._offset
+
+
+_REALTIME = _RealtimeOffset()
+
+
 class _KernelStamped:
     """A plain-TCP transport for `_Protocol` that reads with recvmsg and hands each read
     over with the kernel's receive time of its data (SO_TIMESTAMPNS; for a read that takes
@@ -118,7 +144,7 @@ class _KernelStamped:
         except OSError as exc:
             self._shut(exc)
             return
-        now = time.monotonic()
+        now = _monotonic()
         if n == 0:
             self.pause_reading()
             self._protocol.eof_received()
@@ -130,7 +156,7 @@ class _KernelStamped:
                 seconds, nanoseconds = _TIMESPEC.unpack_from(data)
                 # realtime → monotonic; never later than now (a stepped clock cannot put
                 # the arrival after the read)
-                at = min(seconds + nanoseconds * 1e-9 - (time.time() - now), now)
+                at = min(seconds + nanoseconds * 1e-9 - _REALTIME.offset(now), now)
         self._protocol.received(bytes(self._view[:n]), at)
 
     def write(self, data: bytes) -> None:
