@@ -128,8 +128,7 @@ class _KernelStamped:
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, protocol):
         self._loop, self._sock, self._protocol = loop, sock, protocol
         self._fd = sock.fileno()
-        self._buffer = bytearray(_RECV_SIZE)
-        self._view = memoryview(self._buffer)
+        self._view = memoryview(bytearray(_RECV_SIZE))
         self._ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
         self._pending = bytearray()  # written but not yet taken by the kernel
         self._closing = self._closed = self._reading = self._writers_paused = False
@@ -146,9 +145,8 @@ class _KernelStamped:
             return
         now = _monotonic()
         if n == 0:
-            self.pause_reading()
             self._protocol.eof_received()
-            self.close()
+            self.close()  # stops reading too
             return
         at = now
         for level, kind, data in ancillary:
