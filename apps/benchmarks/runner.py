@@ -19,6 +19,7 @@ from apps.benchmarks.lifecycle import finish, finish_cancelled, interrupt
 from apps.benchmarks.live import push_progress
 from apps.benchmarks.models import WORKING_JOB_STATES, J, Job, Result
 from apps.benchmarks.plans import plan_levels, plan_refusal
+from apps.core.tls import client_context
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
 from apps.runs.models import STARTING_STATES, Run, RunState
@@ -168,7 +169,7 @@ def _create_run(job: Job, *, swapped: bool) -> Run:
 def _server_version(run: Run) -> str:
     try:
         url = endpoints.url(run.local_endpoint, endpoints.VERSION)
-        response = httpx.get(url, headers=run.upstream_headers, timeout=5)
+        response = httpx.get(url, headers=run.upstream_headers, timeout=5, verify=client_context())
         return endpoints.server_version(response.json())
     except (httpx.HTTPError, ValueError, AttributeError):
         return ""

@@ -133,6 +133,10 @@ def queue_entry(job: Job) -> QueueEntry | None:
     """Where an active job stands in its host's queue (None once it has finished)."""
     if not job.is_active:
         return None
+    if job.state != J.QUEUED:
+        # Running (or preparing, cancelling): at the head, as host_queue_entries puts it,
+        # without walking the whole queue on every one of the worker's progress pushes.
+        return QueueEntry(job, 0, job.started_at, _estimate_seconds(job))
     return next((e for e in host_queue_entries(job.host) if e.job.pk == job.pk), None)
 
 

@@ -15,6 +15,7 @@ import httpx
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from apps.core.tls import client_context
 from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
 from apps.hosts.engines.base import State
@@ -304,7 +305,12 @@ def _read_into(
 def _models_ready(run: Run) -> bool:
     try:
         url = endpoints.url(run.local_endpoint, endpoints.MODELS)
-        return httpx.get(url, headers=run.upstream_headers, timeout=1).status_code == 200
+        return (
+            httpx.get(
+                url, headers=run.upstream_headers, timeout=1, verify=client_context()
+            ).status_code
+            == 200
+        )
     except httpx.HTTPError:
         return False
 

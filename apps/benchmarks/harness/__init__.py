@@ -68,8 +68,8 @@ whose median first-to-last-token time is under DECODE_MIN_WALL_S of wall clock, 
 `decode_timed` False (`decode_too_short`): its decode rate is noise, not a rate.
 
 The measured window also runs with the garbage collector's existing objects frozen
-(`gc.freeze`), so a full collection of a large host process cannot pause the loop
-mid-measurement.
+(`gc.freeze`, without a collection first: that costs ~0.15 s in a worker), so a full
+collection of a large host process cannot pause the loop mid-measurement.
 
 Client overhead (measured in docs/BENCHMARKS.md against sparksim's /sparksim/trace): the
 shared `httpx.AsyncClient` runs on `_Transport` — httpx's own transport over a flat
