@@ -2,7 +2,10 @@
 independent of the Celery queue, so it keeps watching while a worker is busy loading a
 model for 15 minutes.
 
-Twice a second it reads the host's memory and feeds the watchdog; once a second it scrapes
+Twice a second it reads the host's memory and feeds the watchdog — ten times a second while
+a run's server starts (loading, profiling, compiling, warming: when memory jumps), and
+with the forecast on (the time to its next poll as the horizon, PSI pressure where the
+host has it: apps/guard/watchdog.py); once a second it scrapes
 the active run's `/metrics`, derives rates and quantiles, publishes a sample to the
 Channels groups `host-<name>` and `run-<id>`, and records its heartbeat; every 10 s it
 stores a downsampled row. On the watchdog's "act" it kills the run's server at once,
@@ -48,6 +51,7 @@ from vllm_adapter import metrics as scrape
 log = logging.getLogger("sparkpanel.hostagent")
 
 MEM_INTERVAL_S = 0.5
+STARTING_MEM_INTERVAL_S = 0.1  # while a run's server starts: vLLM's profiling jumps fast
 SCRAPE_INTERVAL_S = 1.0
 BUCKET_S = 10.0
 SCRAPE_TIMEOUT_S = 0.8
@@ -56,6 +60,8 @@ PRUNE_EVERY_S = 3600.0
 GPU_EVERY_S = 5.0
 SCHEDULE_SLACK_S = 0.1
 SCRAPED_STATES = (RunState.WARMING, RunState.READY, RunState.STOPPING)
+# The phases in which the model server takes its memory (the fast polls).
+LOADING_STATES = (RunState.STARTING, RunState.LOADING, RunState.COMPILING, RunState.WARMING)
 SAMPLE_EVENT = "telemetry.sample"
 AVERAGED = (
     "kv_usage_pct", "running", "waiting", "prompt_tps", "generation_tps", "ttft_p50",
@@ -102,12 +108,17 @@ class HostAgent:
         host_name: str,
         *,
         mem_interval: float = MEM_INTERVAL_S,
+        starting_mem_interval: float = STARTING_MEM_INTERVAL_S,
         scrape_interval: float = SCRAPE_INTERVAL_S,
+        forecast: bool = True,
         bucket_s: float = BUCKET_S,
         clock=time.time,
     ):
         self.host_name = host_name
         self.mem_interval = mem_interval
+        self.starting_mem_interval = min(starting_mem_interval, mem_interval)
+        self.forecast = forecast
+        self.run_loading = False  # the active run's server is starting (from the last scrape)
         self.scrape_interval = scrape_interval
         self.bucket_s = bucket_s
         self.clock = clock
@@ -143,15 +154,22 @@ class HostAgent:
 
     def run_forever(self, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
-        log.info("host agent for %s: memory every %.1f s, metrics every %.1f s",
-                 self.host_name, self.mem_interval, self.scrape_interval)  # fmt: skip
+        log.info("host agent for %s: memory every %.2f s (%.2f s while a server starts), "
+                 "metrics every %.1f s, forecast %s", self.host_name, self.mem_interval,
+                 self.starting_mem_interval, self.scrape_interval,
+                 "on" if self.forecast else "off")  # fmt: skip
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 self.step()
-                stop.wait(max(0.0, self.mem_interval - (time.monotonic() - started)))
+                stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
         finally:
             self.close()
+
+    @property
+    def interval(self) -> float:
+        """Seconds to the next memory poll: shorter while a run's server starts."""
+        return self.starting_mem_interval if self.run_loading else self.mem_interval
 
     def close(self) -> None:
         """Close the agent's Redis connections and its event loop."""
@@ -200,8 +218,20 @@ class HostAgent:
                 self.psi = psi.some.avg10 if psi else None
             except MeminfoError:
                 self.psi = None
+        previous_poll = self._last_poll
         now = self._last_poll = max(now, self._last_poll)  # a wall clock can step back
-        decision = self.watchdog.observe(self.memory[1], now, error=self.memory[2] or None)
+        # The forecast looks one poll ahead: the interval, or the last gap between polls
+        # when they run late (a thrashing host delays the next one too), up to twice it.
+        interval = self.interval
+        late = now - previous_poll if previous_poll else 0.0
+        horizon = min(max(interval, late), 2 * interval)
+        decision = self.watchdog.observe(
+            self.memory[1],
+            now,
+            error=self.memory[2] or None,
+            horizon_s=horizon if self.forecast else None,
+            pressure_pct=self.psi,
+        )
         previous, self.last_decision = self.last_decision, decision
         if decision.unknown and (previous is None or not previous.unknown):
             self._incident(Incident.Kind.ALERT, decision.message, None)
@@ -303,6 +333,7 @@ class HostAgent:
         # A pair run's /metrics are its head's (the API server): the worker Spark's agent
         # records its own memory for the run, and scrapes nothing.
         scraped = run is not None and run.host_id == self.host.pk
+        self.run_loading = run is not None and run.state in LOADING_STATES
         if not scraped or run.state not in SCRAPED_STATES:
             self.deriver, self.deriver_run = None, None
             derived: dict = {}
@@ -333,6 +364,10 @@ class HostAgent:
             "mem_available": available,
             "mem_error": mem_error,
             "mem_level": decision.level if decision else "unknown",
+            # The forecast: how fast MemAvailable falls and when it would reach the act
+            # line (None while it is not falling); the live chart draws it.
+            "mem_fall_bytes_s": decision.fall_bytes_s if decision else None,
+            "mem_eta_s": decision.eta_s if decision else None,
             "warn_bytes": int(self.host.watchdog_warn_gib * GIB),
             "act_bytes": int(self.host.watchdog_act_gib * GIB),
             "psi_some_avg10": self.psi,

@@ -21,15 +21,36 @@ Rules (`polls` = N, 2 by default):
   unknown, low counts as two low readings in a row) and breaks any run of recovering
   ones (recovery must be seen, not assumed).
 
+The forecast (`horizon_s`, the caller's time to its next poll): a leak fast enough to
+fall from above the act line to far below it between two polls outruns the two-poll
+rule — a Spark freezes before the second reading (vLLM's profiling can take gigabytes in
+a second). So, when the caller passes `horizon_s`, the watchdog also fits a least-squares
+line (bytes per second) to the readable readings of the last `trend_s` seconds and acts
+early when all of these hold:
+
+* the reading is below the warn threshold. A planned run ends above it by design (the
+  planner's "fits" keeps the warn line free), so the steep fall of a healthy start — the
+  weights streaming in, the KV cache allocated at once — never trips the forecast, however
+  fast; a run that passes the warn line and keeps falling is past its plan;
+* at least `TREND_POINTS` readings in the window, each lower than the one before (a fall,
+  not noise around a steady value: a steady run never trips it);
+* the line reaches the act threshold within `horizon_s` (doubled while the kernel reports
+  memory pressure, PSI ``some avg10`` ≥ `PRESSURE_PCT`: reclaim stalls slow the kill too);
+* the level is not "act" already.
+
+Such a decision enters "act" with `stop_run` and `predicted` set, and a message with the
+rate and the time left. `eta_s` on every decision says when the trend would reach the act
+line (None when memory is not falling): the live chart's forecast.
+
 No clocks, no I/O: the caller passes the reading and the time, so tests replay any
 memory curve exactly.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 GIB = 2**30
@@ -40,6 +61,9 @@ ACT = "act"
 LEVELS = (OK, WARN, ACT)
 
 HISTORY_S = 60.0
+TREND_S = 3.0  # the forecast's window
+TREND_POINTS = 3  # readings in a row, each lower than the last, before it forecasts
+PRESSURE_PCT = 10.0  # PSI memory "some avg10" from which the horizon doubles
 
 __all__ = [
     "ACT",
@@ -49,7 +73,6 @@ __all__ = [
     "WARN",
     "Decision",
     "Watchdog",
-    "predict_polls_to",
 ]
 
 
@@ -62,6 +85,10 @@ class Decision:
     unknown: the reading was missing (meminfo unreadable); level is then the last known.
     message: one human sentence with the numbers, for the log, an alert or an incident.
     available_bytes / at: the reading itself (None when unknown) and its time.
+    predicted: this decision entered "act" on the forecast, before two readings crossed.
+    eta_s: seconds until the recent fall would reach the act threshold (0 when below it;
+        None when memory is not falling or too few readings say so).
+    fall_bytes_s: the recent fall in bytes per second (None as for eta_s).
     """
 
     level: str
@@ -72,6 +99,9 @@ class Decision:
     message: str
     available_bytes: int | None
     at: float
+    predicted: bool = False
+    eta_s: float | None = None
+    fall_bytes_s: float | None = None
 
 
 def _gib(value: int, *others: int) -> str:
@@ -107,6 +137,7 @@ class Watchdog:
         clear_margin_bytes: int = GIB,
         *,
         history_s: float = HISTORY_S,
+        trend_s: float = TREND_S,
     ) -> None:
         self.warn_bytes = _check_bytes("warn_bytes", warn_bytes, minimum=1)
         self.act_bytes = _check_bytes("act_bytes", act_bytes, minimum=1)
@@ -122,6 +153,9 @@ class Watchdog:
         if not (isinstance(history_s, int | float) and history_s > 0 and math.isfinite(history_s)):
             raise ValueError(f"history_s must be a positive number of seconds, not {history_s!r}")
         self.history_s = float(history_s)
+        if not (isinstance(trend_s, int | float) and 0 < trend_s <= history_s):
+            raise ValueError(f"trend_s must be a positive number up to history_s, not {trend_s!r}")
+        self.trend_s = float(trend_s)
 
         self._level = OK
         # Consecutive readable polls below each threshold ...
@@ -152,9 +186,17 @@ class Watchdog:
         return list(self._history)
 
     def observe(
-        self, available_bytes: int | None, now: float, *, error: str | None = None
+        self,
+        available_bytes: int | None,
+        now: float,
+        *,
+        error: str | None = None,
+        horizon_s: float | None = None,
+        pressure_pct: float | None = None,
     ) -> Decision:
-        """Take one poll's MemAvailable (None: it could not be read; `error` says why)."""
+        """Take one poll's MemAvailable (None: it could not be read; `error` says why).
+        `horizon_s`: seconds to the caller's next poll, which turns the forecast on;
+        `pressure_pct`: PSI memory "some avg10", when the host has it."""
         if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
             raise ValueError(f"now must be a finite number of seconds, not {now!r}")
         if self._last_at is not None and now < self._last_at:
@@ -176,20 +218,83 @@ class Watchdog:
         self._clear_act = self._clear_act + 1 if v >= self.act_clear_bytes else 0
 
         level = self._next_level(previous)
+        fall = self._fall_rate(now)
+        eta = None if fall is None else max(v - self.act_bytes, 0) / fall
+        horizon = self._horizon(horizon_s, pressure_pct)
+        predicted = (
+            level != ACT
+            and v < self.warn_bytes
+            and horizon is not None
+            and eta is not None
+            and eta <= horizon
+        )
+        if predicted:
+            level = ACT
         self._level = level
         stop_run = level == ACT and previous != ACT
+        if predicted:
+            message = self._forecast_message(v, fall, eta, horizon, pressure_pct)
+        else:
+            message = self._message(previous, level, v)
         return Decision(
             level=level,
             previous=previous,
             changed=level != previous,
             stop_run=stop_run,
             unknown=False,
-            message=self._message(previous, level, v),
+            message=message,
             available_bytes=v,
             at=now,
+            predicted=predicted,
+            eta_s=eta,
+            fall_bytes_s=fall,
         )
 
     # --- internals ---------------------------------------------------------------------
+
+    def _fall_rate(self, now: float) -> float | None:
+        """Bytes per second MemAvailable is falling, by least squares over the window's
+        readable readings — when the last TREND_POINTS of them each fell; else None."""
+        points = [(t, v) for t, v in self._history if v is not None and t >= now - self.trend_s]
+        if len(points) < TREND_POINTS:
+            return None
+        tail = [v for _, v in points[-TREND_POINTS:]]
+        if any(later >= earlier for earlier, later in itertools.pairwise(tail)):
+            return None
+        count = len(points)
+        mean_t = sum(t for t, _ in points) / count
+        mean_v = sum(v for _, v in points) / count
+        stt = sum((t - mean_t) ** 2 for t, _ in points)
+        if stt <= 0:
+            return None
+        slope = sum((t - mean_t) * (v - mean_v) for t, v in points) / stt
+        return -slope if slope < 0 else None
+
+    @staticmethod
+    def _horizon(horizon_s: float | None, pressure_pct: float | None) -> float | None:
+        if horizon_s is None:
+            return None
+        if isinstance(horizon_s, bool) or not isinstance(horizon_s, int | float):
+            raise ValueError(f"horizon_s must be a number of seconds, not {horizon_s!r}")
+        if not (math.isfinite(horizon_s) and horizon_s >= 0):
+            raise ValueError(f"horizon_s must be a finite number of seconds ≥ 0, not {horizon_s!r}")
+        under_pressure = pressure_pct is not None and pressure_pct >= PRESSURE_PCT
+        return float(horizon_s) * (2 if under_pressure else 1)
+
+    def _forecast_message(
+        self, v: int, fall: float, eta: float, horizon: float, pressure_pct: float | None
+    ) -> str:
+        act = self.act_bytes
+        pressure = (
+            f", with memory pressure at {pressure_pct:.0f} %"
+            if pressure_pct is not None and pressure_pct >= PRESSURE_PCT
+            else ""
+        )
+        return (
+            f"MemAvailable {_gib(v, act)} is falling {fall / GIB:.2f} GiB/s{pressure}: it "
+            f"would cross the {_gib(act, v)} act threshold in {eta:.2f} s, before the next "
+            f"poll ({horizon:.2f} s): stopping the run"
+        )
 
     def _remember(self, now: float, available: int | None) -> None:
         self._history.append((now, available))
@@ -298,32 +403,3 @@ class Watchdog:
                 f"({self._clear_warn} so far)"
             )
         return f"{mem} is ok (warn below {_gib(warn, v)}, act below {_gib(act, v)})"
-
-
-def predict_polls_to(
-    available_series: Sequence[int | float], threshold: int | float
-) -> float | None:
-    """Polls until a least-squares linear trend of the readings reaches `threshold`.
-
-    One value per poll, oldest first. 0.0 when the last reading is already at or below
-    the threshold; None with fewer than two readings or a flat or rising trend (it never
-    gets there). A hint for an alert ("about 12 polls to the act threshold"), never a
-    reason to act: the watchdog acts on readings, not on forecasts.
-    """
-    values = [float(v) for v in available_series]
-    if not values:
-        return None
-    last = values[-1]
-    if last <= threshold:
-        return 0.0
-    count = len(values)
-    if count < 2:
-        return None
-    mean_x = (count - 1) / 2
-    mean_y = sum(values) / count
-    sxx = sum((i - mean_x) ** 2 for i in range(count))
-    sxy = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(values))
-    slope = sxy / sxx
-    if slope >= 0:
-        return None
-    return (last - threshold) / -slope

@@ -250,7 +250,7 @@ class Host(models.Model):
         idle Spark (everything but the OS reserve free)."""
         path = self.meminfo_file()
         if self.simulated and not self.meminfo_path:
-            # sparksim rewrites its file twice a second while it runs; an old or missing
+            # sparksim rewrites its file 20 times a second while it runs; an old or missing
             # file means no simulated server holds memory (it may have crashed).
             try:
                 fresh = time.time() - path.stat().st_mtime < SIM_MEMINFO_FRESH_S

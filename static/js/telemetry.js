@@ -28,6 +28,7 @@
   const MIN_SPAN_S = 120;
   const HEIGHT = 180;
   const GB = 1e9;
+  const FORECAST_S = 10;
   const ENDED = new Set(["stopped", "failed"]);
 
   const CHARTS = {
@@ -37,6 +38,9 @@
         ["used", (s) => (s.mem_total != null && s.mem_available != null ? (s.mem_total - s.mem_available) / GB : null), "#2563eb"],
         ["available", (s) => (s.mem_available != null ? s.mem_available / GB : null), "#16a34a"],
         ["freeze line (act)", (s, ctx) => (ctx.act_bytes ? ctx.act_bytes / GB : null), "#dc2626", [6, 4]],
+        // The watchdog's forecast (apps/guard/watchdog.py): where MemAvailable would be in
+        // FORECAST_S seconds at its recent fall; drawn only while memory is falling.
+        [`available in ${FORECAST_S} s at this trend`, (s) => (s.mem_available != null && s.mem_fall_bytes_s ? Math.max(s.mem_available - s.mem_fall_bytes_s * FORECAST_S, 0) / GB : null), "#ea580c", [2, 3]],
       ],
     },
     kv: { title: "KV cache (%)", range: [0, 100], unit: " %", series: [["KV cache used", (s) => s.kv_usage_pct, "#7c3aed"]] },
@@ -350,8 +354,11 @@
       const s = this.latest || {};
       const phase = this.runId && s.run_state && s.run_state !== "ready" ? ` · ${s.run_state}` : "";
       const level = s.mem_level && s.mem_level !== "ok" ? ` · memory ${s.mem_level}` : "";
+      const eta = s.mem_eta_s != null && s.mem_fall_bytes_s && s.mem_eta_s < 120
+        ? ` · memory falling ${(s.mem_fall_bytes_s / GB).toFixed(2)} GB/s: the act line in ${s.mem_eta_s < 1 ? "under a second" : `~${Math.round(s.mem_eta_s)} s`}`
+        : "";
       const via = this.lastSocketSample && Date.now() - this.lastSocketSample >= STALE_MS ? " · read from the server (the socket is quiet)" : "";
-      text = "live" + phase + level + (s.scrape_error ? ` · ${s.scrape_error}` : "") + via;
+      text = "live" + phase + level + eta + (s.scrape_error ? ` · ${s.scrape_error}` : "") + via;
     } else if (this.ctx.agent_live === false || (this.lastSample && age >= 2 * STALE_MS)) {
       state = "stale";
       text = this.lastSample

@@ -1,5 +1,6 @@
-"""A leaking model on a simulated Spark: the host agent's live charts show memory falling,
-the watchdog kills the run before the freeze line, and every open page gets the banner."""
+"""A leaking model on a simulated Spark: the host agent's live charts show memory falling
+and the watchdog's forecast, the watchdog kills the run before the freeze line, and every
+open page gets the banner."""
 
 import re
 
@@ -45,6 +46,11 @@ def test_the_watchdog_banner_reaches_a_member_watching_the_dashboard(new_page, l
     expect(panel.locator("[data-telemetry-chart='memory'] canvas").first).to_be_visible()
 
     run_id = leaky_host.manage("shell", "-c", START).strip().splitlines()[-1]
+    # The watchdog's forecast, live: the fall and the time to the act line, and its line
+    # on the memory chart.
+    expect(state).to_contain_text(re.compile(r"memory falling \d+\.\d\d GB/s: the act line in"),
+                                  timeout=90_000)  # fmt: skip
+    expect(panel.locator("[data-telemetry-chart='memory']")).to_contain_text("at this trend")
     banner = page.locator("#banner-leaky-sim")
     expect(banner).to_contain_text("act threshold", timeout=90_000)
     expect(banner).to_contain_text(f"Killed run {run_id}")

@@ -31,7 +31,6 @@ from apps.guard.watchdog import (
     WARN,
     Decision,
     Watchdog,
-    predict_polls_to,
 )
 from sparkdomain.meminfo import MeminfoError, parse_meminfo
 from sparksim.faults import parse_faults
@@ -327,14 +326,123 @@ def test_sparksim_memory_ramp_stops_the_run_at_the_second_poll_below_act(spec):
 # --- trend prediction ----------------------------------------------------------------------
 
 
-def test_predict_polls_to_a_threshold():
-    series = [10 * GIB - i * GIB // 2 for i in range(5)]  # 10, 9.5, ... 8 GiB
-    assert predict_polls_to(series, 3 * GIB) == pytest.approx(10.0)
-    assert predict_polls_to([5, 5, 5], 3) is None  # flat
-    assert predict_polls_to([4, 5, 6], 3) is None  # rising
-    assert predict_polls_to([7], 3) is None  # not enough to see a trend
-    assert predict_polls_to([], 3) is None
-    assert predict_polls_to([9, 2], 3) == 0.0  # already there
+def _ramp(dog: Watchdog, model: MemoryModel, poll: float, horizon: float | None, **kw):
+    """Poll the sparksim memory model every `poll` s until the watchdog stops the run (or
+    memory runs out): the decisions."""
+    decisions: list[Decision] = []
+    t = 0.0
+    while len(decisions) < 100_000:
+        available = parse_meminfo(meminfo_text(model, t)).available_bytes
+        decisions.append(dog.observe(available, t, horizon_s=horizon, **kw))
+        if decisions[-1].stop_run or available == 0:
+            break
+        t += poll
+    return decisions
+
+
+@pytest.mark.parametrize("gb_per_s", [0.5, 2.0, 4.0])
+def test_the_forecast_stops_a_fast_leak_a_poll_earlier_than_the_two_poll_rule(gb_per_s):
+    """The two-poll rule lets a leak of R bytes/s fall up to 2 polls × R below the act line
+    before it acts: at 0.5 s polls and 4 GB/s that is 4 GB below a 3 GB line — a frozen
+    Spark. The forecast (below the warn line only) acts as soon as the next poll would be
+    past the act line: before any reading crosses it when one lands between the lines,
+    and at the latest on the first reading below it — a whole poll's fall higher."""
+    poll, rate = 0.5, gb_per_s * 1e9
+    stops, first_below = {}, {}
+    for horizon in (None, poll):
+        model = MemoryModel(growth_bytes_per_s=rate)
+        model.set_footprint(110 * GB)
+        dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+        decisions = _ramp(dog, model, poll, horizon)
+        (stops[horizon],) = [d for d in decisions if d.stop_run]
+        first_below[horizon] = next((d for d in decisions if d.available_bytes < 3 * GB), None)
+    old, new = stops[None], stops[poll]
+    assert not old.predicted and old.at == first_below[None].at + poll  # the second below
+    assert new.predicted and new.at < old.at
+    assert first_below[poll] is None or new.at <= first_below[poll].at
+    assert new.available_bytes >= old.available_bytes + poll * rate - 1024  # meminfo is in kB
+    assert new.eta_s is not None and new.eta_s <= poll
+    assert new.fall_bytes_s == pytest.approx(rate, rel=0.01)
+    assert "falling" in new.message and "act threshold in" in new.message
+    if gb_per_s == 0.5:  # 0.25 GB a poll: readings land between the lines
+        assert new.available_bytes >= 3 * GB and first_below[poll] is None
+    if gb_per_s >= 2:  # too fast for the old rule: it read 1 GB and more below the line
+        assert old.available_bytes <= 3 * GB - 1e9
+
+
+def test_a_fast_healthy_start_above_the_warn_line_never_trips_the_forecast():
+    """A planned run ends above the warn line; its start falls fast (weights, then the KV
+    cache at once) and stops there: no forecast stop, however steep."""
+    dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+    readings = [int((120 - 20 * i) * 1e9) for i in range(6)] + [int(4.4e9)] * 10
+    decisions = [dog.observe(v, i * 0.1, horizon_s=0.1) for i, v in enumerate(readings)]
+    assert not any(d.stop_run or d.predicted for d in decisions)
+    assert decisions[5].fall_bytes_s == pytest.approx(200e9)  # it did see the fall
+
+
+def test_a_steady_run_and_noise_never_trip_the_forecast():
+    dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+    # Steady at 3.3 GB (under warn, just above act), wobbling ±200 MB around it.
+    wobble = [0, -200, 150, -100, 200, -150, 50, -200, 100, 0] * 20
+    decisions = [
+        dog.observe(int(3.3e9 + w * 1e6), i * 0.5, horizon_s=0.5) for i, w in enumerate(wobble)
+    ]
+    assert not any(d.stop_run or d.predicted for d in decisions)
+    assert dog.level == WARN
+
+
+def test_a_slow_fall_gets_an_eta_but_is_left_to_the_readings():
+    dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+    readings = [int(10e9 - i * 50e6) for i in range(10)]  # 100 MB/s, 7.5 GB above act
+    decisions = [dog.observe(v, i * 0.5, horizon_s=0.5) for i, v in enumerate(readings)]
+    assert decisions[0].eta_s is None and decisions[1].eta_s is None  # too few readings
+    last = decisions[-1]
+    assert not last.predicted and last.level == OK
+    assert last.fall_bytes_s == pytest.approx(100e6)
+    assert last.eta_s == pytest.approx((readings[-1] - 3e9) / 100e6)
+
+
+def test_memory_pressure_doubles_the_horizon():
+    def run(pressure: float | None) -> Decision:
+        dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+        # Falling 1 GB/s; the last reading 0.8 GB above act: 0.8 s to the line.
+        readings = [int(3.8e9 + (4 - i) * 0.5e9) for i in range(5)]
+        return [
+            dog.observe(v, i * 0.5, horizon_s=0.5, pressure_pct=pressure)
+            for i, v in enumerate(readings)
+        ][-1]
+
+    assert not run(None).predicted and not run(5.0).predicted  # 0.8 s > 0.5 s
+    under = run(25.0)  # 0.8 s ≤ 2 × 0.5 s
+    assert under.predicted and under.stop_run and "memory pressure at 25 %" in under.message
+
+
+def test_without_a_horizon_the_watchdog_only_acts_on_readings():
+    dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+    readings = [int(6e9 - i * 1e9) for i in range(4)]  # 6, 5, 4, 3.0 GB: right at the line
+    decisions = [dog.observe(v, float(i)) for i, v in enumerate(readings)]
+    assert not any(d.stop_run for d in decisions)
+    assert decisions[-1].eta_s == 0.0  # but it says where the trend is
+
+
+def test_after_a_forecast_stop_the_episode_is_one_stop_and_clears_as_usual():
+    dog = Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB)
+    # 6.0, 5.2, 4.4, 3.6 GB at 1.6 GB/s: 0.875 s to the line at 4.4, 0.375 s at 3.6.
+    falling = [int(6e9 - i * 0.8e9) for i in range(4)]
+    decisions = [dog.observe(v, i * 0.5, horizon_s=0.5) for i, v in enumerate(falling)]
+    assert [d.stop_run for d in decisions] == [False, False, False, True]
+    assert decisions[-1].level == ACT and decisions[-1].predicted
+    # The run was killed: memory comes back; the level leaves act after 2 polls above the
+    # margin, and no second stop happens while it does.
+    after = [dog.observe(int(9e9), 2.0 + i * 0.5, horizon_s=0.5) for i in range(3)]
+    assert not any(d.stop_run for d in after)
+    assert [d.level for d in after] == [ACT, OK, OK]
+
+
+@pytest.mark.parametrize("horizon", [-1.0, float("nan"), float("inf"), True, "0.5"])
+def test_a_bad_horizon_is_refused(horizon):
+    with pytest.raises(ValueError, match="horizon_s"):
+        Watchdog(warn_bytes=4 * GB, act_bytes=3 * GB).observe(5 * GB, 0.0, horizon_s=horizon)
 
 
 # --- PSI -----------------------------------------------------------------------------------

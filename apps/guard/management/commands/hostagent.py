@@ -5,7 +5,12 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.guard.agent import MEM_INTERVAL_S, SCRAPE_INTERVAL_S, HostAgent
+from apps.guard.agent import (
+    MEM_INTERVAL_S,
+    SCRAPE_INTERVAL_S,
+    STARTING_MEM_INTERVAL_S,
+    HostAgent,
+)
 from apps.hosts.models import Host
 
 
@@ -22,6 +27,18 @@ class Command(BaseCommand):
             type=float,
             default=MEM_INTERVAL_S,
             help="seconds between memory polls (default %(default)s)",
+        )
+        parser.add_argument(
+            "--starting-memory-interval",
+            type=float,
+            default=STARTING_MEM_INTERVAL_S,
+            help="seconds between memory polls while a run's server starts, when vLLM's "
+            "profiling can take gigabytes in a second (default %(default)s)",
+        )
+        parser.add_argument(
+            "--no-forecast",
+            action="store_true",
+            help="act on readings only (two polls below the line), not on the trend",
         )
         parser.add_argument(
             "--scrape-interval",
@@ -47,13 +64,18 @@ class Command(BaseCommand):
             raise CommandError(f"no host named {name!r} (hosts: {known}); add it in Django admin")
         if (
             not 0.05 <= options["memory_interval"] <= 10
+            or not 0.05 <= options["starting_memory_interval"] <= 10
             or not 0.2 <= options["scrape_interval"] <= 60
         ):
-            raise CommandError("memory interval must be 0.05–10 s and scrape interval 0.2–60 s")
+            raise CommandError(
+                "memory intervals must be 0.05–10 s and the scrape interval 0.2–60 s"
+            )
         agent = HostAgent(
             name,
             mem_interval=options["memory_interval"],
+            starting_mem_interval=options["starting_memory_interval"],
             scrape_interval=options["scrape_interval"],
+            forecast=not options["no_forecast"],
         )
         self.stdout.write(f"host agent for {name} started (Ctrl-C stops it)")
         self.stdout.flush()
