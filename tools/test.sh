@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 # engine the DockerEngine tests drive; docker-compose: validates docker-compose.yml;
 # postgresql: the server binaries for the PostgreSQL-restart fault test (its own cluster);
 # nginx: the reverse proxy in front of uvicorn in tests/security/test_proxy.py (its own prefix);
-# iproute2: `ip`, for the veth pairs of the pair runs' link checks (tests/conftest.py).
-if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx iproute2; then
+# iproute2: `ip`, for the veth pairs of the pair runs' link checks (tests/conftest.py);
+# prometheus: `promtool`, which checks and unit-tests monitoring/'s alert rules and the
+# dashboard's queries (tests/telemetry/test_monitoring_files.py; no server is started).
+if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx iproute2 prometheus; then
   if [ "${CI:-}" = "true" ]; then
     echo "!! CI=true and the test services could not be installed" >&2
     exit 1

@@ -1,6 +1,9 @@
 """The panel's own Prometheus endpoint (/metrics), for a team's existing Prometheus/Grafana:
-runs by state, benchmark jobs, host agents and workers, watchdog incidents, and the
-gateway's requests and tokens per user and model."""
+runs by state, benchmark jobs, host agents and workers, watchdog incidents and the
+watchdog's state and forecast, each active run's key vLLM series (from its host agent's
+latest sample, labelled host, run and recipe), and the gateway's requests and tokens per
+user and model. The repo's Grafana dashboard and Prometheus alert rules
+(deploy/grafana/, deploy/prometheus/) read these names."""
 
 from __future__ import annotations
 
@@ -80,7 +83,107 @@ class PanelCollector:
             for kind in ("act", "warn", "alert"):
                 incidents.add_metric([host.name, kind], by_host.get((host.name, kind), 0))
         yield from (queue, running, available, total, agent, worker, incidents)
+        samples = live_samples()
+        yield from guard_gauges(samples)
+        yield from run_series(samples)
         yield from gateway_counters()
+
+
+def live_samples() -> list[tuple[Host, dict]]:
+    """Each host whose agent reported in the last seconds, with its latest sample."""
+    return [(h, h.agent_sample or {}) for h in Host.objects.all() if h.agent_live]
+
+
+WATCHDOG_LEVELS = {"ok": 0, "warn": 1, "act": 2}
+
+
+def guard_gauges(samples: list[tuple[Host, dict]]):
+    """The memory watchdog per host: its level, its lines and its forecast."""
+    labels = ["host"]
+    level = GaugeMetricFamily(
+        "sparkpanel_host_watchdog_level", "Watchdog level: 0 ok, 1 warn, 2 act.", labels=labels
+    )
+    warn = GaugeMetricFamily(
+        "sparkpanel_host_watchdog_warn_bytes", "Warn below this MemAvailable.", labels=labels
+    )
+    act = GaugeMetricFamily(
+        "sparkpanel_host_watchdog_act_bytes", "Stop the run below this MemAvailable.", labels=labels
+    )
+    fall = GaugeMetricFamily(
+        "sparkpanel_host_memory_fall_bytes_per_second",
+        "How fast MemAvailable falls (the watchdog's trend; absent while it is not falling).",
+        labels=labels,
+    )
+    eta = GaugeMetricFamily(
+        "sparkpanel_host_memory_act_eta_seconds",
+        "Seconds until the fall would reach the act line (absent while it is not falling).",
+        labels=labels,
+    )
+    for host, sample in samples:
+        key = [host.name]
+        if sample.get("mem_level") in WATCHDOG_LEVELS:
+            level.add_metric(key, WATCHDOG_LEVELS[sample["mem_level"]])
+        warn.add_metric(key, host.watchdog_warn_bytes)
+        act.add_metric(key, host.watchdog_act_bytes)
+        if sample.get("mem_fall_bytes_s") is not None and sample.get("mem_eta_s") is not None:
+            fall.add_metric(key, sample["mem_fall_bytes_s"])
+            eta.add_metric(key, sample["mem_eta_s"])
+    yield from (level, warn, act, fall, eta)
+
+
+# (name, help, the sample's key, scale): gauges from the agent's derived vLLM figures.
+RUN_GAUGES = (
+    ("sparkpanel_run_kv_cache_usage_ratio", "KV cache in use, 0-1.", "kv_usage_pct", 0.01),
+    ("sparkpanel_run_requests_running", "Requests running.", "running", 1),
+    ("sparkpanel_run_requests_waiting", "Requests waiting.", "waiting", 1),
+    ("sparkpanel_run_prompt_tokens_per_second", "Prompt tokens/s.", "prompt_tps", 1),
+    ("sparkpanel_run_generation_tokens_per_second", "Generated tokens/s.", "generation_tps", 1),
+    ("sparkpanel_run_prefix_cache_hit_ratio", "Prefix cache hit rate.", "prefix_hit_rate", 1),
+)
+# (name, help, {quantile: the sample's key}): over the last minute's histograms.
+RUN_QUANTILES = (
+    (
+        "sparkpanel_run_ttft_seconds",
+        "Time to first token.",
+        {"0.5": "ttft_p50", "0.95": "ttft_p95"},
+    ),
+    ("sparkpanel_run_itl_seconds", "Inter-token latency.", {"0.5": "itl_p50", "0.95": "itl_p95"}),
+)
+
+
+def run_series(samples: list[tuple[Host, dict]]):
+    """Each active run's key vLLM series, as its host agent last derived them from the
+    run's /metrics (once a second), labelled host, run and recipe — one scrape of the panel
+    covers every Spark. A pair's worker Spark reports memory only (its head has the run)."""
+    scraped = [(h, s) for h, s in samples if s.get("run") and not s.get("pair_worker")]
+    names = dict(
+        Run.objects.filter(pk__in=[s["run"] for _, s in scraped]).values_list("pk", "recipe__name")
+    )
+    labels = ["host", "run", "recipe"]
+    gauges = [(GaugeMetricFamily(n, h, labels=labels), key, k) for n, h, key, k in RUN_GAUGES]
+    quantiles = [
+        (GaugeMetricFamily(n, h, labels=[*labels, "quantile"]), keys)
+        for n, h, keys in RUN_QUANTILES
+    ]
+    preemptions = CounterMetricFamily(
+        "sparkpanel_run_preemptions", "Preemptions since the server started.", labels=labels
+    )
+    for host, sample in scraped:
+        if sample["run"] not in names:
+            continue
+        key = [host.name, str(sample["run"]), names[sample["run"]]]
+        for family, field, scale in gauges:
+            if sample.get(field) is not None:
+                family.add_metric(key, sample[field] * scale)
+        for family, keys in quantiles:
+            for quantile, field in keys.items():
+                if sample.get(field) is not None:
+                    family.add_metric([*key, quantile], sample[field])
+        if sample.get("preemptions_total") is not None:
+            preemptions.add_metric(key, sample["preemptions_total"])
+    yield from (family for family, _, _ in gauges)
+    yield from (family for family, _ in quantiles)
+    yield preemptions
 
 
 def gateway_counters():
