@@ -121,7 +121,9 @@ _REALTIME = _RealtimeOffset()
 class _KernelStamped:
     """A plain-TCP transport for `_Protocol` that reads with recvmsg and hands each read
     over with the kernel's receive time of its data (SO_TIMESTAMPNS; for a read that takes
-    several packets' bytes at once, the last packet's time), converted from the realtime to
+    several packets' bytes at once, the last packet's time — and no read size can do better:
+    Linux merges a segment that arrives behind an unread one into it, keeping the newer
+    stamp, tcp_try_coalesce), converted from the realtime to
     the monotonic clock. The subset of asyncio.Transport that `_Stream` uses: write with
     back-pressure, close after the pending writes, pause/resume reading, extra info."""
 
