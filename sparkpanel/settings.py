@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "axes",
     "ninja",  # the JSON API (its Swagger UI files are served locally: no CDN)
     "apps.accounts",
+    "apps.audit",
     "apps.core",
     "apps.recipes",
     "apps.hosts",
@@ -73,6 +74,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     # A logged-in account without a role sees an explanation, not the panel.
     "apps.accounts.middleware.RoleRequiredMiddleware",
+    # Who acts, from where, through which door: read by the audit rows (apps/audit).
+    "apps.audit.context.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -1,6 +1,7 @@
 from apps.accounts.roles import (
     EDIT_RECIPES,
     MANAGE_HOSTS,
+    MANAGE_USERS,
     OPERATE_RUNS,
     POST_NOTICES,
     QUEUE_BENCHMARKS,
@@ -24,6 +25,7 @@ def role(request):
             "edit_recipes": user.has_perm(EDIT_RECIPES),
             "post_notices": user.has_perm(POST_NOTICES),
             "manage_hosts": user.has_perm(MANAGE_HOSTS),
+            "manage_users": user.has_perm(MANAGE_USERS),
             "queue_benchmarks": user.has_perm(QUEUE_BENCHMARKS),
             "use_chat": user.has_perm(USE_CHAT),
         },

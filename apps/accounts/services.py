@@ -10,6 +10,8 @@ from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
 from apps.accounts.roles import APP_LABEL, CAPABILITIES, ROLE_CAPABILITIES, ROLE_ORDER, Role
+from apps.audit import context as audit_context
+from apps.audit import services as audit
 
 
 def role_groups_sync() -> None:
@@ -44,14 +46,19 @@ def user_role(user: AbstractUser) -> Role | None:
 
 
 @transaction.atomic
-def user_set_role(*, user: AbstractUser, role: Role) -> AbstractUser:
+def user_set_role(*, user: AbstractUser, role: Role, _audit: bool = True) -> AbstractUser:
     """Put a user in exactly one role group. Admins also get Django admin access."""
     role_groups_sync()
-    user.groups.remove(*Group.objects.filter(name__in=[r.value for r in Role]))
-    user.groups.add(Group.objects.get(name=role.value))
-    user.is_staff = role is Role.ADMIN
-    user.is_superuser = role is Role.ADMIN
-    user.save(update_fields=["is_staff", "is_superuser"])
+    before = user_role(user) if _audit and user.pk else None
+    with audit_context.quiet():
+        user.groups.remove(*Group.objects.filter(name__in=[r.value for r in Role]))
+        user.groups.add(Group.objects.get(name=role.value))
+        user.is_staff = role is Role.ADMIN
+        user.is_superuser = role is Role.ADMIN
+        user.save(update_fields=["is_staff", "is_superuser"])
+    if _audit and before is not role:
+        audit.record("user.role", user, before={"role": before and before.value},
+                     after={"role": role.value})  # fmt: skip
     return user
 
 
@@ -76,6 +83,8 @@ def user_create(
     clear = password if password is not None else generate_password()
     validate_password(clear, user)
     user.set_password(clear)
-    user.save()
-    user_set_role(user=user, role=role)
+    with audit_context.quiet():
+        user.save()
+    user_set_role(user=user, role=role, _audit=False)
+    audit.record("user.create", user, after={"username": username, "role": role.value})
     return user, clear

@@ -10,7 +10,7 @@ from apps.accounts.services import user_role
 from apps.api import errors
 from apps.api.auth import AUTH, require
 from apps.api.parser import BoundedJSONParser
-from apps.api.routes import gateway, hosts, jobs, planner, recipes, runs, weights
+from apps.api.routes import audit, gateway, hosts, jobs, planner, recipes, runs, weights
 from apps.api.schemas import MeOut
 from apps.api.tokens import token_user
 
@@ -70,7 +70,7 @@ api = NinjaAPI(
     parser=BoundedJSONParser(),  # bounded depth and numbers, UTF-8 JSON only (parser.py)
 )
 errors.install(api)
-for module in (hosts, recipes, runs, jobs, planner, weights, gateway):
+for module in (hosts, recipes, runs, jobs, planner, weights, gateway, audit):
     api.add_router("/", module.router)
 
 

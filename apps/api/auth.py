@@ -15,6 +15,7 @@ from ninja.security.session import SessionAuth
 from apps.accounts.roles import VIEW_PANEL
 from apps.api.errors import NO_ROLE, ApiError
 from apps.api.tokens import token_user
+from apps.audit import context as audit_context
 
 
 def require(request, permission: str) -> None:
@@ -37,6 +38,7 @@ class TokenAuth(HttpBearer):
         if user is None:
             raise AuthenticationError(401, "The API token is invalid or has been revoked.")
         request.user = user
+        audit_context.with_user(user)  # the audit rows of this request name them
         require(request, self.permission)
         return user
 

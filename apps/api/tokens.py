@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from apps.api.models import ApiToken
+from apps.audit import services as audit
 
 PREFIX = "spk_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -29,6 +30,8 @@ def token_create(*, user, name: str) -> tuple[ApiToken, str]:
     token = ApiToken.objects.create(
         user=user, name=name.strip()[:100] or "token", prefix=clear[:12], digest=digest(clear)
     )
+    audit.record("token.create", token, user=user, label=f"{user} · {token.name}",
+                 after={"name": token.name, "prefix": token.prefix})  # fmt: skip
     return token, clear
 
 
@@ -36,6 +39,7 @@ def token_revoke(*, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        audit.record("token.revoke", token, label=f"{token.user} · {token.name}")
     return token
 
 

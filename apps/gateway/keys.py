@@ -17,6 +17,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from apps.accounts.roles import USE_CHAT
+from apps.audit import services as audit
 from apps.gateway import store
 from apps.gateway.limits import limits_for
 from apps.gateway.models import GatewayKey
@@ -46,6 +47,11 @@ def key_create(
         model_names=sorted(set(models or [])),
         expires_at=expires_at,
     )
+    audit.record(
+        "key.create", key, user=user, label=f"{user} · {key.name}",
+        after={"name": key.name, "prefix": key.prefix, "models": key.model_names,
+               "expires_at": expires_at.isoformat() if expires_at else None},
+    )  # fmt: skip
     return key, clear
 
 
@@ -55,6 +61,7 @@ def key_revoke(*, key: GatewayKey) -> GatewayKey:
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
+        audit.record("key.revoke", key, label=f"{key.user} · {key.name}")
     store.tombstone(key.digest)
     return key
 

@@ -32,6 +32,8 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.audit import context as audit_context
+from apps.audit import services as audit
 from apps.benchmarks import lifecycle
 from apps.guard import live
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
@@ -279,6 +281,9 @@ class HostAgent:
             action = f"run {run.pk} had no server yet; marked failed"
             run.mark_failed(f"stopped by the memory watchdog: {decision.message}")
         log.warning("WATCHDOG %s: %s — %s", self.host_name, decision.message, action)
+        if run is not None:
+            audit.record("run.kill", run, actor=audit_context.Actor(source="watchdog"),
+                         message=f"{decision.message} — {action}")  # fmt: skip
         self._incident(Incident.Kind.ACT, decision.message, run, action=action)
         self._banner(ACT, f"{decision.message}. {action[0].upper()}{action[1:]}.")
 

@@ -2,12 +2,14 @@
 
 from django.urls import path
 
-from apps.overview import telemetry_views, views
+from apps.overview import audit_views, telemetry_views, views
 from apps.overview.panel_metrics import panel_metrics
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("metrics", panel_metrics, name="panel-metrics"),
+    path("audit/", audit_views.audit_log, name="audit"),
+    path("audit/export.csv", audit_views.audit_csv, name="audit-csv"),
     path(
         "telemetry/host/<str:name>/backfill.json",
         telemetry_views.host_backfill,

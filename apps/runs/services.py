@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
+from apps.audit import services as audit
 from apps.core.hooks import gathered
 from apps.core.selectors import workers_state
 from apps.hosts.models import Host, SparkPair, pair_of
@@ -406,6 +407,11 @@ def run_create(
             )  # fmt: skip
         # The host now serves this run: its dashboard line and queue section, live.
         transaction.on_commit(lambda: live.push_host(host.name))
+        if restart_of is None:  # a restart is audited once, by run_restart
+            audit.record(
+                "run.start", run, user=user, after={"recipe": recipe.name, "host": host.name},
+                message=f"for benchmark job {job.pk}" if job is not None else "",
+            )  # fmt: skip
         return run
     except IntegrityError:
         names = " or ".join(h.name for h in (pair.hosts if pair else (host,)))
@@ -453,6 +459,7 @@ def run_stop(*, run: Run, reason: str = "", unless_pinned: bool = False, here: b
         return run  # moved meanwhile (stopping, stopped or failed): nothing more to ask
     if not was_starting and not here:
         transaction.on_commit(lambda: stop_run.apply_async(args=[run.pk], queue=run.host.queue))
+    audit.record("run.stop", run, message=reason)
     return run
 
 
@@ -490,6 +497,7 @@ def run_pin(*, run: Run, user, pinned: bool = True) -> Run:
             "not_active",
         )
     if changed:
+        audit.record("run.pin" if pinned else "run.unpin", run, user=user)
         host = run.host.name
         # Its page and list row, and its host's queue (what queued jobs wait for), live.
         transaction.on_commit(lambda: (live.push_run(run.pk), live.push_host(host)))
@@ -502,6 +510,7 @@ def run_restart(*, run: Run, user) -> Run:
     from apps.runs.tasks import restart_run  # here: tasks → runner → this module
 
     run.refresh_from_db()
+    audit.record("run.restart", run, user=user)
     if not run.is_active:
         return run_start(recipe=run.recipe, host=run.host, user=user, restart_of=run)
     if run.state != RunState.STOPPING:
