@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin
 
+from apps.audit.admin import ReadOnlyAdmin
 from apps.gateway.keys import key_revoke
 from apps.gateway.models import GatewayKey, Limit, ModelAlias, UsageRecord
 from sparkdomain.flags import SERVED_NAME
@@ -53,17 +54,10 @@ class GatewayKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin):
+class UsageRecordAdmin(ReadOnlyAdmin):
+    """The record of who used what (and the /metrics counters) only grows."""
+
     list_display = ["at", "user", "model", "host", "prompt_tokens", "completion_tokens",
                     "status", "cancelled"]  # fmt: skip
     list_filter = ["source", "status", "cancelled"]
     date_hierarchy = "at"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # the record of who used what (and the /metrics counters) only grows
