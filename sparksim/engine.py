@@ -186,6 +186,7 @@ class Engine:
         enable_prefix_caching: bool = True,
         enforce_eager: bool = False,
         tensor_parallel_size: int = 1,
+        hang_after_tokens: int | None = None,
     ):
         self.profile = profile
         self.tp = max(tensor_parallel_size, 1)
@@ -207,6 +208,11 @@ class Engine:
         self.timing = TimingStats()
         self._wake = asyncio.Event()
         self._next_wall: float | None = None
+        # The `hang` fault: after this many generated tokens the loop stops stepping for
+        # good; requests stay running, the HTTP server (/health, /metrics) lives on.
+        self.hang_after_tokens = hang_after_tokens
+        self.generated_total = 0
+        self.hung = False
         self._last_late_log = 0.0
 
     # --- public ---------------------------------------------------------------------
@@ -221,6 +227,8 @@ class Engine:
         if request.finish_reason is not None or request.aborted:
             return
         request.aborted = True
+        if self.hung:
+            return  # a wedged engine never gets to the abort: the request stays running
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
@@ -245,6 +253,15 @@ class Engine:
                 await self._wake.wait()
                 continue
             await self._step()
+            if (
+                self.hang_after_tokens is not None
+                and self.generated_total >= self.hang_after_tokens
+            ):
+                log.warning(
+                    "fault injection: the engine hangs after %d tokens", self.generated_total
+                )
+                self.hung = True
+                await asyncio.Event().wait()  # never set: stuck, as a wedged engine is
 
     # --- scheduling -----------------------------------------------------------------
     def _blocks_for(self, tokens: int) -> int:
@@ -376,6 +393,7 @@ class Engine:
             self.free_blocks -= 1
         token_id, reasoning = request.next_token()
         request.generated += 1
+        self.generated_total += 1
         self.timing.tokens += 1
         if request.first_token_sim is None:
             request.first_token_sim = now_sim

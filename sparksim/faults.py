@@ -47,6 +47,7 @@ class Faults:
     slow_start_factor: float = 1.0
     fail_start_phase: str | None = None
     mem_growth_gb_per_min: float = 0.0
+    hang_after_tokens: int | None = None
 
     def describe(self) -> list[str]:
         """One line per active fault, for the start-up log.
@@ -76,6 +77,11 @@ class Faults:
         if self.fail_start_phase is not None:
             lines.append(
                 f"start-up fails during {self.fail_start_phase} (exit code {FAIL_START_EXIT_CODE})"
+            )
+        if self.hang_after_tokens is not None:
+            lines.append(
+                f"the engine hangs once {self.hang_after_tokens} tokens have been generated "
+                "in total: requests stay running, no token follows, /health stays 200"
             )
         if self.mem_growth_gb_per_min > 0:
             lines.append(
@@ -182,6 +188,13 @@ def _fail_start(faults: Faults, arg: str, fail: _Fail) -> None:
     faults.fail_start_phase = phase
 
 
+def _hang(faults: Faults, arg: str, fail: _Fail) -> None:
+    n = _int(arg, fail)
+    if n < 1:
+        raise fail("TOKENS must be at least 1")
+    faults.hang_after_tokens = n
+
+
 def _mem_growth(faults: Faults, arg: str, fail: _Fail) -> None:
     gb = _float(arg, fail)
     if gb <= 0:
@@ -228,6 +241,13 @@ _KINDS: dict[str, _Kind] = {
         "fail-start:graphs",
         "start-up fails at that phase with a vLLM-like error and a non-zero exit code",
         _fail_start,
+    ),
+    "hang": _Kind(
+        "hang:TOKENS",
+        "hang:200",
+        "the engine stops generating once TOKENS tokens have been generated in total "
+        "(vLLM stuck with requests running): no error, /health stays 200",
+        _hang,
     ),
     "mem-growth": _Kind(
         "mem-growth:GB",

@@ -82,7 +82,7 @@ async def serve(args) -> int:
             executor.shutdown()
         return 1
     metrics = _metrics(args, names, plan)
-    engine = _engine(args, profile, metrics, clock, plan)
+    engine = _engine(args, profile, metrics, clock, plan, faults)
     _warm_up()
     tasks.append(asyncio.create_task(engine.run()))
     state.metrics, state.engine, state.ready = metrics, engine, True
@@ -185,7 +185,9 @@ def _metrics(args, names: list[str], plan: Plan) -> VllmMetrics:
     )
 
 
-def _engine(args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Plan) -> Engine:
+def _engine(
+    args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Plan, faults: Faults
+) -> Engine:
     return Engine(
         profile=profile,
         architecture=profile.architecture,
@@ -199,6 +201,7 @@ def _engine(args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Pl
         enable_prefix_caching=args.enable_prefix_caching,
         enforce_eager=args.enforce_eager,
         tensor_parallel_size=args.tensor_parallel_size or 1,
+        hang_after_tokens=faults.hang_after_tokens,
     )
 
 

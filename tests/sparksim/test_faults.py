@@ -52,6 +52,7 @@ from tests.conftest import ROOT
         ("fail-start:graphs", {"fail_start_phase": "graphs"}),
         ("mem-growth:2", {"mem_growth_gb_per_min": 2.0}),
         ("mem-growth:0.5", {"mem_growth_gb_per_min": 0.5}),
+        ("hang:200", {"hang_after_tokens": 200}),
         # Surrounding blanks and capitals, as a shell variable or a YAML file may give them.
         ("  Stall : 5@20 ", {"stall_seconds": 5.0, "stall_after_tokens": 20}),
         ("METRICS:Truncated", {"metrics_mode": "truncated"}),
@@ -123,7 +124,7 @@ METRICS = "expected metrics:malformed|truncated, e.g. metrics:truncated"
 SLOW = "expected slow-start:FACTOR, e.g. slow-start:3"
 FAIL = "expected fail-start:load|profile|graphs, e.g. fail-start:graphs"
 GROWTH = "expected mem-growth:GB, e.g. mem-growth:2"
-NAMES = "crash-after-tokens, stall, http500, metrics, slow-start, fail-start, mem-growth"
+NAMES = "crash-after-tokens, stall, http500, metrics, slow-start, fail-start, hang, mem-growth"
 
 
 @pytest.mark.parametrize(

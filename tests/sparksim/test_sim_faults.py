@@ -56,6 +56,38 @@ def test_stall_pauses_a_stream_after_its_nth_token(start_sim):
     assert gaps[2] >= 0.95 and max(gaps[:2] + gaps[3:]) < 0.5
 
 
+def test_hang_stops_generating_with_requests_running_and_health_green(start_sim):
+    """vLLM wedged with requests running: no error, no token, /health 200, and /metrics
+    showing a running request whose generation counter no longer moves."""
+    sim = start_sim(*NEMOTRON_FLAGS, "--fault", "hang:5", time_scale=20)
+    received = 0
+    with sim.client() as c:
+        with pytest.raises(httpx.ReadTimeout), c.stream(
+            "POST", "/v1/completions", timeout=httpx.Timeout(30, read=2),
+            json={"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True},
+        ) as r:  # fmt: skip
+            for line in r.iter_lines():
+                if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                    received += 1
+
+        def families() -> dict:
+            text = c.get("/metrics").text
+            return {f.name: f for f in text_string_to_metric_families(text)}
+
+        first = families()
+        time.sleep(0.5)
+        second = families()
+        assert c.get("/health").status_code == 200
+    assert received == 5
+    running = [s.value for s in second["vllm:num_requests_running"].samples]
+    generated = [
+        s.value for s in second["vllm:generation_tokens"].samples if s.name.endswith("_total")
+    ]
+    before = [s.value for s in first["vllm:generation_tokens"].samples if s.name.endswith("_total")]
+    assert running == [1] and generated == before == [5]
+    assert "the engine hangs after 5 tokens" in sim.log()
+
+
 def test_http500_fault_fails_requests_with_vllms_error_shape(start_sim):
     sim = start_sim(*NEMOTRON_FLAGS, "--fault", "http500:1", time_scale=20)
     with sim.client() as c:
