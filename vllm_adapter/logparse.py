@@ -750,6 +750,15 @@ _ENGINE_FAILED = re.compile(
 # when it is stopped (SIGINT/SIGTERM) normally, so only a caller that knows the run was
 # not being stopped may treat it as a failure.
 _ENGINE_DEAD = re.compile(r"EngineCore encountered an issue|EngineDeadError", re.I)
+
+
+def engine_died(line: str) -> bool:
+    """The line is vLLM saying its engine process is gone (`EngineDeadError`, `EngineCore
+    encountered an issue`) — also logged when it is stopped on purpose: the caller knows
+    whether it was."""
+    return bool(_ENGINE_DEAD.search(line))
+
+
 _ENGINE_DEAD_ADVICE = (
     "vLLM's engine process (EngineCore) died while the API server stayed up; every request "
     "now fails. The reason is in the lines before this one; if there is none it was killed "

@@ -28,7 +28,7 @@ class AuditEntry(models.Model):
         API = "api", "API"
         ADMIN = "admin", "Django admin"
         SYSTEM = "system", "the panel itself"
-        WATCHDOG = "watchdog", "memory watchdog"
+        WATCHDOG = "watchdog", "the guard (host agent)"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(

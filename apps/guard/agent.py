@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import httpx
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import channel_layers
 from django.conf import settings
@@ -35,14 +36,18 @@ from django.utils import timezone
 from apps.audit import context as audit_context
 from apps.audit import services as audit
 from apps.benchmarks import lifecycle
+from apps.core.tls import client_context
 from apps.guard import live
+from apps.guard.hang import STALL_S, Hang, HangDetector
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.models import Host
+from apps.recipes.models import HangPolicy
 from apps.runs import pair
 from apps.runs.models import Run, RunState
+from apps.runs.services import run_restart
 from apps.telemetry.groups import host_group, run_group
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.signals import incident_recorded
@@ -139,6 +144,8 @@ class HostAgent:
         self.gpu: list[dict] | None = None
         self.errors: dict[str, str] = {}
         self.stopped_runs: list[int] = []
+        self.hang_detector: HangDetector | None = None
+        self.hang_run: int | None = None
         # Its own layer instance, used only from its own loop below.
         self.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
         # One event loop for the agent's whole life: channels_redis keeps its connection
@@ -307,17 +314,70 @@ class HostAgent:
         side = "head" if self.host.pk == run.host_id else "worker"
         return f"killed {self.host.name}'s half ({side}) of pair run {run.pk} ({run.recipe})"
 
+    # --- hangs ---------------------------------------------------------------------------
+
+    def watch_for_hang(self, run: Run, now: float, snapshot) -> None:
+        """Feed the hang detector one scrape of a ready run: its /metrics, its /health, and
+        its log's tail when /health fails (apps/guard/hang.py); act on a hang."""
+        policy = HangPolicy.objects.filter(recipe_id=run.recipe_id).first()
+        if self.hang_detector is None or self.hang_run != run.pk:
+            stall_s = policy.stall_s if policy else STALL_S
+            self.hang_detector, self.hang_run = HangDetector(stall_s=stall_s), run.pk
+        health_ok = _health(run)
+        lines: list[str] = []
+        if not health_ok and run.handle:
+            with contextlib.suppress(EngineError):
+                lines = engine_for(self.host).tail(Handle.parse(run.handle), HANG_LOG_LINES)
+        hang = self.hang_detector.observe(
+            now,
+            running=snapshot.running if snapshot else None,
+            generated=snapshot.generation_tokens if snapshot else None,
+            health_ok=health_ok,
+            log_lines=lines,
+        )
+        if hang is not None:
+            self.on_hang(run, hang, policy)
+
+    def on_hang(self, run: Run, hang: Hang, policy: HangPolicy | None) -> None:
+        """An incident, a banner, the host's running benchmark jobs interrupted (what they
+        measured kept), and the recipe's policy: alert only, or a restart after its backoff
+        until it has restarted `max_restarts` times in a row for hangs."""
+        restarts = _hang_restarts(run)
+        delay = policy.restart_delay_s(restarts) if policy else None
+        lifecycle.interrupt_working(
+            self.host, f"Interrupted: run {run.pk} hung ({hang.message}). The levels measured "
+            "before that are kept.", settle=False,
+        )  # fmt: skip
+        if delay is None:
+            if policy is None or policy.action == HangPolicy.Action.ALERT:
+                action = "alert only (the recipe's hang policy)"
+            else:
+                action = (f"not restarted: it was restarted {restarts} time(s) in a row for "
+                          f"hangs, the policy's limit")  # fmt: skip
+        else:
+            with audit_context.acting_as(audit_context.Actor(source="watchdog")):
+                run_restart(run=run, user=None, countdown=delay, reason=f"hung: {hang.message}")
+            action = (f"restarting it (restart {restarts + 1} of {policy.max_restarts}"
+                      + (f", in {delay:g} s)" if delay else ")"))  # fmt: skip
+        message = f"Run {run.pk} ({run.recipe}) hung: {hang.message}"
+        log.warning("HANG %s: %s — %s", self.host_name, message, action)
+        self._incident(Incident.Kind.HANG, message, run, action=action, evidence=hang.evidence)
+        self._banner("alert", f"{message}. {action[0].upper()}{action[1:]}.")
+
     def _interrupt_jobs(self, decision: Decision) -> None:
         # Their worker lives on: it stores the level in flight, cut short, and settles them.
         reason = (f"Interrupted by the memory watchdog: {decision.message}. The levels "
                   "measured before that are kept.")  # fmt: skip
         lifecycle.interrupt_working(self.host, reason, settle=False)
 
-    def _incident(self, kind: str, message: str, run: Run | None, action: str = "") -> Incident:
+    def _incident(
+        self, kind: str, message: str, run: Run | None, action: str = "", evidence=None
+    ) -> Incident:
         curve = [[round(t, 1), v] for t, v in self.watchdog.history()]
         incident = Incident.objects.create(
             host=self.host, run=run, recipe_name=str(run.recipe) if run else "", kind=kind,
             at=timezone.now(), message=message, action=action[:300], memory_curve=curve,
+            evidence=evidence or {},
         )  # fmt: skip
         # e.g. subscribers' webhooks (apps/api/apps.py; receivers never raise)
         incident_recorded.send(sender=Incident, incident=incident)
@@ -341,6 +401,7 @@ class HostAgent:
         self.run_loading = run is not None and run.state in LOADING_STATES
         if not scraped or run.state not in SCRAPED_STATES:
             self.deriver, self.deriver_run = None, None
+            self.hang_detector, self.hang_run = None, None
             derived: dict = {}
             scrape_error = ""
         else:
@@ -354,6 +415,8 @@ class HostAgent:
             self.deriver.feed(time.monotonic(), snapshot if result.ok else None)
             derived = self.deriver.sample()
             scrape_error = "" if result.ok else f"metrics: {result.error}"
+            if run.state == RunState.READY:
+                self._guard("hang", self.watch_for_hang, run, now, snapshot if result.ok else None)
         if now >= self.next_gpu:
             self.next_gpu = now + GPU_EVERY_S
             self.gpu = self._gpu_processes()
@@ -440,3 +503,33 @@ class HostAgent:
         cutoff = timezone.now() - timedelta(days=settings.TELEMETRY_RETENTION_DAYS)
         deleted, _ = HostSample.objects.filter(host=self.host, at__lt=cutoff).delete()
         return deleted
+
+
+HANG_LOG_LINES = 40
+HEALTH_TIMEOUT_S = 1.0
+
+
+def _health(run: Run) -> bool:
+    """GET /health answered 200 (vLLM answers 503 once its engine died)."""
+    try:
+        url = endpoints.url(run.local_endpoint, endpoints.HEALTH)
+        answer = httpx.get(url, headers=run.upstream_headers, timeout=HEALTH_TIMEOUT_S,
+                           verify=client_context())  # fmt: skip
+        return answer.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _hang_restarts(run: Run, limit: int = 20) -> int:
+    """How many times in a row this run's chain was restarted for a hang: the run it
+    restarted, and the one before, … each with a hang incident that restarted it."""
+    count, current = 0, run.restart_of
+    while current is not None and count < limit:
+        restarted = Incident.objects.filter(
+            run=current, kind=Incident.Kind.HANG, action__startswith="restarting"
+        ).exists()
+        if not restarted:
+            break
+        count += 1
+        current = current.restart_of
+    return count

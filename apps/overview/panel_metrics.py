@@ -80,7 +80,7 @@ class PanelCollector:
             if host.agent_live and sample.get("mem_available") is not None:
                 available.add_metric([host.name], sample["mem_available"])
                 total.add_metric([host.name], sample.get("mem_total") or 0)
-            for kind in ("act", "warn", "alert"):
+            for kind in Incident.Kind.values:
                 incidents.add_metric([host.name, kind], by_host.get((host.name, kind), 0))
         yield from (queue, running, available, total, agent, worker, incidents)
         samples = live_samples()

@@ -1,11 +1,20 @@
 from django.contrib import admin
 
 from apps.recipes.forms import RecipeForm
-from apps.recipes.models import Recipe
+from apps.recipes.models import HangPolicy, Recipe
+
+
+class HangPolicyInline(admin.StackedInline):
+    model = HangPolicy
+    can_delete = True
+    extra = 0
+    max_num = 1
+    verbose_name = "when a run hangs"
 
 
 @admin.register(Recipe)
 class RecipeAdmin(admin.ModelAdmin):
+    inlines = [HangPolicyInline]
     # The same form as the browser: the ≤ 0.90 rule and the flag allowlist apply here too.
     form = RecipeForm
     list_display = [

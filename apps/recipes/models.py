@@ -291,3 +291,39 @@ class Recipe(models.Model):
 
     def plan(self, host: planner.HostSpec | None = None) -> planner.Plan:
         return planner.plan(self.architecture(), self.flags(), host)
+
+
+class HangPolicy(models.Model):
+    """What the host agent does when a run of this recipe hangs (apps/guard/hang.py,
+    docs/guard.md): alert only, or restart it — once, or with a doubling delay up to
+    `max_restarts` times in a row. A recipe without one: alert only, 120 s stall."""
+
+    class Action(models.TextChoices):
+        ALERT = "alert", "Alert only"
+        RESTART = "restart", "Restart (up to the limit, with backoff)"
+
+    recipe = models.OneToOneField(Recipe, on_delete=models.CASCADE, related_name="hang_policy")
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.ALERT)
+    stall_s = models.PositiveIntegerField(
+        "stalled after (s)", default=120,
+        validators=[MinValueValidator(10), MaxValueValidator(3600)],
+        help_text="Requests running and no token generated for this long is a hang.",
+    )  # fmt: skip
+    max_restarts = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(10)],
+        help_text="Restarts in a row for hangs before the agent only alerts (1: restart once).",
+    )  # fmt: skip
+    backoff_s = models.PositiveIntegerField(
+        "first restart after (s)", default=0,
+        validators=[MinValueValidator(0), MaxValueValidator(3600)],
+        help_text="Delay before the first restart; each further one waits twice as long.",
+    )  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"{self.recipe}: {self.get_action_display()}"
+
+    def restart_delay_s(self, restarts_so_far: int) -> float | None:
+        """Seconds to wait before the next restart, or None: alert only, or the limit met."""
+        if self.action != self.Action.RESTART or restarts_so_far >= self.max_restarts:
+            return None
+        return float(self.backoff_s * 2**restarts_so_far)

@@ -504,18 +504,22 @@ def run_pin(*, run: Run, user, pinned: bool = True) -> Run:
     return run
 
 
-def run_restart(*, run: Run, user) -> Run:
+def run_restart(*, run: Run, user, countdown: float = 0, reason: str = "") -> Run:
     """Restart a run: an active one is stopped and its recipe started again as a new run by
-    a task on the host's queue; a finished one is simply started again (admission applies)."""
+    a task on the host's queue (after `countdown` seconds: the hang policy's backoff); a
+    finished one is simply started again (admission applies). `user` None: the panel
+    itself (the host agent, for a hung run)."""
     from apps.runs.tasks import restart_run  # here: tasks → runner → this module
 
     run.refresh_from_db()
-    audit.record("run.restart", run, user=user)
+    audit.record("run.restart", run, user=user, message=reason)
     if not run.is_active:
         return run_start(recipe=run.recipe, host=run.host, user=user, restart_of=run)
     if run.state != RunState.STOPPING:
         run.transition(RunState.STOPPING, step="Stopping to restart")
     transaction.on_commit(
-        lambda: restart_run.apply_async(args=[run.pk, user.pk], queue=run.host.queue)
+        lambda: restart_run.apply_async(
+            args=[run.pk, user.pk if user else None], queue=run.host.queue, countdown=countdown
+        )
     )
     return run

@@ -43,6 +43,7 @@ class Incident(models.Model):
         ACT = "act", "Run stopped by the watchdog"
         WARN = "warn", "Memory low (warning)"
         ALERT = "alert", "Telemetry alert"
+        HANG = "hang", "Run hung"
 
     host = models.ForeignKey("hosts.Host", on_delete=models.CASCADE, related_name="incidents")
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL,
@@ -53,6 +54,9 @@ class Incident(models.Model):
     message = models.TextField()
     action = models.CharField(max_length=300, blank=True)
     # [[unix time, MemAvailable bytes or null], …] for the last minute.
+    # What a hang was judged on (requests running, the generation counter, /health, the
+    # log line): apps/guard/hang.py.
+    evidence = models.JSONField(default=dict, blank=True)
     memory_curve = models.JSONField(default=list, blank=True)
 
     class Meta:

@@ -604,12 +604,12 @@ def test_gpu_processes_malformed_rows(row, match):
         gpu_processes(FakeRun(row), which=has_smi)
 
 
-def test_hostmem_and_watchdog_import_no_django():
+def test_hostmem_watchdog_and_hang_import_no_django():
     import subprocess as sp
     import sys
 
     code = (
-        "import sys, apps.guard.hostmem, apps.guard.watchdog; "
+        "import sys, apps.guard.hostmem, apps.guard.watchdog, apps.guard.hang; "
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     root = Path(__file__).resolve().parents[2]
