@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from apps.api import webhooks
@@ -490,3 +491,69 @@ def test_without_a_field_key_the_secret_key_derives_it(member, settings):
     assert Webhook.objects.get(pk=hook.pk).secret == ""  # unreadable without the old key
     settings.SECRET_KEY_FALLBACKS = [old]
     assert Webhook.objects.get(pk=hook.pk).secret == SECRET
+
+
+# --- formats: Slack, Discord, Teams, ntfy ----------------------------------------------------
+
+
+def _incident_payload(kind="hang"):
+    return {"event": "incident", "incident": {
+        "id": 7, "host": "spark-1", "kind": kind, "message": "Run 3 (Qwen) hung: 1 request(s) "
+        "running and no token generated for 120 s", "action": "restarting it (restart 1 of 1)",
+        "run": 3, "recipe": "Qwen", "at": "2026-12-06T05:00:00+00:00",
+        "url": "https://panel.lan/runs/3/"}}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["slack", "discord", "teams", "ntfy"])
+def test_each_chat_format_reaches_a_receiver_as_that_service_reads_it(receiver, member, fmt):
+    hook = _hook(member, receiver.url, events=("incident",), format=fmt)
+    delivery = _delivery(hook, _incident_payload(), event="incident")
+    deliver.apply(args=[delivery.pk])
+    [req] = receiver.requests
+    h, body = req["headers"], req["body"]
+    line = ("spark-1: Run 3 (Qwen) hung: 1 request(s) running and no token generated for 120 s"
+            " — restarting it (restart 1 of 1)")  # fmt: skip
+    if fmt == "ntfy":
+        assert h["Content-Type"].startswith("text/plain") and body.decode() == line
+        assert (h["Title"], h["Priority"], h["Click"]) == (
+            "Run hung on spark-1",
+            "high",
+            "https://panel.lan/runs/3/",
+        )
+        assert "sparkpanel" in h["Tags"]
+    else:
+        doc = json.loads(body)
+        assert h["Content-Type"] == "application/json"
+        if fmt == "slack":
+            assert doc == {"text": f"*Run hung on spark-1*\n{line}\nhttps://panel.lan/runs/3/"}
+        elif fmt == "discord":
+            assert doc["content"] == f"**Run hung on spark-1**\n{line}\nhttps://panel.lan/runs/3/"
+            assert doc["allowed_mentions"] == {"parse": []}  # no @everyone from a message
+        else:
+            (attachment,) = doc["attachments"]
+            card = attachment["content"]
+            assert doc["type"] == "message" and card["type"] == "AdaptiveCard"
+            assert [b["text"] for b in card["body"]] == ["Run hung on spark-1", line]
+            assert card["actions"][0]["url"] == "https://panel.lan/runs/3/"
+    delivery.refresh_from_db()
+    assert delivery.state == "delivered"
+
+
+def test_discord_content_is_cut_to_its_limit(receiver, member):
+    payload = _incident_payload()
+    payload["incident"]["message"] = "x" * 5000
+    hook = _hook(member, receiver.url, events=("incident",), format="discord")
+    deliver.apply(args=[_delivery(hook, payload, event="incident").pk])
+    assert len(json.loads(receiver.requests[0]["body"])["content"]) <= 2000
+
+
+def test_the_profile_form_adds_a_webhook_in_a_chosen_format(member):
+    client = Client()
+    client.force_login(member)
+    answer = client.post("/accounts/profile/webhooks/", {
+        "url": "http://127.0.0.1:9999/hook", "format": "slack", "events": ["incident"]})  # fmt: skip
+    assert answer.status_code in (200, 302), answer.content[:300]
+    assert Webhook.objects.get(user=member).format == "slack"
+    bad = client.post("/accounts/profile/webhooks/", {
+        "url": "http://127.0.0.1:9999/other", "format": "carrier-pigeon", "events": ["incident"]})  # fmt: skip
+    assert bad.status_code == 400 and Webhook.objects.filter(user=member).count() == 1

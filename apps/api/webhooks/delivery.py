@@ -39,6 +39,7 @@ from django.utils import timezone
 from apps.accounts.roles import VIEW_PANEL
 from apps.api import egress
 from apps.api.models import Webhook, WebhookDelivery
+from apps.api.webhooks import formats
 from apps.api.webhooks.signing import body_bytes, sign
 from apps.core.queues import DEFAULT_QUEUE
 
@@ -174,9 +175,10 @@ def _send(delivery: WebhookDelivery) -> tuple[int | None, str, bool]:
     """(status code, error, refused for good) of sending this delivery once, signed now."""
     hook = delivery.webhook
     timestamp = str(int(time.time()))
-    body = body_bytes(delivery.payload)
-    headers = {
-        "Content-Type": "application/json",
+    body, format_headers = formats.render(
+        hook.format, delivery.event, delivery.payload, body_bytes(delivery.payload)
+    )
+    headers = format_headers | {
         "User-Agent": USER_AGENT,
         "X-SparkPanel-Event": delivery.event,
         "X-SparkPanel-Delivery": str(delivery.pk),

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from apps.accounts.profile import render_profile
 from apps.api import egress
 from apps.api.models import Webhook, WebhookDelivery
+from apps.api.webhooks import formats
 from apps.api.webhooks.delivery import allowed_networks, deliver_to, retry_delays
 from apps.api.webhooks.payloads import JOB_FINISHED, PING, ping_payload
 from apps.api.webhooks.signing import new_secret
@@ -35,6 +36,15 @@ class WebhookForm(forms.Form):
             "http:// or https:// to a public address (port 80, 443 or 1024–65535); the "
             "panel's worker machine POSTs here. LAN receivers need their network allowed "
             "by an admin (WEBHOOK_ALLOWED_NETWORKS)."
+        ),
+    )
+    format = forms.ChoiceField(
+        choices=formats.CHOICES,
+        initial=formats.GENERIC,
+        required=False,  # left out: the signed JSON, as before formats existed
+        help_text=(
+            "SparkPanel JSON is signed (verify X-SparkPanel-Signature); Slack, Discord, Teams "
+            "and ntfy get a message they show as it is: paste their webhook or topic URL."
         ),
     )
     events = forms.MultipleChoiceField(
@@ -109,6 +119,7 @@ def webhook_add(request: HttpRequest) -> HttpResponse:
         url=form.cleaned_data["url"],
         secret=new_secret(),
         events=[e for e, _ in Webhook.Event.choices if e in form.cleaned_data["events"]],
+        format=form.cleaned_data["format"] or formats.GENERIC,
     )
     response = render_profile(request, new_webhook=hook, new_webhook_secret=hook.secret)
     response["Cache-Control"] = "no-store"
