@@ -379,10 +379,13 @@ def stop(run_id: int) -> None:
 
 def restart(run_id: int, user_id: int | None) -> int | None:
     """Stop the run, then start its recipe again on the same host as a new run (on the
-    host's queue, so the old server is gone before the new one is admitted)."""
+    host's queue, so the old server is gone before the new one is admitted). `user_id`
+    None: the panel restarts it (the guard's hang policy), for whoever started it."""
     stop(run_id)
-    old = Run.objects.select_related("host", "recipe").get(pk=run_id)
-    user = get_user_model().objects.filter(pk=user_id).first()
+    old = Run.objects.select_related("host", "recipe", "started_by").get(pk=run_id)
+    # The panel's own restart (the guard's, for a hung run) is made for whoever started
+    # the run: their admission, their override of a "does not fit" included.
+    user = get_user_model().objects.filter(pk=user_id).first() if user_id else old.started_by
     try:
         new = run_start(recipe=old.recipe, host=old.host, user=user, restart_of=old)
     except RunRefused as exc:
