@@ -205,6 +205,17 @@ METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.1/32",
 # Where people reach the panel (e.g. https://sparkpanel.lan): makes links in webhook
 # payloads absolute. Blank: paths only.
 SITE_URL = env_str("SITE_URL", "").rstrip("/")
+
+# E-mail alerts (apps/api/email_alerts.py): Django's SMTP backend with these settings.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "sparkpanel@localhost")
 # Outgoing webhooks: seconds before each retry (six attempts in all by default).
 _RETRIES = env_list("WEBHOOK_RETRY_DELAYS", ["10", "30", "90", "270", "810"])
 WEBHOOK_RETRY_DELAYS = [int(v) for v in _RETRIES]

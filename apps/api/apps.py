@@ -16,7 +16,7 @@ class ApiConfig(AppConfig):
         checks.register(check_webhook_networks)
         # Imported here, not at the top: they import models, which are not loaded yet when
         # Django imports this module.
-        from apps.api import profile_sections
+        from apps.api import email_alerts, profile_sections
         from apps.api.webhooks import receivers
 
         # Webhooks hear of other apps' events through their signals (no model calls us).
@@ -24,6 +24,15 @@ class ApiConfig(AppConfig):
         incident_recorded.connect(
             receivers.on_incident_recorded, dispatch_uid="api.webhooks.incident"
         )
+        # ... and so do e-mail alerts.
+        job_finished.connect(
+            lambda sender, job, **kw: email_alerts.job_finished(job),
+            weak=False, dispatch_uid="api.email.job_finished",
+        )  # fmt: skip
+        incident_recorded.connect(
+            lambda sender, incident, **kw: email_alerts.incident_happened(incident),
+            weak=False, dispatch_uid="api.email.incident",
+        )  # fmt: skip
         # The profile page (apps.accounts) shows the API's sections: tokens and webhooks.
         profile_sections.register_sections()
 

@@ -167,3 +167,22 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} → {self.webhook}"
+
+
+class EmailAlerts(models.Model):
+    """Which events a user hears of by e-mail (the profile page's "E-mail alerts"), at the
+    address on their account (apps/api/email_alerts.py)."""
+
+    class Event(models.TextChoices):
+        KILL = "watchdog.kill", "The memory watchdog stopped a run (any host)"
+        WARN = "watchdog.warn", "Memory low on a host (any host)"
+        HANG = "run.hung", "A run hung (any host)"
+        JOB = "job.finished", "A benchmark job I queued finished"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="email_alerts"
+    )
+    events = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {', '.join(self.events) or 'none'}"

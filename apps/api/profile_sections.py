@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
 from apps.accounts.profile import Section, register, render_profile
+from apps.api.email_alerts_ui import email_alerts_context
 from apps.api.models import ApiToken
 from apps.api.tokens import token_create, token_revoke
 from apps.api.webhooks.ui import webhook_context
@@ -57,9 +58,16 @@ TOKENS = Section(
 WEBHOOKS = Section(
     name="webhooks", template="api/partials/webhooks.html", context=webhook_context, order=200
 )
+EMAIL_ALERTS = Section(
+    name="email-alerts",
+    template="api/partials/email_alerts.html",
+    context=email_alerts_context,
+    order=250,
+)
 
 
 def register_sections() -> None:
-    """ApiConfig.ready(): the tokens card, then the webhooks card."""
+    """ApiConfig.ready(): the tokens card, the webhooks card, the e-mail alerts card."""
     register(TOKENS)
     register(WEBHOOKS)
+    register(EMAIL_ALERTS)

@@ -5,6 +5,7 @@ runs, in apps/api/webhooks/delivery.py; it runs on the light `default` queue, ne
 host's queue, so a slow receiver never delays a Spark's runs or jobs.
 """
 
+from apps.api.email_alerts import send_alert
 from apps.api.webhooks.delivery import deliver
 
-__all__ = ["deliver"]
+__all__ = ["deliver", "send_alert"]

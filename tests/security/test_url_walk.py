@@ -55,6 +55,8 @@ MEMBER_MAY_POST = {
     "logout": "signing out",
     "profile": "creates the member's own API token",
     "webhook-add": "adds the member's own webhook",
+    "email-alerts-save": "chooses the member's own e-mail alerts",
+    "email-alerts-test": "sends the member a test e-mail (changes nothing)",
     "gateway-key-create": "creates the member's own gateway key",
     "benchmark-queue": "members queue benchmarks",
     "benchmark-import": "members import results they measured as read-only jobs",
