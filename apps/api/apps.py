@@ -4,6 +4,7 @@ from django.core import checks
 
 from apps.api.egress import parse_networks
 from apps.benchmarks.signals import job_finished
+from apps.runs.signals import run_state_changed
 from apps.telemetry.signals import incident_recorded
 
 
@@ -32,6 +33,14 @@ class ApiConfig(AppConfig):
         incident_recorded.connect(
             lambda sender, incident, **kw: email_alerts.incident_happened(incident),
             weak=False, dispatch_uid="api.email.incident",
+        )  # fmt: skip
+        # A run failed or is ready (sent after the commit): webhooks and e-mail.
+        run_state_changed.connect(
+            receivers.on_run_state_changed, dispatch_uid="api.webhooks.run_state"
+        )
+        run_state_changed.connect(
+            lambda sender, run_id, state, **kw: email_alerts.run_changed(run_id, state),
+            weak=False, dispatch_uid="api.email.run_state",
         )  # fmt: skip
         # The profile page (apps.accounts) shows the API's sections: tokens and webhooks.
         profile_sections.register_sections()

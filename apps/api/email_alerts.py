@@ -22,8 +22,9 @@ from django.db import transaction
 from apps.accounts.roles import VIEW_PANEL
 from apps.api.models import EmailAlerts
 from apps.api.webhooks.formats import summary
-from apps.api.webhooks.payloads import incident_payload, job_payload
+from apps.api.webhooks.payloads import incident_payload, job_payload, run_payload
 from apps.core.queues import DEFAULT_QUEUE
+from apps.runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,12 @@ def subscribers(event: str, users=None) -> list[str]:
     )  # fmt: skip
 
 
-def _queue(event: str, payload: dict, addresses: list[str]) -> int:
+def _queue(payload: dict, addresses: list[str]) -> int:
+    """One Celery task sends the message to each address (the payload as webhooks get it:
+    its "event" says how to word it)."""
     if not addresses:
         return 0
-    title, line, link = summary("incident" if event != "job.finished" else event, payload)
+    title, line, link = summary(payload["event"], payload)
     body = (
         line
         + (f"\n\n{link}" if link else "")
@@ -65,7 +68,7 @@ def incident_happened(incident) -> int:
         event = INCIDENT_EVENTS.get(incident.kind)
         if event is None:
             return 0
-        return _queue(event, incident_payload(incident), subscribers(event))
+        return _queue(incident_payload(incident), subscribers(event))
     except Exception:
         log.exception("e-mail alerts: incident %s", getattr(incident, "pk", None))
         return 0
@@ -77,9 +80,27 @@ def job_finished(job) -> int:
         if job.queued_by_id is None:
             return 0
         owner = get_user_model().objects.filter(pk=job.queued_by_id)
-        return _queue("job.finished", job_payload(job), subscribers("job.finished", owner))
+        return _queue(job_payload(job), subscribers("job.finished", owner))
     except Exception:
         log.exception("e-mail alerts: job %s", getattr(job, "pk", None))
+        return 0
+
+
+def run_changed(run_id: int, state: str) -> int:
+    """A run failed (every subscriber) or became ready (whoever started it, if they chose)."""
+    try:
+        if state not in ("failed", "ready"):
+            return 0
+        run = Run.objects.select_related("recipe", "host", "started_by").get(pk=run_id)
+        event = f"run.{state}"
+        users = None
+        if state == "ready":
+            if run.started_by_id is None:
+                return 0
+            users = get_user_model().objects.filter(pk=run.started_by_id)
+        return _queue(run_payload(run, event), subscribers(event, users))
+    except Exception:
+        log.exception("e-mail alerts: run %s", run_id)
         return 0
 
 

@@ -118,7 +118,9 @@ class Webhook(models.Model):
 
     class Event(models.TextChoices):
         JOB_FINISHED = "job.finished", "A benchmark job I queued finished"
-        INCIDENT = "incident", "The memory watchdog acted or warned (any host)"
+        INCIDENT = "incident", "The guard acted or warned: memory, a hung run (any host)"
+        RUN_FAILED = "run.failed", "A run failed (any host)"
+        RUN_READY = "run.ready", "A run I started is ready"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhooks"
@@ -177,6 +179,8 @@ class EmailAlerts(models.Model):
         KILL = "watchdog.kill", "The memory watchdog stopped a run (any host)"
         WARN = "watchdog.warn", "Memory low on a host (any host)"
         HANG = "run.hung", "A run hung (any host)"
+        RUN_FAILED = "run.failed", "A run failed (any host)"
+        RUN_READY = "run.ready", "A run I started is ready"
         JOB = "job.finished", "A benchmark job I queued finished"
 
     user = models.OneToOneField(

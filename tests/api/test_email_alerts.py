@@ -142,3 +142,23 @@ def test_a_test_e_mail_that_cannot_go_says_why(member, settings):
     settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", _free_port(), 2
     down = client.post("/accounts/profile/email-alerts/test/", follow=True)
     assert down.status_code == 200 and b"Not sent: ConnectionRefusedError" in down.content
+
+
+def test_a_failed_run_reaches_subscribers_and_a_ready_one_its_starter(
+    smtp, eager, sim_host, qwen, member, operator, django_capture_on_commit_callbacks
+):
+    from apps.runs.models import Run, RunState
+
+    _subscribe(member, "run.failed", "run.ready", email="mia@test.lan")
+    _subscribe(operator, "run.ready", email="otto@test.lan")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = Run.objects.create(recipe=qwen, host=sim_host, state=RunState.WARMING, port=9,
+                                 started_by=operator)  # fmt: skip
+        run.transition(RunState.READY)
+    assert [rcpt for rcpt, _ in smtp.messages] == [["otto@test.lan"]]  # the starter only
+    assert smtp.messages[0][1]["Subject"] == f"[SparkPanel] Run {run.pk} ready on {sim_host.name}"
+    with django_capture_on_commit_callbacks(execute=True):
+        run.mark_failed("the server exited with code 1 while ready")
+    assert [rcpt for rcpt, _ in smtp.messages][1:] == [["mia@test.lan"]]
+    body = smtp.messages[1][1].get_payload(decode=True).decode()
+    assert "failed: the server exited with code 1 while ready" in body

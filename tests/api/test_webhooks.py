@@ -557,3 +557,20 @@ def test_the_profile_form_adds_a_webhook_in_a_chosen_format(member):
     bad = client.post("/accounts/profile/webhooks/", {
         "url": "http://127.0.0.1:9999/other", "format": "carrier-pigeon", "events": ["incident"]})  # fmt: skip
     assert bad.status_code == 400 and Webhook.objects.filter(user=member).count() == 1
+
+
+def test_a_failed_run_is_posted_to_subscribed_webhooks(
+    receiver, member, operator, sim_host, qwen, scheduled, django_capture_on_commit_callbacks
+):
+    from apps.runs.models import Run, RunState
+
+    _hook(member, receiver.url, events=("run.failed",))
+    _hook(operator, receiver.url, events=("run.ready",), format="ntfy")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = Run.objects.create(recipe=qwen, host=sim_host, state=RunState.READY, port=9,
+                                 started_by=member)  # fmt: skip
+        run.mark_failed("CUDA error: an illegal memory access")
+    bodies = [json.loads(r["body"]) for r in receiver.requests]
+    assert [b["event"] for b in bodies] == ["run.failed"]  # operator's hook: not their run
+    assert bodies[0]["run"]["failure_reason"] == "CUDA error: an illegal memory access"
+    assert bodies[0]["run"]["started_by"] == member.username

@@ -46,10 +46,21 @@ def summary(event: str, payload: dict) -> tuple[str, str, str]:
         if incident.get("action"):
             line += f" — {incident['action']}"
         return f"{title} on {incident.get('host')}", line, incident.get("url") or ""
+    if event in ("run.failed", "run.ready"):
+        run = payload.get("run") or {}
+        head = f"Run {run.get('id')} ({run.get('recipe')}) on {run.get('host')}"
+        if event == "run.failed":
+            line = f"{head} failed: {run.get('failure_reason') or 'no reason recorded'}"
+            return f"Run {run.get('id')} failed on {run.get('host')}", line, run.get("url") or ""
+        after = run.get("ready_after_s")
+        line = f"{head} is ready" + (f" after {after / 60:.1f} min" if after else "")
+        return f"Run {run.get('id')} ready on {run.get('host')}", line, run.get("url") or ""
     return "SparkPanel test", payload.get("message") or f"SparkPanel: {event}", ""
 
 
 def _priority(event: str, payload: dict) -> str:
+    if event == "run.failed":
+        return "high"
     kind = (payload.get("incident") or {}).get("kind")
     return {"act": "urgent", "hang": "high", "warn": "high"}.get(kind, "default")
 

@@ -12,6 +12,8 @@ from apps.benchmarks import selectors
 
 JOB_FINISHED = Webhook.Event.JOB_FINISHED.value
 INCIDENT = Webhook.Event.INCIDENT.value
+RUN_FAILED = Webhook.Event.RUN_FAILED.value
+RUN_READY = Webhook.Event.RUN_READY.value
 PING = "ping"
 
 
@@ -64,6 +66,23 @@ def incident_payload(incident) -> dict:
             "recipe": incident.recipe_name,
             "at": _iso(incident.at),
             "url": _absolute(path),
+        },
+    }
+
+
+def run_payload(run, event: str) -> dict:
+    """`run.failed` / `run.ready`: the run, its recipe and host, and why it failed."""
+    return {
+        "event": event,
+        "run": {
+            "id": run.pk,
+            "state": run.state,
+            "recipe": str(run.recipe),
+            "host": run.host.name,
+            "started_by": run.started_by.get_username() if run.started_by else None,
+            "failure_reason": (run.failure_reason or "")[:500],
+            "ready_after_s": run.ready_after_seconds(),
+            "url": _absolute(run.get_absolute_url()),
         },
     }
 

@@ -8,8 +8,17 @@ import logging
 
 from apps.api.models import WebhookDelivery
 from apps.api.webhooks.delivery import enqueue
-from apps.api.webhooks.payloads import INCIDENT, JOB_FINISHED, incident_payload, job_payload
+from apps.api.webhooks.payloads import (
+    INCIDENT,
+    JOB_FINISHED,
+    RUN_FAILED,
+    RUN_READY,
+    incident_payload,
+    job_payload,
+    run_payload,
+)
 from apps.benchmarks.models import Job
+from apps.runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,27 @@ def incident_happened(incident) -> list[WebhookDelivery]:
         log.exception("webhooks: could not describe incident %s", getattr(incident, "pk", None))
         return []
     return enqueue(INCIDENT, payload)
+
+
+def run_changed(run_id: int, state: str) -> list[WebhookDelivery]:
+    """A run failed (every subscriber hears of it) or is ready (whoever started it)."""
+    if state not in ("failed", "ready"):
+        return []
+    try:
+        run = Run.objects.select_related("recipe", "host", "started_by").get(pk=run_id)
+        event = RUN_FAILED if state == "failed" else RUN_READY
+        payload = run_payload(run, event)
+    except Exception:
+        log.exception("webhooks: could not describe run %s", run_id)
+        return []
+    if event == RUN_READY:
+        return enqueue(event, payload, users=[run.started_by]) if run.started_by_id else []
+    return enqueue(event, payload)
+
+
+def on_run_state_changed(sender, run_id, state, **kwargs) -> None:
+    """Receiver of apps.runs.signals.run_state_changed."""
+    run_changed(run_id, state)
 
 
 def on_job_finished(sender, job, **kwargs) -> None:
