@@ -28,7 +28,12 @@ from apps.runs.models import Run
 
 log = logging.getLogger(__name__)
 
-INCIDENT_EVENTS = {"act": "watchdog.kill", "warn": "watchdog.warn", "hang": "run.hung"}
+INCIDENT_EVENTS = {
+    "act": "watchdog.kill",
+    "warn": "watchdog.warn",
+    "hang": "run.hung",
+    "alert": "telemetry.alert",
+}
 SUBJECT_PREFIX = "[SparkPanel] "
 
 

@@ -179,6 +179,13 @@ class EmailAlerts(models.Model):
         KILL = "watchdog.kill", "The memory watchdog stopped a run (any host)"
         WARN = "watchdog.warn", "Memory low on a host (any host)"
         HANG = "run.hung", "A run hung (any host)"
+        ALERT = (
+            "telemetry.alert",
+            (
+                "A run's KV cache stayed above 90 % or it preempted, or a host's memory could not "
+                "be read (any host)"
+            ),
+        )
         RUN_FAILED = "run.failed", "A run failed (any host)"
         RUN_READY = "run.ready", "A run I started is ready"
         JOB = "job.finished", "A benchmark job I queued finished"

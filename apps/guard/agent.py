@@ -38,6 +38,7 @@ from apps.audit import services as audit
 from apps.benchmarks import lifecycle
 from apps.core.tls import client_context
 from apps.guard import live
+from apps.guard.conditions import RunConditions
 from apps.guard.hang import STALL_S, Hang, HangDetector
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
@@ -144,6 +145,8 @@ class HostAgent:
         self.gpu: list[dict] | None = None
         self.errors: dict[str, str] = {}
         self.stopped_runs: list[int] = []
+        self.conditions: RunConditions | None = None
+        self.conditions_run: int | None = None
         self.hang_detector: HangDetector | None = None
         self.hang_run: int | None = None
         # Its own layer instance, used only from its own loop below.
@@ -314,6 +317,18 @@ class HostAgent:
         side = "head" if self.host.pk == run.host_id else "worker"
         return f"killed {self.host.name}'s half ({side}) of pair run {run.pk} ({run.recipe})"
 
+    # --- conditions worth an alert (KV cache, preemptions) ------------------------------
+
+    def watch_conditions(self, run: Run, now: float, derived: dict) -> None:
+        """KV cache above 90 % for a minute, preemptions: an incident (kind alert) once per
+        episode (apps/guard/conditions.py), which reaches subscribers by e-mail and webhook."""
+        if self.conditions is None or self.conditions_run != run.pk:
+            self.conditions, self.conditions_run = RunConditions(), run.pk
+        for alert in self.conditions.observe(now, derived):
+            message = f"Run {run.pk} ({run.recipe}): {alert.message}"
+            log.warning("ALERT %s: %s", self.host_name, message)
+            self._incident(Incident.Kind.ALERT, message, run, evidence={"rule": alert.rule})
+
     # --- hangs ---------------------------------------------------------------------------
 
     def watch_for_hang(self, run: Run, now: float, snapshot) -> None:
@@ -417,6 +432,7 @@ class HostAgent:
             scrape_error = "" if result.ok else f"metrics: {result.error}"
             if run.state == RunState.READY:
                 self._guard("hang", self.watch_for_hang, run, now, snapshot if result.ok else None)
+                self._guard("conditions", self.watch_conditions, run, now, derived)
         if now >= self.next_gpu:
             self.next_gpu = now + GPU_EVERY_S
             self.gpu = self._gpu_processes()
