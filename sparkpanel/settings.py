@@ -260,6 +260,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "runs-reconcile": {"task": "runs.reconcile_all", "schedule": 60.0},
     # The gateway's usage rows, from Redis into the database (apps/gateway/usage.py).
     "gateway-drain-usage": {"task": "gateway.drain_usage", "schedule": 10.0},
+    # A host agent or worker gone silent: an incident (apps/guard/tasks.py).
+    "guard-check-hosts": {"task": "guard.check_hosts", "schedule": 30.0},
 }
 
 # --- The OpenAI gateway (/v1, docs/gateway.md) --------------------------------------------
