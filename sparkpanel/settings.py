@@ -205,6 +205,8 @@ METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.1/32",
 # Where people reach the panel (e.g. https://sparkpanel.lan): makes links in webhook
 # payloads absolute. Blank: paths only.
 SITE_URL = env_str("SITE_URL", "").rstrip("/")
+# The guard's disk check on a real Spark (docs/guard.md): alert below this much free space.
+GUARD_DISK_MIN_FREE_GB = float(env_int("GUARD_DISK_MIN_FREE_GB", 20))
 
 # E-mail alerts (apps/api/email_alerts.py): Django's SMTP backend with these settings.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import statistics
 import threading
 import time
@@ -38,7 +39,7 @@ from apps.audit import services as audit
 from apps.benchmarks import lifecycle
 from apps.core.tls import client_context
 from apps.guard import live
-from apps.guard.conditions import RunConditions
+from apps.guard.conditions import CLEAR_S, Episode, RunConditions
 from apps.guard.hang import STALL_S, Hang, HangDetector
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
@@ -66,6 +67,7 @@ SCRAPE_TIMEOUT_S = 0.8
 SCRAPE_MAX_BYTES = 2_000_000
 PRUNE_EVERY_S = 3600.0
 GPU_EVERY_S = 5.0
+DISK_EVERY_S = 60.0
 SCHEDULE_SLACK_S = 0.1
 SCRAPED_STATES = (RunState.WARMING, RunState.READY, RunState.STOPPING)
 # The phases in which the model server takes its memory (the fast polls).
@@ -145,6 +147,8 @@ class HostAgent:
         self.gpu: list[dict] | None = None
         self.errors: dict[str, str] = {}
         self.stopped_runs: list[int] = []
+        self.disk = Episode(0.0, CLEAR_S)
+        self.next_disk = 0.0
         self.conditions: RunConditions | None = None
         self.conditions_run: int | None = None
         self.hang_detector: HangDetector | None = None
@@ -204,6 +208,9 @@ class HostAgent:
         if now >= self.next_prune:
             self.next_prune = now + PRUNE_EVERY_S
             self._guard("history", self.prune, now)
+        if now >= self.next_disk:
+            self.next_disk = now + DISK_EVERY_S
+            self._guard("disk", self.watch_disk, now)
 
     def _guard(self, what: str, fn, *args) -> None:
         try:
@@ -323,11 +330,34 @@ class HostAgent:
         """KV cache above 90 % for a minute, preemptions: an incident (kind alert) once per
         episode (apps/guard/conditions.py), which reaches subscribers by e-mail and webhook."""
         if self.conditions is None or self.conditions_run != run.pk:
-            self.conditions, self.conditions_run = RunConditions(), run.pk
+            policy = HangPolicy.objects.filter(recipe_id=run.recipe_id).first()
+            slo = policy.ttft_slo_s if policy else None
+            self.conditions, self.conditions_run = RunConditions(ttft_slo_s=slo), run.pk
         for alert in self.conditions.observe(now, derived):
             message = f"Run {run.pk} ({run.recipe}): {alert.message}"
             log.warning("ALERT %s: %s", self.host_name, message)
             self._incident(Incident.Kind.ALERT, message, run, evidence={"rule": alert.rule})
+
+    def watch_disk(self, now: float) -> None:
+        """Free space where this Spark keeps its models (its Hugging Face cache, else the
+        panel's var/ directory) below GUARD_DISK_MIN_FREE_GB: one incident per episode. A
+        simulated Spark has no disk of its own (its models are this machine's): skipped."""
+        if self.host.simulated:
+            return
+        path = self.host.hf_cache_path or str(settings.VAR_DIR)
+        try:
+            free = shutil.disk_usage(path).free
+        except OSError as exc:
+            self.errors["disk"] = f"disk: {path}: {exc}"[:300]
+            return
+        floor = settings.GUARD_DISK_MIN_FREE_GB * 10**9
+        if self.disk.feed(now, free < floor):
+            message = (f"Disk low on {self.host.name}: {free / 10**9:.1f} GB free at {path} "
+                       f"(alert below {settings.GUARD_DISK_MIN_FREE_GB:g} GB): a model download "
+                       "or a run's compile cache may fail")  # fmt: skip
+            log.warning("ALERT %s: %s", self.host_name, message)
+            evidence = {"rule": "disk_low", "free_bytes": free, "path": path}
+            self._incident(Incident.Kind.ALERT, message, None, evidence=evidence)
 
     # --- hangs ---------------------------------------------------------------------------
 

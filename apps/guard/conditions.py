@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 KV_HIGH_PCT = 90.0
 KV_HIGH_FOR_S = 60.0
+TTFT_OVER_FOR_S = 300.0
 CLEAR_S = 300.0  # quiet this long before the same condition alerts again
 
 
@@ -20,7 +21,7 @@ class Alert:
     message: str
 
 
-class _Episode:
+class Episode:
     def __init__(self, hold_s: float, clear_s: float):
         self.hold_s, self.clear_s = hold_s, clear_s
         self.since: float | None = None  # the condition holds since
@@ -49,10 +50,12 @@ class RunConditions:
     """One run's conditions."""
 
     def __init__(self, kv_pct: float = KV_HIGH_PCT, kv_for_s: float = KV_HIGH_FOR_S,
-                 clear_s: float = CLEAR_S):  # fmt: skip
-        self.kv_pct = kv_pct
-        self.kv = _Episode(kv_for_s, clear_s)
-        self.preempt = _Episode(0.0, clear_s)
+                 clear_s: float = CLEAR_S, ttft_slo_s: float | None = None,
+                 ttft_for_s: float = TTFT_OVER_FOR_S):  # fmt: skip
+        self.kv_pct, self.ttft_slo_s = kv_pct, ttft_slo_s
+        self.kv = Episode(kv_for_s, clear_s)
+        self.preempt = Episode(0.0, clear_s)
+        self.ttft = Episode(ttft_for_s, clear_s)
 
     def observe(self, now: float, sample: dict) -> list[Alert]:
         alerts = []
@@ -65,4 +68,11 @@ class RunConditions:
         if self.preempt.feed(now, None if preempted is None else preempted > 0):
             alerts.append(Alert("preemptions", f"vLLM preempted {preempted:g} request(s) in the "
                                 "last minute: its KV cache ran out"))  # fmt: skip
+        p95 = sample.get("ttft_p95")
+        if self.ttft_slo_s is not None and self.ttft.feed(
+            now, None if p95 is None else p95 > self.ttft_slo_s
+        ):
+            minutes = self.ttft.hold_s / 60
+            text = f"TTFT p95 {p95:.2f} s over the recipe's SLO of {self.ttft_slo_s:g} s"
+            alerts.append(Alert("ttft_slo", f"{text} for {minutes:g} min"))
         return alerts

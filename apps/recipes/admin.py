@@ -9,7 +9,7 @@ class HangPolicyInline(admin.StackedInline):
     can_delete = True
     extra = 0
     max_num = 1
-    verbose_name = "when a run hangs"
+    verbose_name = "the guard: when a run hangs, its TTFT SLO"
 
 
 @admin.register(Recipe)

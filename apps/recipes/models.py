@@ -319,6 +319,12 @@ class HangPolicy(models.Model):
         help_text="Delay before the first restart; each further one waits twice as long.",
     )  # fmt: skip
 
+    ttft_slo_s = models.FloatField(
+        "TTFT p95 SLO (s)", null=True, blank=True,
+        validators=[MinValueValidator(0.01), MaxValueValidator(3600)],
+        help_text="A TTFT p95 above this for 5 minutes is an alert (empty: none).",
+    )  # fmt: skip
+
     def __str__(self) -> str:
         return f"{self.recipe}: {self.get_action_display()}"
 
