@@ -7,6 +7,7 @@ restart the run under the recipe's restart policy, as the host's worker then doe
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -89,4 +90,60 @@ def test_a_frozen_real_engine_is_a_hang_and_the_policy_restarts_it(cpu_host, ope
     run.refresh_from_db()
     assert run.state == RunState.STOPPED
     assert httpx.get(f"http://127.0.0.1:{new.port}/health", timeout=5).status_code == 200
+    talker.join(timeout=30)
+
+
+def test_a_killed_real_engine_is_seen_in_its_log_and_restarted(cpu_host, operator, redis_url):  # noqa: F811
+    """vLLM's EngineCore killed under load (as the kernel's OOM killer would): its API server
+    logs EngineDeadError, fails /health and exits. The agent's next scrape reads the log
+    because /health failed, calls it a dead engine, and the restart policy brings it back."""
+    recipe = tiny_recipe()
+    HangPolicy.objects.create(recipe=recipe, action=HangPolicy.Action.RESTART, max_restarts=1)
+    run = run_start(recipe=recipe, host=cpu_host, user=operator, fit_confirmation=recipe.name)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-2000:])
+    streaming = threading.Event()
+
+    def long_answer() -> None:
+        try:
+            with httpx.stream("POST", f"http://127.0.0.1:{run.port}/v1/completions",
+                              headers=run.upstream_headers, timeout=httpx.Timeout(120, read=60),
+                              json={"model": run.served_name, "prompt": "Tell me a story.",
+                                    "max_tokens": 900, "ignore_eos": True,
+                                    "stream": True}) as answer:  # fmt: skip
+                for line in answer.iter_lines():
+                    if line.startswith("data: {"):
+                        streaming.set()
+        except httpx.HTTPError:
+            pass
+
+    throttle = EngineThrottle(engine_core(run))
+    throttle.freeze()
+    talker = threading.Thread(target=long_answer, daemon=True)
+    talker.start()
+    throttle.run_until(lambda: streaming.wait(1.0), slice_s=0.01, budget_s=2.0,
+                       what="the answer's first tokens")  # fmt: skip
+    throttle.kill()  # under load: the answer is streaming
+    agent = HostAgent(cpu_host.name)
+    try:
+        for t in range(60):
+            agent.scrape_and_publish(9000.0 + t)
+            if Incident.objects.filter(kind=Incident.Kind.HANG).exists():
+                break
+            time.sleep(0.5)  # the API server needs a moment to log its engine's death
+    finally:
+        agent.close()
+        throttle.release()
+    incident = Incident.objects.get(kind=Incident.Kind.HANG)
+    print("dead:", incident.message, incident.evidence)
+    assert "EngineCore encountered an issue" in incident.evidence["log_line"] or (
+        "EngineDeadError" in incident.evidence["log_line"]
+    )
+    assert incident.evidence["health_ok"] is False
+    assert incident.action == "restarting it (restart 1 of 1)"
+    new_pk = runner.restart(run.pk, None)
+    runner.start(new_pk)
+    new = Run.objects.get(pk=new_pk)
+    assert new.state == RunState.READY and new.restart_of_id == run.pk, new.failure_reason
     talker.join(timeout=30)
