@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import json
+import socket
+from email import message_from_bytes
 
 import pytest
+from aiosmtpd.controller import Controller
 from django.test import Client
 
 from apps.api.tokens import token_create
@@ -58,3 +61,41 @@ def assert_error(response, status: int, code: str | None = None):
     if code:
         assert error["code"] == code, error
     return error
+
+
+class Inbox:
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append((envelope.rcpt_tos, message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def smtp(settings):
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.DEFAULT_FROM_EMAIL = "sparkpanel@test.lan"
+    yield inbox
+    controller.stop()
+
+
+@pytest.fixture
+def eager():
+    from sparkpanel.celery import app
+
+    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = saved

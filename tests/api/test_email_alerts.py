@@ -5,57 +5,16 @@ happened when it cannot."""
 
 from __future__ import annotations
 
-import socket
-from email import message_from_bytes
-
 import pytest
-from aiosmtpd.controller import Controller
 from django.test import Client
 from django.utils import timezone
 
 from apps.api.models import EmailAlerts
 from apps.telemetry.models import Incident
 from apps.telemetry.signals import incident_recorded
+from tests.api.conftest import free_port
 
 pytestmark = pytest.mark.django_db
-
-
-class Inbox:
-    def __init__(self):
-        self.messages = []
-
-    async def handle_DATA(self, server, session, envelope):
-        self.messages.append((envelope.rcpt_tos, message_from_bytes(envelope.content)))
-        return "250 OK"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def smtp(settings):
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    settings.DEFAULT_FROM_EMAIL = "sparkpanel@test.lan"
-    yield inbox
-    controller.stop()
-
-
-@pytest.fixture
-def eager():
-    from sparkpanel.celery import app
-
-    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
-    app.conf.task_always_eager = app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = saved
 
 
 def _subscribe(user, *events, email="x@test.lan"):
@@ -139,7 +98,7 @@ def test_a_test_e_mail_that_cannot_go_says_why(member, settings):
     member.email = "mia@test.lan"
     member.save()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", _free_port(), 2
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", free_port(), 2
     down = client.post("/accounts/profile/email-alerts/test/", follow=True)
     assert down.status_code == 200 and b"Not sent: ConnectionRefusedError" in down.content
 
