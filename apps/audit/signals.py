@@ -26,6 +26,11 @@ AUDITED = {
     }),
     "hosts.SparkPair": ("pair", set()),
     "benchmarks.Suite": ("suite", set()),
+    # Settings the panel keeps in its database (the rest is the environment): a recipe's
+    # guard settings, the gateway's limits and model aliases.
+    "recipes.HangPolicy": ("guard-settings", set()),
+    "gateway.Limit": ("limit", set()),
+    "gateway.ModelAlias": ("alias", set()),
     # Accounts as Django admin edits them; the role is the user's group (below).
     settings.AUTH_USER_MODEL: ("user", {"last_login", "date_joined"}),
 }  # fmt: skip

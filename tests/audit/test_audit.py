@@ -304,3 +304,24 @@ def test_bad_filters_are_explained_not_a_500(admin_user):
 
 def test_the_role_names_match_the_roles():
     assert tuple(r.value for r in Role) == ROLE_NAMES
+
+
+def test_the_settings_kept_in_the_database_are_audited(qwen):
+    from apps.gateway.models import Limit, ModelAlias
+    from apps.recipes.models import HangPolicy
+
+    mark = last_pk()
+    policy = HangPolicy.objects.create(recipe=qwen)
+    policy.action = HangPolicy.Action.RESTART
+    policy.save()
+    limit = Limit.objects.create(role="member", requests_per_minute=60)
+    limit.requests_per_minute = 30
+    limit.save()
+    alias = ModelAlias.objects.create(name="team-default", recipe=qwen)
+    alias.delete()
+    got = [(r.action, r.changes) for r in new_rows(mark)]
+    assert got[0][0] == "guard-settings.create"
+    assert got[1] == ("guard-settings.edit", {"action": ["alert", "restart"]})
+    assert got[2][0] == "limit.create"
+    assert got[3] == ("limit.edit", {"requests_per_minute": [60, 30]})
+    assert [a for a, _ in got[4:]] == ["alias.create", "alias.delete"]
