@@ -279,17 +279,21 @@ class HostAgent:
                 tail = engine.tail(handle, 40)
             except EngineError:
                 tail = []
+            killed_at = timezone.now()
             engine.kill(handle)
             action = f"killed run {run.pk} ({run.recipe}) — {handle}"
+            reason = f"stopped by the memory watchdog: {decision.message}"
+            advice = ("The host ran out of memory. Lower --gpu-memory-utilization or "
+                      "--max-model-len (the planner shows what fits), or stop what else uses "
+                      "memory on the Spark.")  # fmt: skip
             run.refresh_from_db()
             if run.is_active:
-                run.mark_failed(
-                    f"stopped by the memory watchdog: {decision.message}",
-                    advice="The host ran out of memory. Lower --gpu-memory-utilization or "
-                    "--max-model-len (the planner shows what fits), or stop what else uses "
-                    "memory on the Spark.",
-                    log="\n".join(tail),
-                )
+                run.mark_failed(reason, advice=advice, log="\n".join(tail))
+            elif run.state == RunState.FAILED and run.updated_at >= killed_at:
+                # The start's own thread saw its server vanish first and failed the run with
+                # what it saw ("the warm-up request failed: Server disconnected"): the kill
+                # is the cause, and the run says so.
+                Run.objects.filter(pk=run.pk).update(failure_reason=reason, failure_advice=advice)
             with contextlib.suppress(EngineError):
                 engine.remove(handle)
             self.stopped_runs.append(run.pk)

@@ -24,16 +24,22 @@ from tests.real_vllm.throttle import EngineThrottle
 pytestmark = [pytest.mark.real_vllm, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_frozen_real_engine_is_a_hang_and_the_policy_restarts_it(cpu_host, operator, redis_url):  # noqa: F811
+def _ready_run(host, operator, **policy) -> Run:
     recipe = tiny_recipe()
-    HangPolicy.objects.create(recipe=recipe, stall_s=10, action=HangPolicy.Action.RESTART,
-                              max_restarts=1, backoff_s=0)  # fmt: skip
+    HangPolicy.objects.create(recipe=recipe, action=HangPolicy.Action.RESTART, max_restarts=1,
+                              **policy)  # fmt: skip
     # The planner cannot fit a CPU build's pool: the operator confirms, as the other tests do.
-    run = run_start(recipe=recipe, host=cpu_host, user=operator, fit_confirmation=recipe.name)
+    run = run_start(recipe=recipe, host=host, user=operator, fit_confirmation=recipe.name)
     runner.start(run.pk)
     run.refresh_from_db()
     assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-2000:])
+    return run
 
+
+def _answer_begun(run: Run) -> tuple[EngineThrottle, threading.Thread]:
+    """A 900-token answer streaming, with the engine frozen just after its first tokens: the
+    tiny model answers in seconds, so the engine is frozen first and let run in 10 ms slices
+    until the answer has begun (tests/real_vllm/throttle.py)."""
     streaming = threading.Event()
     said: list = []
 
@@ -53,15 +59,18 @@ def test_a_frozen_real_engine_is_a_hang_and_the_policy_restarts_it(cpu_host, ope
         except httpx.HTTPError as exc:
             said.append(repr(exc))
 
-    # The tiny model answers 900 tokens in seconds: the engine is frozen first and let run
-    # in 10 ms slices until the answer has begun (tests/real_vllm/throttle.py), so it stops
-    # mid-answer with its request running.
     throttle = EngineThrottle(engine_core(run))
     throttle.freeze()
     talker = threading.Thread(target=long_answer, daemon=True)
     talker.start()
     throttle.run_until(lambda: streaming.wait(1.0), slice_s=0.01, budget_s=2.0,
                        what=f"the answer's first tokens ({said})")  # fmt: skip
+    return throttle, talker
+
+
+def test_a_frozen_real_engine_is_a_hang_and_the_policy_restarts_it(cpu_host, operator, redis_url):  # noqa: F811
+    run = _ready_run(cpu_host, operator, stall_s=10, backoff_s=0)
+    throttle, talker = _answer_begun(run)
     agent = HostAgent(cpu_host.name)
     try:
         for t in range(60):  # the agent's clock, a second a scrape
@@ -97,33 +106,8 @@ def test_a_killed_real_engine_is_seen_in_its_log_and_restarted(cpu_host, operato
     """vLLM's EngineCore killed under load (as the kernel's OOM killer would): its API server
     logs EngineDeadError, fails /health and exits. The agent's next scrape reads the log
     because /health failed, calls it a dead engine, and the restart policy brings it back."""
-    recipe = tiny_recipe()
-    HangPolicy.objects.create(recipe=recipe, action=HangPolicy.Action.RESTART, max_restarts=1)
-    run = run_start(recipe=recipe, host=cpu_host, user=operator, fit_confirmation=recipe.name)
-    runner.start(run.pk)
-    run.refresh_from_db()
-    assert run.state == RunState.READY, (run.failure_reason, run.failure_log[-2000:])
-    streaming = threading.Event()
-
-    def long_answer() -> None:
-        try:
-            with httpx.stream("POST", f"http://127.0.0.1:{run.port}/v1/completions",
-                              headers=run.upstream_headers, timeout=httpx.Timeout(120, read=60),
-                              json={"model": run.served_name, "prompt": "Tell me a story.",
-                                    "max_tokens": 900, "ignore_eos": True,
-                                    "stream": True}) as answer:  # fmt: skip
-                for line in answer.iter_lines():
-                    if line.startswith("data: {"):
-                        streaming.set()
-        except httpx.HTTPError:
-            pass
-
-    throttle = EngineThrottle(engine_core(run))
-    throttle.freeze()
-    talker = threading.Thread(target=long_answer, daemon=True)
-    talker.start()
-    throttle.run_until(lambda: streaming.wait(1.0), slice_s=0.01, budget_s=2.0,
-                       what="the answer's first tokens")  # fmt: skip
+    run = _ready_run(cpu_host, operator)
+    throttle, talker = _answer_begun(run)
     throttle.kill()  # under load: the answer is streaming
     agent = HostAgent(cpu_host.name)
     try:

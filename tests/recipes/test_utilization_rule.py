@@ -71,19 +71,43 @@ def test_browser_form_post_is_refused_with_the_reason_and_the_input_kept(client_
 def test_django_admin_refuses_with_the_same_reason(client_as, admin_user):
     response = client_as(admin_user).post(
         reverse("admin:recipes_recipe_add"),
-        recipe_data(name="Admin try", slug="admin-try", gpu_memory_utilization="0.92"),
+        {
+            **recipe_data(name="Admin try", slug="admin-try", gpu_memory_utilization="0.92"),
+            **GUARD_INLINE,
+        },
     )
     assert response.status_code == 200
     assert WHY in response.content.decode()
     assert not Recipe.objects.filter(name="Admin try").exists()
 
 
+# What the admin page posts besides the recipe's fields: its inline for the recipe's guard
+# settings (apps/recipes/admin.py), empty.
+GUARD_INLINE = {"hang_policy-TOTAL_FORMS": "0", "hang_policy-INITIAL_FORMS": "0",
+                "hang_policy-MIN_NUM_FORMS": "0", "hang_policy-MAX_NUM_FORMS": "1"}  # fmt: skip
+
+
 def test_django_admin_saves_a_valid_recipe(client_as, admin_user):
     response = client_as(admin_user).post(
-        reverse("admin:recipes_recipe_add"), recipe_data(name="Admin ok", slug="admin-ok")
+        reverse("admin:recipes_recipe_add"),
+        {**recipe_data(name="Admin ok", slug="admin-ok"), **GUARD_INLINE},
     )
-    assert response.status_code == 302
+    assert response.status_code == 302, response.content.decode()[:2000]
     assert Recipe.objects.get(slug="admin-ok").created_by == admin_user
+
+
+def test_django_admin_saves_a_recipe_with_its_guard_settings(client_as, admin_user):
+    inline = {**GUARD_INLINE, "hang_policy-TOTAL_FORMS": "1", "hang_policy-0-action": "restart",
+              "hang_policy-0-stall_s": "300", "hang_policy-0-max_restarts": "2",
+              "hang_policy-0-backoff_s": "60", "hang_policy-0-ttft_slo_s": "2.5"}  # fmt: skip
+    response = client_as(admin_user).post(
+        reverse("admin:recipes_recipe_add"),
+        {**recipe_data(name="Admin guarded", slug="admin-guarded"), **inline},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    policy = Recipe.objects.get(slug="admin-guarded").hang_policy
+    assert (policy.action, policy.stall_s, policy.max_restarts, policy.backoff_s,
+            policy.ttft_slo_s) == ("restart", 300, 2, 60, 2.5)  # fmt: skip
 
 
 def test_yaml_import_refuses_and_imports_nothing_at_all():
