@@ -31,6 +31,8 @@ AUDITED = {
     "recipes.HangPolicy": ("guard-settings", set()),
     "gateway.Limit": ("limit", set()),
     "gateway.ModelAlias": ("alias", set()),
+    # The team's shared chat system prompts.
+    "chat.SystemPromptPreset": ("system-prompt", set()),
     # Accounts as Django admin edits them; the role is the user's group (below).
     settings.AUTH_USER_MODEL: ("user", {"last_login", "date_joined"}),
 }  # fmt: skip
