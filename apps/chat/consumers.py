@@ -26,7 +26,7 @@ from django.conf import settings
 from apps.accounts.roles import USE_CHAT
 from apps.chat.models import Conversation, Message
 from apps.core.consumers import CLOSE_FORBIDDEN, PanelSocket
-from apps.gateway import usage
+from apps.gateway import chat_budget
 from apps.hosts.clock import HostClock, run_clock
 from apps.runs.models import Run, RunState
 from vllm_adapter import endpoints, sse
@@ -106,20 +106,23 @@ class ChatConsumer(PanelSocket):
             if self.relay is not None and not self.relay.done():
                 self.relay.cancel()
             return
-        if kind != "send":
+        if kind not in ("send", "regenerate"):
             await self._send({"type": "error", "error": f"unknown message type {kind!r}"})
             return
-        content = message.get("content")
-        if not isinstance(content, str) or not content.strip():
-            await self._send({"type": "error", "error": "write a message first"})
-            return
-        if len(content) > MAX_INPUT_CHARS:
-            await self._send({"type": "error", "error": f"at most {MAX_INPUT_CHARS:,} characters"})
-            return
+        content, edit = message.get("content"), message.get("edit")
+        if kind == "send":
+            problem = _check_input(content, edit)
+            if problem:
+                await self._send({"type": "error", "error": problem})
+                return
         if self.relay is not None and not self.relay.done():
             await self._send({"type": "error", "error": "wait for the answer, or stop it"})
             return
-        prepared = await _db(_prepare)(self.conversation_id, content)
+        prepared = await _db(_prepare)(
+            self.conversation_id,
+            content if kind == "send" else None,
+            edit=edit if kind == "send" else None,
+        )
         if "error" in prepared:
             await self._send({"type": "error", "error": prepared["error"]})
             return
@@ -128,6 +131,7 @@ class ChatConsumer(PanelSocket):
                 "type": "start",
                 "user_message": prepared["user_message"],
                 "message": prepared["assistant_id"],
+                "replaced_from": prepared["replaced_from"],
             }
         )
         self.relay = asyncio.create_task(self._relay(prepared))
@@ -149,9 +153,12 @@ class ChatConsumer(PanelSocket):
         message_id = prepared["assistant_id"]
         state = _StreamState()
         flusher = asyncio.create_task(self._flusher(message_id, state))
-        status, error = "complete", ""
+        status, error, ticket = "complete", "", None
         try:
+            ticket = await _admit(prepared["user_id"], prepared["body"])
             await _stream(prepared["url"], prepared["body"], state, prepared["headers"])
+        except chat_budget.ChatRefused as exc:  # over a limit: nothing is sent upstream
+            status, error = "error", str(exc)
         except asyncio.CancelledError:
             status = "stopped"
         except _UpstreamError as exc:
@@ -166,11 +173,15 @@ class ChatConsumer(PanelSocket):
                     await flusher
             except (TimeoutError, asyncio.CancelledError):
                 flusher.cancel()
-        if status == "complete" and state.finish_reason is None:
-            status = "error"
-            error = await _db(_cut_short)(prepared["run_id"])
-        stats = state.stats(prepared["time_scale"])
-        saved = await _db(_finish)(message_id, state, status, error, stats)
+        try:
+            if status == "complete" and state.finish_reason is None:
+                status = "error"
+                error = await _db(_cut_short)(prepared["run_id"])
+            stats = state.stats(prepared["time_scale"])
+            saved = await _db(_finish)(message_id, state, status, error, stats)
+        finally:
+            if ticket is not None:  # before the "done": the next question finds its slot free
+                await _settle(ticket, prepared, state, status, error)
         # The socket may be gone (a stop by disconnect): the answer is saved either way.
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._flush(message_id, state)
@@ -219,6 +230,17 @@ class ChatConsumer(PanelSocket):
         )
 
 
+def _check_input(content, edit) -> str:
+    """What is wrong with a message to send (or to send instead of message `edit`)."""
+    if not isinstance(content, str) or not content.strip():
+        return "write a message first"
+    if len(content) > MAX_INPUT_CHARS:
+        return f"at most {MAX_INPUT_CHARS:,} characters"
+    if edit is not None and (not isinstance(edit, int) or isinstance(edit, bool) or edit < 1):
+        return "say which message to edit"
+    return ""
+
+
 class _UpstreamError(Exception):
     pass
 
@@ -234,6 +256,7 @@ class _StreamState:
         self.pending_reasoning: list[str] = []
         self.usage: dict | None = None
         self.finish_reason: str | None = None
+        self.token_events = 0
         self.seq = 0
         self.wake = asyncio.Event()  # set when there is something to send, or at the end
         self.finished = False
@@ -244,6 +267,7 @@ class _StreamState:
         if self.first_token is None:
             self.first_token = now
         self.last_token = now
+        self.token_events += 1  # one token per event (vLLM): the count of an answer cut short
         if content:
             self.content.append(content)
             self.pending_content.append(content)
@@ -324,7 +348,12 @@ def _take(event: bytes, state: _StreamState) -> bool:
 # --- database side (sync) ---------------------------------------------------------------
 
 
-def _prepare(conversation_id: int, content: str) -> dict:
+def _prepare(conversation_id: int, content: str | None, *, edit: int | None = None) -> dict:
+    """Save what is asked and an empty answer to stream into; the request to make.
+
+    `content` with `edit`: the user message `edit` is replaced by `content`, and what came
+    after it is dropped (the conversation goes on from there). No `content`: regenerate,
+    the last answer is dropped and the last question asked again."""
     conv = Conversation.objects.select_related("run", "run__recipe", "run__host").get(
         pk=conversation_id
     )
@@ -332,26 +361,36 @@ def _prepare(conversation_id: int, content: str) -> dict:
     if run is None or run.state != RunState.READY:
         state = "gone" if run is None else run.get_state_display().lower()
         return {"error": f"the model is not ready (its run is {state}): pick a ready run"}
+    replaced = _replaced(conv, content, edit)
+    if isinstance(replaced, str):
+        return {"error": replaced}
+    if replaced is not None:
+        conv.messages.filter(pk__gte=replaced).delete()
     history = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
     for m in conv.messages.exclude(status=Message.Status.STREAMING).exclude(content=""):
         history.append({"role": m.role, "content": m.content})
-    user_message = Message.objects.create(
-        conversation=conv, role=Message.Role.USER, content=content, run=run
-    )
+    user_message = None
+    if content is not None:
+        user_message = Message.objects.create(
+            conversation=conv, role=Message.Role.USER, content=content, run=run
+        ).as_dict()
+        history.append({"role": "user", "content": content})
     assistant = Message.objects.create(
         conversation=conv, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING, run=run
     )
-    if not conv.title:
+    if not conv.title and content:
         conv.title = content.strip().splitlines()[0][:80]
     conv.save()
-    history.append({"role": "user", "content": content})
     clock = run_clock(run)
     return {
         "time_scale": clock.scale,
         "clock_label": clock.label,
-        "user_message": user_message.as_dict(),
+        "user_message": user_message,
+        "replaced_from": replaced,
         "assistant_id": assistant.pk,
         "run_id": run.pk,
+        "user_id": conv.user_id,
+        "host": run.host.name,
         "url": endpoints.url(run.local_endpoint, endpoints.CHAT_COMPLETIONS),
         "headers": run.upstream_headers,
         "body": endpoints.chat_body(
@@ -363,6 +402,22 @@ def _prepare(conversation_id: int, content: str) -> dict:
             top_p=conv.top_p,
         ),
     }
+
+
+def _replaced(conv: Conversation, content: str | None, edit: int | None) -> int | str | None:
+    """The first message an edit or a regeneration drops (None: nothing is dropped), or
+    why it cannot be done."""
+    if content is not None and edit is None:
+        return None
+    if edit is not None:
+        target = conv.messages.filter(pk=edit, role=Message.Role.USER).first()
+        return target.pk if target else "that message is not in this conversation"
+    last = conv.messages.order_by("-created_at", "-pk").first()
+    if last is None or last.role != Message.Role.ASSISTANT:
+        return "there is no answer to regenerate"
+    if last.status == Message.Status.STREAMING:
+        return "wait for the answer, or stop it"
+    return last.pk
 
 
 def _cut_short(run_id: int) -> str:
@@ -381,25 +436,37 @@ def _finish(message_id: int, state: _StreamState, status: str, error: str, stats
         **stats,
     }
     Message.objects.filter(pk=message_id).update(**fields)
-    _count_usage(message_id, state, status, error, stats)
     return {k: v for k, v in fields.items() if k not in ("content", "reasoning")}
 
 
 CHAT_STATUS = {"complete": 200, "stopped": 499}
 
 
-def _count_usage(message_id: int, state: _StreamState, status: str, error: str, stats: dict):
+async def _admit(user_id: int, body: dict) -> chat_budget.ChatTicket:
+    """The user's limits, on the same counters as their API keys (apps/gateway/chat_budget.py):
+    raises ChatRefused; a token budget nearly spent lowers the answer's max_tokens."""
+    ticket = await chat_budget.admit(
+        user_id, body["model"], len(json.dumps(body)), body["max_tokens"]
+    )
+    if ticket.cap is not None and ticket.cap < body["max_tokens"]:
+        body["max_tokens"] = ticket.cap
+    return ticket
+
+
+async def _settle(
+    ticket: chat_budget.ChatTicket, prepared: dict, state: _StreamState, status: str, error: str
+) -> None:
     """A chat answer is a usage row like a request through the gateway (wall-clock times,
-    tokens as the server counted them)."""
-    message = Message.objects.select_related("conversation__user", "run__host", "run__recipe")
-    message = message.filter(pk=message_id).first()
-    if message is None:
-        return
-    usage.record_chat(
-        user=message.conversation.user,
-        run=message.run,
-        prompt_tokens=stats.get("prompt_tokens"),
-        completion_tokens=stats.get("completion_tokens"),
+    tokens as the server counted them, else one per event received), queued in Redis."""
+    usage = state.usage or {}
+    completion = usage.get("completion_tokens")
+    await chat_budget.settle(
+        ticket,
+        run_id=prepared["run_id"],
+        host=prepared["host"],
+        model=prepared["body"]["model"],
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=state.token_events if completion is None else completion,
         ttft_s=state.first_token - state.started if state.first_token else None,
         duration_s=time.monotonic() - state.started,
         status=CHAT_STATUS.get(status, 502),

@@ -6,10 +6,12 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
-from apps.chat.models import Conversation, Message
+from apps.chat import search
+from apps.chat.models import Conversation, Message, SystemPromptPreset
 from apps.runs.models import Run, RunState
 
 
@@ -30,7 +32,8 @@ def _visible(request: HttpRequest):
 def chat_index(request: HttpRequest) -> HttpResponse:
     ready = Run.objects.filter(state=RunState.READY).select_related("recipe", "host")
     return render(request, "chat/index.html", {
-        "ready_runs": ready, "conversations": _visible(request)[:100],
+        "ready_runs": ready, **_search_context(request),
+        "presets": SystemPromptPreset.objects.select_related("created_by")[:MAX_PRESETS_SHOWN],
         "show_owner": request.user.has_perm(MANAGE_USERS),
     })  # fmt: skip
 
@@ -70,6 +73,7 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
         "can_write": owner and request.user.has_perm(USE_CHAT),
         "ready": conversation.run is not None and conversation.run.state == RunState.READY,
         "ready_runs": Run.objects.filter(state=RunState.READY).select_related("recipe", "host"),
+        **_keeping_context(request, conversation),
     })  # fmt: skip
 
 
@@ -88,6 +92,7 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
         "conversation": conversation, "chat_messages": _messages(conversation), "form": form,
         "owner": True, "can_write": True,
         "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+        **_keeping_context(request, conversation),
     }, status=400)  # fmt: skip
 
 
@@ -98,7 +103,11 @@ def conversation_switch_run(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = _conversation(request, pk)
     if conversation.user_id != request.user.pk:
         raise PermissionDenied
-    run = Run.objects.filter(pk=request.POST.get("run") or 0, state=RunState.READY).first()
+    try:
+        run_id = int(request.POST.get("run") or 0)
+    except ValueError:
+        run_id = 0
+    run = Run.objects.filter(pk=run_id, state=RunState.READY).first()
     if run is None:
         messages.error(request, "That run is not ready.")
     else:
@@ -113,3 +122,32 @@ def message_json(request: HttpRequest, pk: int) -> JsonResponse:
     message = get_object_or_404(Message.objects.select_related("conversation"), pk=pk)
     _conversation(request, message.conversation_id)  # 404 unless visible to this user
     return JsonResponse(message.as_dict())
+
+
+def _search_context(request: HttpRequest) -> dict:
+    """The conversation list, filtered by `?q=` when there is one (apps/chat/search.py)."""
+    query = search.clean_query(request.GET.get("q"))
+    if query.error:
+        return {"conversations": [], "q": query.shown,
+                "search_error": query.error, "searching": True}  # fmt: skip
+    if not query.text:
+        return {"conversations": _visible(request)[: search.MAX_RESULTS], "q": ""}
+    hits = search.search(_visible(request), query.text)
+    return {"conversations": hits, "q": query.text, "searching": True,
+            "truncated": len(hits) >= search.MAX_RESULTS}  # fmt: skip
+
+
+# The most presets a page lists (the team's shared system prompts, apps/chat/keeping.py).
+MAX_PRESETS_SHOWN = 500
+
+
+def _keeping_context(request: HttpRequest, conversation: Conversation) -> dict:
+    """The conversation page's Share and Presets cards: for its owner only."""
+    if conversation.user_id != request.user.pk:
+        return {}
+    token = conversation.share_token
+    url = reverse("chat-shared", args=[token]) if token else ""
+    return {
+        "share_url": request.build_absolute_uri(url) if url else "",
+        "presets": SystemPromptPreset.objects.only("pk", "name")[:MAX_PRESETS_SHOWN],
+    }

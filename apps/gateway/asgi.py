@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import time
 import uuid
 
@@ -30,7 +29,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from apps.core.redisconn import RedisError
-from apps.gateway import keys, routing
+from apps.gateway import keys, refusals, routing
 from apps.gateway.store import AsyncStore
 from vllm_adapter import endpoints, relay
 from vllm_adapter.http1 import Pool, UpstreamError
@@ -519,26 +518,7 @@ async def _send_json(send, status: int, body: bytes) -> None:
 
 
 def _refusal(verdict: str, answer: list, model: str) -> Refused:
-    if verdict == "bad" or verdict == "expired":
-        why = "has expired" if verdict == "expired" else "is invalid or has been revoked"
-        return Refused(401, f"The key {why}.", "authentication_error", "invalid_api_key")
-    if verdict == "role":
-        return Refused(403, "Your account has no role that may use the models (ask an "
-                       "admin).", "permission_error", "no_role")  # fmt: skip
-    if verdict == "model":
-        return Refused(403, f"This key may not use the model '{model}'.", "permission_error",
-                       "model_not_allowed")  # fmt: skip
-    retry_s = max(1, math.ceil(int(answer[1]) / 1000))
-    headers = [(b"retry-after", str(retry_s).encode())]
-    limit = answer[2]
-    if verdict == "rpm":
-        message = f"Over your limit of {limit} requests per minute; retry in {retry_s} s."
-        code = "requests_per_minute"
-    elif verdict == "conc":
-        message = f"Over your limit of {limit} requests at once; wait for one to finish."
-        code = "concurrent_requests"
-    else:
-        message = (f"Today's {limit} tokens are used (prompt + answer); the budget "
-                   f"renews at midnight UTC, in {retry_s // 60} min.")  # fmt: skip
-        code = "tokens_per_day"
-    return Refused(429, message, "rate_limit_exceeded", code, headers=headers)
+    said = refusals.refusal(verdict, answer, model)
+    retry = said.retry_after_s
+    headers = [(b"retry-after", str(retry).encode())] if retry is not None else []
+    return Refused(said.status, said.message, said.type, said.code, headers=headers)

@@ -14,6 +14,7 @@ import hashlib
 import secrets
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from apps.accounts.roles import USE_CHAT
@@ -74,19 +75,34 @@ def record_for(digest_hex: str) -> tuple[dict | None, bool]:
         return None, False
     if key.revoked_at is not None:
         return None, True
-    user = key.user
-    record: dict = {
-        "k": key.pk,
-        "u": user.pk,
-        "g": store.generation(),
-        "use": bool(user.is_active and user.has_perm(USE_CHAT)),
-    }
+    record: dict = {"k": key.pk, **_user_record(key.user)}
     if key.model_names:
         record["m"] = list(key.model_names)
     if key.expires_at is not None:
         record["x"] = int(key.expires_at.timestamp() * 1000)
+    return record, False
+
+
+def record_for_user(user_id: int) -> dict:
+    """The record the chat is admitted by (apps/gateway/chat_budget.py): the user's own,
+    as their keys have it but with no key, model allowlist or expiry. A user who is gone
+    may use nothing."""
+    user = get_user_model().objects.filter(pk=user_id).first()
+    if user is None:
+        return {"u": user_id, "g": store.generation(), "use": False}
+    return _user_record(user)
+
+
+def _user_record(user) -> dict:
+    """What a record holds of its user: who, may they use the models, their limits. The
+    generation is read before the limits (a change after it bumps it: read again)."""
+    record: dict = {
+        "u": user.pk,
+        "g": store.generation(),
+        "use": bool(user.is_active and user.has_perm(USE_CHAT)),
+    }
     limits = limits_for(user)
     for field, value in (("rpm", limits.rpm), ("conc", limits.concurrent), ("tpd", limits.tpd)):
         if value is not None:
             record[field] = value
-    return record, False
+    return record

@@ -10,7 +10,8 @@ queues the usage row. Redis runs each script alone, so concurrent clients can ne
 take the last slot: the limits are exact at their edges.
 
 Keys (all under ``gw:``): ``gw:key:<sha256>`` a key's record (JSON, a few minutes) or a
-tombstone (``revoked``, ``unknown``); ``gw:gen`` renewed when limits or roles change (every
+tombstone (``revoked``, ``unknown``), ``gw:key:chat-user-<id>`` a user's record for their
+chat answers (apps/gateway/chat_budget.py); ``gw:gen`` renewed when limits or roles change (every
 record is then re-read from the database); ``gw:routes`` renewed when a run changes state
 or a recipe or alias changes; ``gw:rpm:<user>``, ``gw:conc:<user>``,
 ``gw:tpd:<user>:<day>``; ``gw:usage`` the usage rows not yet in the database.

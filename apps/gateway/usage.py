@@ -13,7 +13,6 @@ import csv
 import io
 import json
 import logging
-import uuid
 from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth import get_user_model
@@ -63,6 +62,7 @@ def _insert(batch: list[str]) -> int:
                 at=at,
                 user_id=item["u"] if item.get("u") in users else None,
                 key_id=item.get("k"),
+                source=_source(item.get("src")),
                 endpoint=str(item.get("ep", ""))[:40],
                 model=str(item.get("m", ""))[:128],
                 run_id=item.get("run"),
@@ -96,26 +96,9 @@ def _insert(batch: list[str]) -> int:
     return len(rows)
 
 
-def record_chat(*, user, run, prompt_tokens, completion_tokens, ttft_s, duration_s, status,
-                cancelled=False, error="") -> None:  # fmt: skip
-    """A chat answer counts like a request through the gateway (source: chat)."""
-    UsageRecord.objects.create(
-        request_id=uuid.uuid4().hex,
-        at=timezone.now(),
-        user=user,
-        source=UsageRecord.Source.CHAT,
-        endpoint="chat",
-        model=run.served_name if run else "",
-        run=run,
-        host=run.host.name if run else "",
-        prompt_tokens=prompt_tokens or 0,
-        completion_tokens=completion_tokens or 0,
-        ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
-        duration_ms=duration_s * 1000,
-        status=status,
-        cancelled=cancelled,
-        error=error[:300],
-    )
+def _source(value) -> str:
+    """A row's source: the chat's rows say so ("src"), the gateway's say nothing."""
+    return value if value in UsageRecord.Source.values else UsageRecord.Source.GATEWAY
 
 
 # --- sums ----------------------------------------------------------------------------------

@@ -1,36 +1,14 @@
-// SparkPanel chat: one WebSocket to /ws/chat/<id>/. The panel relays the model's stream in
-// small batches with sequence numbers. Model output is only ever inserted as text
-// (textContent), never as HTML, so nothing it writes can run here. A missed batch (a gap
-// in the sequence) is repaired by re-fetching the saved message when the answer ends.
+// SparkPanel chat: one WebSocket per conversation, /ws/chat/<id>/. The panel relays the
+// model's stream in small batches with sequence numbers. The raw text of an answer is
+// kept as text ([data-content], textContent only); what is shown is its Markdown, rendered
+// by static/js/markdown.js (sanitised, inert), unless "Raw text" is on. A missed batch (a
+// gap in the sequence) is repaired by re-fetching the saved message when the answer ends.
+//
+// ChatColumn drives one conversation's log and socket; the conversation page has one, the
+// side-by-side page (Compare) one per run, all sent the same prompt at once.
 (function () {
   "use strict";
-  const form = document.getElementById("chat-form");
-  const log = document.getElementById("chat-log");
-  if (!form || !log) return;
-  const textarea = form.querySelector("textarea");
-  const sendButton = form.querySelector("button[type=submit]");
-  const stopButton = form.querySelector("[data-stop]");
-  const stateEl = form.querySelector("[data-chat-state]");
-  let ws = null;
-  let current = null; // {id, el, seq, gap}
-  let delay = 1000;
-
-  function setState(text) { if (stateEl) stateEl.textContent = text; }
-
-  function streaming(on) {
-    stopButton.hidden = !on;
-    sendButton.disabled = on || textarea.disabled;
-  }
-
-  function scroll() { log.scrollTop = log.scrollHeight; }
-
-  function clone(id) {
-    const el = document.getElementById(id).content.firstElementChild.cloneNode(true);
-    const empty = log.querySelector(".chat-empty");
-    if (empty) empty.remove();
-    log.appendChild(el);
-    return el;
-  }
+  const MD = window.SparkMarkdown;
 
   function stats(data) {
     const parts = [];
@@ -44,102 +22,278 @@
     return parts.join(" · ");
   }
 
-  function fill(el, message) {
-    el.querySelector("[data-content]").textContent = message.content || "";
-    const reasoning = el.querySelector("[data-reasoning]");
-    if (reasoning) {
-      reasoning.textContent = message.reasoning || "";
-      reasoning.closest("details").hidden = !message.reasoning;
+  function button(label, attr) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "link small";
+    b.textContent = label;
+    b.setAttribute(attr, "");
+    return b;
+  }
+
+  class ChatColumn {
+    constructor(log, wsPath, options) {
+      this.log = log;
+      this.wsPath = wsPath;
+      this.options = options || {};
+      this.ws = null;
+      this.current = null; // {id, el, seq, gap, text, stream}
+      this.delay = 1000;
+      this.raw = false;
+      for (const el of log.querySelectorAll(".chat-msg")) this.dress(el);
+      this.scroll();
+    }
+
+    emit(name, detail) { if (this.options[name]) this.options[name](detail, this); }
+
+    scroll() { this.log.scrollTop = this.log.scrollHeight; }
+
+    // Markdown view and tools for one message element (saved or new).
+    dress(el) {
+      const tools = el.querySelector("[data-tools]");
+      const assistant = el.classList.contains("chat-assistant");
+      if (assistant) {
+        const content = el.querySelector("[data-content]");
+        let view = el.querySelector("[data-rendered]");
+        if (!view && MD) {
+          view = document.createElement("div");
+          view.className = "chat-md";
+          view.setAttribute("data-rendered", "");
+          content.after(view);
+        }
+        if (view && !el.classList.contains("status-streaming")) view.replaceChildren(MD.render(content.textContent));
+        this.showRaw(el, this.raw);
+        if (tools && MD && !tools.querySelector("[data-raw-toggle]")) {
+          const toggle = button("Raw text", "data-raw-toggle");
+          toggle.addEventListener("click", () => this.showRaw(el, !el.classList.contains("show-raw")));
+          tools.append(toggle);
+        }
+        if (tools && this.options.writable && !tools.querySelector("[data-regenerate]")) {
+          const again = button("Regenerate", "data-regenerate");
+          again.addEventListener("click", () => this.regenerate());
+          tools.append(again);
+        }
+      } else if (tools && this.options.writable && !tools.querySelector("[data-edit]")) {
+        const edit = button("Edit", "data-edit");
+        edit.addEventListener("click", () => this.edit(el));
+        tools.append(edit);
+      }
+      this.tools();
+    }
+
+    showRaw(el, on) {
+      const view = el.querySelector("[data-rendered]");
+      if (!view) return;
+      el.classList.toggle("show-raw", on);
+      view.hidden = on;
+      el.querySelector("[data-content]").hidden = !on;
+      const toggle = el.querySelector("[data-raw-toggle]");
+      if (toggle) toggle.textContent = on ? "Formatted" : "Raw text";
+    }
+
+    // Only the last answer can be regenerated; nothing can be edited while one streams.
+    tools() {
+      const busy = this.current !== null;
+      const answers = this.log.querySelectorAll(".chat-assistant [data-regenerate]");
+      answers.forEach((b, i) => { b.hidden = busy || i !== answers.length - 1; });
+      this.log.querySelectorAll("[data-edit]").forEach((b) => { b.hidden = busy; });
+    }
+
+    clone(templateId) {
+      const el = document.getElementById(templateId).content.firstElementChild.cloneNode(true);
+      const empty = this.log.querySelector(".chat-empty");
+      if (empty) empty.remove();
+      this.log.appendChild(el);
+      return el;
+    }
+
+    dropFrom(id) {
+      // An edit or a regeneration replaces message `id` and everything after it.
+      const first = this.log.querySelector(`.chat-msg[data-message="${Number(id)}"]`);
+      if (!first) return;
+      let el = first;
+      while (el) { const next = el.nextElementSibling; el.remove(); el = next; }
+    }
+
+    onMessage(data) {
+      if (data.type === "start") {
+        if (data.replaced_from) this.dropFrom(data.replaced_from);
+        if (data.user_message) {
+          const user = this.clone(this.options.userTemplate || "chat-user-template");
+          user.dataset.message = data.user_message.id;
+          user.querySelector("[data-content]").textContent = data.user_message.content;
+          this.dress(user);
+        }
+        const el = this.clone(this.options.answerTemplate || "chat-message-template");
+        el.dataset.message = data.message;
+        this.current = { id: data.message, el, seq: 0, gap: false, text: "", stream: null };
+        this.dress(el);
+        const view = el.querySelector("[data-rendered]");
+        if (view && MD) this.current.stream = new MD.MarkdownStream(view);
+        this.tools();
+        this.emit("onStart", data);
+        this.scroll();
+      } else if (data.type === "delta" && this.current && data.message === this.current.id) {
+        const cur = this.current;
+        if (data.seq !== cur.seq + 1) cur.gap = true;
+        cur.seq = data.seq;
+        if (data.reasoning) {
+          const r = cur.el.querySelector("[data-reasoning]");
+          r.textContent += data.reasoning;
+          r.closest("details").hidden = false;
+        }
+        if (data.content) {
+          cur.text += data.content;
+          cur.el.querySelector("[data-content]").textContent = cur.text;
+          if (cur.stream) cur.stream.update(cur.text);
+        }
+        this.scroll();
+      } else if (data.type === "done" && this.current && data.message === this.current.id) {
+        const cur = this.current;
+        const el = cur.el;
+        el.classList.remove("status-streaming");
+        el.classList.add("status-" + data.status);
+        el.querySelector("[data-stats]").textContent = stats(data);
+        if (data.error) {
+          const err = el.querySelector("[data-error]");
+          err.textContent = data.error;
+          err.hidden = false;
+        }
+        if (cur.gap || data.seq !== cur.seq) this.refetch(cur.id, el);
+        else if (cur.stream) cur.stream.finish(cur.text);
+        this.current = null;
+        this.tools();
+        this.emit("onDone", data);
+        this.scroll();
+      } else if (data.type === "error") {
+        this.emit("onState", data.error);
+        this.emit("onRefused", data.error);
+      }
+    }
+
+    refetch(id, el) {
+      const url = this.log.dataset.messageUrl.replace(/0\.json$/, id + ".json");
+      fetch(url, { credentials: "same-origin" })
+        .then((r) => r.json())
+        .then((message) => {
+          el.querySelector("[data-content]").textContent = message.content || "";
+          const reasoning = el.querySelector("[data-reasoning]");
+          if (reasoning) {
+            reasoning.textContent = message.reasoning || "";
+            reasoning.closest("details").hidden = !message.reasoning;
+          }
+          const view = el.querySelector("[data-rendered]");
+          if (view && MD) view.replaceChildren(MD.render(message.content || ""));
+        })
+        .catch((e) => console.error("chat refetch", e));
+    }
+
+    connect() {
+      const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+      const ws = this.ws = new WebSocket(scheme + "//" + location.host + this.wsPath);
+      ws.addEventListener("open", () => { this.delay = 1000; this.emit("onOpen"); });
+      ws.addEventListener("message", (event) => {
+        try { this.onMessage(JSON.parse(event.data)); } catch (e) { console.error("chat message", e); }
+      });
+      ws.addEventListener("close", (event) => {
+        this.emit("onClose");
+        if (this.current) {
+          // The answer is saved server-side whatever happened to this socket.
+          this.refetch(this.current.id, this.current.el);
+          this.current = null;
+          this.tools();
+          this.emit("onDone", { status: "closed" });
+        }
+        if (event.code === 4401 || event.code === 4403 || event.code === 4404) {
+          this.emit("onState", "not allowed");
+          return;
+        }
+        this.emit("onState", "reconnecting…");
+        setTimeout(() => this.connect(), this.delay);
+        this.delay = Math.min(this.delay * 2, 15000);
+      });
+    }
+
+    get open() { return this.ws && this.ws.readyState === WebSocket.OPEN; }
+
+    send(payload) {
+      if (!this.open || this.current) return false;
+      this.ws.send(JSON.stringify(payload));
+      return true;
+    }
+
+    stop() { if (this.open) this.ws.send(JSON.stringify({ type: "stop" })); }
+
+    regenerate() { this.send({ type: "regenerate" }); }
+
+    edit(el) {
+      if (this.current || el.querySelector("[data-editor]")) return;
+      const content = el.querySelector("[data-content]");
+      const editor = document.createElement("div");
+      editor.setAttribute("data-editor", "");
+      editor.className = "chat-editor";
+      const area = document.createElement("textarea");
+      area.rows = 3;
+      area.value = content.textContent;
+      area.setAttribute("aria-label", "Edit message");
+      const save = button("Save & send", "data-edit-send");
+      save.className = "primary small";
+      const cancel = button("Cancel", "data-edit-cancel");
+      editor.append(area, save, cancel);
+      content.hidden = true;
+      content.after(editor);
+      area.focus();
+      const close = () => { editor.remove(); content.hidden = false; };
+      cancel.addEventListener("click", close);
+      save.addEventListener("click", () => {
+        if (!area.value.trim()) return;
+        const id = Number(el.dataset.message);
+        if (this.send({ type: "send", content: area.value, edit: id })) close();
+      });
     }
   }
 
-  function onMessage(data) {
-    if (data.type === "start") {
-      const user = clone("chat-user-template");
-      user.dataset.message = data.user_message.id;
-      user.querySelector("[data-content]").textContent = data.user_message.content;
-      const el = clone("chat-message-template");
-      el.dataset.message = data.message;
-      current = { id: data.message, el, seq: 0, gap: false };
-      streaming(true);
-      setState("answering…");
-      scroll();
-    } else if (data.type === "delta" && current && data.message === current.id) {
-      if (data.seq !== current.seq + 1) current.gap = true;
-      current.seq = data.seq;
-      if (data.reasoning) {
-        const r = current.el.querySelector("[data-reasoning]");
-        r.textContent += data.reasoning;
-        r.closest("details").hidden = false;
-      }
-      if (data.content) current.el.querySelector("[data-content]").textContent += data.content;
-      scroll();
-    } else if (data.type === "done" && current && data.message === current.id) {
-      const el = current.el;
-      el.classList.remove("status-streaming");
-      el.classList.add("status-" + data.status);
-      el.querySelector("[data-stats]").textContent = stats(data);
-      if (data.error) {
-        const err = el.querySelector("[data-error]");
-        err.textContent = data.error;
-        err.hidden = false;
-      }
-      if (current.gap || data.seq !== current.seq) refetch(current.id, el);
-      current = null;
-      streaming(false);
-      setState("ready");
-      scroll();
-    } else if (data.type === "error") {
-      setState(data.error);
-    }
-  }
+  window.SparkChat = { ChatColumn };
 
-  function refetch(id, el) {
-    const url = log.dataset.messageUrl.replace(/0\.json$/, id + ".json");
-    fetch(url, { credentials: "same-origin" })
-      .then((r) => r.json())
-      .then((message) => fill(el, message))
-      .catch((e) => console.error("chat refetch", e));
+  // --- the conversation page ------------------------------------------------------------
+  const form = document.getElementById("chat-form");
+  const log = document.getElementById("chat-log");
+  if (!log || log.dataset.compare !== undefined) return;
+  if (!form) {
+    new ChatColumn(log, null, {}); // read-only: rendered, never connected
+    return;
   }
-
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    ws = new WebSocket(scheme + "//" + location.host + form.dataset.ws);
-    ws.addEventListener("open", () => { delay = 1000; setState("ready"); form.dataset.connected = "1"; });
-    ws.addEventListener("message", (event) => {
-      try { onMessage(JSON.parse(event.data)); } catch (e) { console.error("chat message", e); }
-    });
-    ws.addEventListener("close", (event) => {
-      form.dataset.connected = "";
-      if (current) {
-        // The answer is saved server-side whatever happened to this socket.
-        refetch(current.id, current.el);
-        current = null;
-        streaming(false);
-      }
-      if (event.code === 4401 || event.code === 4403 || event.code === 4404) {
-        setState("not allowed");
-        return;
-      }
-      setState("reconnecting…");
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 15000);
-    });
-  }
-
+  const textarea = form.querySelector("textarea");
+  const sendButton = form.querySelector("button[type=submit]");
+  const stopButton = form.querySelector("[data-stop]");
+  const stateEl = form.querySelector("[data-chat-state]");
+  const setState = (text) => { if (stateEl) stateEl.textContent = text; };
+  const streaming = (on) => {
+    stopButton.hidden = !on;
+    sendButton.disabled = on || textarea.disabled;
+  };
+  let pending = "";
+  const column = new ChatColumn(log, form.dataset.ws, {
+    writable: true,
+    onOpen: () => { setState("ready"); form.dataset.connected = "1"; },
+    onClose: () => { form.dataset.connected = ""; },
+    onState: setState,
+    onStart: () => { pending = ""; streaming(true); setState("answering…"); },
+    onDone: () => { streaming(false); setState("ready"); },
+    onRefused: () => { if (pending && !textarea.value) textarea.value = pending; pending = ""; },
+  });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const content = textarea.value;
-    if (!content.trim() || !ws || ws.readyState !== WebSocket.OPEN || current) return;
-    ws.send(JSON.stringify({ type: "send", content }));
-    textarea.value = "";
+    if (!content.trim()) return;
+    if (column.send({ type: "send", content })) {
+      pending = content; // given back to the box if the panel refuses it
+      textarea.value = "";
+    }
   });
   textarea.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();
   });
-  stopButton.addEventListener("click", () => {
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "stop" }));
-  });
-  connect();
-  scroll();
+  stopButton.addEventListener("click", () => column.stop());
+  column.connect();
 })();

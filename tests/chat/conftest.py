@@ -2,12 +2,16 @@ import pytest
 from django.test import Client
 
 from apps.chat.models import Conversation
+from tests.gateway.fixtures import flush_gateway_keys
 
 
 @pytest.fixture
-def chat_server(db, keyed_sim, qwen):
+def chat_server(db, keyed_sim, qwen, redis_url):
     """A real sparksim (with optional faults) behind a ready run, as the chat sees it; the
-    server demands the run's own key, as the runner starts it: the chat must send it."""
+    server demands the run's own key, as the runner starts it: the chat must send it. Chat
+    answers are counted in Redis like the gateway's requests (apps/gateway/chat_budget.py):
+    each test starts with nothing counted there."""
+    flush_gateway_keys(redis_url)
 
     def start(*faults: str, time_scale: float = 20, reasoning: bool = False):
         args = ["--gpu-memory-utilization", "0.8", "--max-model-len", "16384",

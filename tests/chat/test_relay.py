@@ -11,6 +11,7 @@ from channels.testing import WebsocketCommunicator
 from apps.chat.consumers import CLOSE_NOT_FOUND
 from apps.chat.models import Message
 from apps.core.consumers import CLOSE_FORBIDDEN
+from apps.gateway import usage
 from apps.gateway.models import UsageRecord
 from apps.runs.models import Run, RunState
 from sparkpanel.asgi import application
@@ -87,7 +88,9 @@ def test_an_answer_streams_in_ordered_batches_and_is_saved_with_its_numbers(
     # machine that delays the first chunk squeezes together (unscaled it would be ~1,000).
     assert saved.tok_s < 500
     assert saved.run_id == run.pk
-    # The answer counts like a request through the gateway (the Usage page, the limits).
+    # The answer counts like a request through the gateway (the Usage page, the limits):
+    # its row is queued in Redis and moved into the database before a page reads it.
+    usage.drain()
     counted = UsageRecord.objects.get(source=UsageRecord.Source.CHAT)
     assert (counted.user, counted.run, counted.status) == (member, run, 200)
     assert (counted.prompt_tokens, counted.completion_tokens) == (

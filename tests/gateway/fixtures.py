@@ -27,7 +27,7 @@ class Panel:
         return self.url + "/v1"
 
 
-def _flush_gateway_keys(url: str) -> None:
+def flush_gateway_keys(url: str) -> None:
     client = shared_client(url, timeout=2.0)
     keys = list(client.scan_iter("gw:*", count=1000))
     if keys:
@@ -38,7 +38,7 @@ def _flush_gateway_keys(url: str) -> None:
 def panel(transactional_db, redis_url, settings) -> Panel:
     from sparkpanel.asgi import application
 
-    _flush_gateway_keys(redis_url)
+    flush_gateway_keys(redis_url)
     port = free_port()
     config = uvicorn.Config(
         application, host="127.0.0.1", port=port, http=HttpToolsBoundedProtocol,

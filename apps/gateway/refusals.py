@@ -1,0 +1,43 @@
+"""What the gateway's admission script's "no" says (apps/gateway/store.py, ADMIT): one
+text for the API's errors (apps/gateway/asgi.py) and for the chat's
+(apps/gateway/chat_budget.py), so a limit reads the same wherever it stops someone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int  # the HTTP status the API answers with
+    message: str
+    type: str  # OpenAI's error type
+    code: str
+    retry_after_s: int | None = None
+
+
+def refusal(verdict: str, answer: list, model: str) -> Refusal:
+    """The refusal for an ADMIT answer that is not "ok" (nor "miss"/"stale")."""
+    if verdict == "bad" or verdict == "expired":
+        why = "has expired" if verdict == "expired" else "is invalid or has been revoked"
+        return Refusal(401, f"The key {why}.", "authentication_error", "invalid_api_key")
+    if verdict == "role":
+        return Refusal(403, "Your account has no role that may use the models (ask an "
+                       "admin).", "permission_error", "no_role")  # fmt: skip
+    if verdict == "model":
+        return Refusal(403, f"This key may not use the model '{model}'.", "permission_error",
+                       "model_not_allowed")  # fmt: skip
+    retry_s = max(1, math.ceil(int(answer[1]) / 1000))
+    limit = answer[2]
+    if verdict == "rpm":
+        message = f"Over your limit of {limit} requests per minute; retry in {retry_s} s."
+        code = "requests_per_minute"
+    elif verdict == "conc":
+        message = f"Over your limit of {limit} requests at once; wait for one to finish."
+        code = "concurrent_requests"
+    else:
+        message = (f"Today's {limit} tokens are used (prompt + answer); the budget "
+                   f"renews at midnight UTC, in {retry_s // 60} min.")  # fmt: skip
+        code = "tokens_per_day"
+    return Refusal(429, message, "rate_limit_exceeded", code, retry_s)

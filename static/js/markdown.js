@@ -1,0 +1,213 @@
+// SparkPanel's Markdown for model output: markdown-it with raw HTML off, then DOMPurify
+// with an allowlist, then the panel's own chrome (a copy button on code blocks). Nothing a
+// model writes can run here or fetch anything:
+//  - raw HTML in the text is escaped by markdown-it (html: false) and shown as text;
+//  - a link is kept only for http:, https: and mailto: (javascript:, data:, vbscript:,
+//    file:, relative and other schemes stay text); it opens in a new tab with no referrer;
+//  - an image is never loaded: ![alt](url) becomes a link "image: alt";
+//  - DOMPurify then keeps only ALLOWED_TAGS and ALLOWED_ATTR (no style, no event
+//    handlers, no id), and classes only for code languages, highlight.js and alignment.
+// Streaming (MarkdownStream): finished top-level blocks are rendered once and appended;
+// only the block still being written is re-rendered as chunks arrive, so what is above it
+// never re-flows. Vendored libraries and their licences: static/vendor/.
+(function () {
+  "use strict";
+  if (!window.markdownit || !window.DOMPurify) return;
+
+  const ALLOWED_TAGS = [
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "blockquote",
+    "pre", "code", "em", "strong", "s", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "span",
+  ];
+  const ALLOWED_ATTR = ["href", "title", "class", "start"];
+  const SAFE_URL = /^(?:https?:|mailto:)/i;
+  const SAFE_CLASS = /^(?:language-[\w#+.-]{1,40}|hljs(?:-[\w-]{1,40})?|md-align-(?:left|center|right)|md-image)$/;
+  const hljs = window.hljs;
+
+  const md = window.markdownit({
+    html: false,
+    linkify: true,
+    typographer: false,
+    highlight(code, lang) {
+      if (!hljs || !lang || !hljs.getLanguage(lang)) return "";
+      try {
+        return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+      } catch (e) {
+        return "";
+      }
+    },
+  });
+  md.validateLink = (url) => SAFE_URL.test(url.trim());
+  // Images become links: nothing is fetched unless someone clicks.
+  md.renderer.rules.image = (tokens, idx, options, env, self) => {
+    const token = tokens[idx];
+    const src = token.attrGet("src") || "";
+    const alt = self.renderInlineAsText(token.children || [], options, env);
+    const label = md.utils.escapeHtml("image: " + (alt || src));
+    if (!SAFE_URL.test(src)) return label;
+    return `<a class="md-image" href="${md.utils.escapeHtml(src)}">${label}</a>`;
+  };
+  // Table alignment as classes: the panel's CSP allows no inline style.
+  md.core.ruler.push("align_classes", (state) => {
+    for (const token of state.tokens) {
+      const style = token.attrGet && token.attrGet("style");
+      if (!style) continue;
+      const m = /text-align:(left|center|right)/.exec(style);
+      token.attrs = token.attrs.filter(([name]) => name !== "style");
+      if (m) token.attrJoin("class", "md-align-" + m[1]);
+    }
+  });
+
+  const purifier = window.DOMPurify;
+  purifier.addHook("uponSanitizeAttribute", (node, data) => {
+    if (data.attrName === "class") {
+      const kept = data.attrValue.split(/\s+/).filter((c) => SAFE_CLASS.test(c));
+      data.attrValue = kept.join(" ");
+      if (!kept.length) data.keepAttr = false;
+    }
+  });
+  purifier.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName === "A") {
+      if (!SAFE_URL.test(node.getAttribute("href") || "")) {
+        node.removeAttribute("href");
+      } else {
+        node.setAttribute("target", "_blank");
+        node.setAttribute("rel", "noopener noreferrer nofollow");
+      }
+    }
+  });
+  const PURIFY = {
+    ALLOWED_TAGS, ALLOWED_ATTR: [...ALLOWED_ATTR, "target", "rel"],
+    // The URI pattern applies to every attribute not declared URI-safe: `start` is one.
+    ALLOWED_URI_REGEXP: SAFE_URL, ADD_URI_SAFE_ATTR: ["start"],
+    ALLOW_DATA_ATTR: false, ALLOW_ARIA_ATTR: false,
+    RETURN_DOM_FRAGMENT: true,
+  };
+
+  function toFragment(text) {
+    return purifier.sanitize(md.render(text), PURIFY);
+  }
+
+  // The panel's own chrome around a code block: its language and a copy button.
+  function decorate(root) {
+    for (const pre of root.querySelectorAll("pre")) {
+      if (pre.parentElement && pre.parentElement.classList.contains("md-code")) continue;
+      const code = pre.querySelector("code");
+      const box = document.createElement("div");
+      box.className = "md-code";
+      const head = document.createElement("div");
+      head.className = "md-code-head";
+      const lang = code && /(?:^|\s)language-([\w#+.-]+)/.exec(code.className);
+      const label = document.createElement("span");
+      label.textContent = lang ? lang[1] : "text";
+      const copy = document.createElement("button");
+      copy.type = "button";
+      copy.className = "md-copy";
+      copy.textContent = "Copy";
+      copy.addEventListener("click", () => copyText((code || pre).textContent, copy));
+      head.append(label, copy);
+      pre.replaceWith(box);
+      box.append(head, pre);
+    }
+    return root;
+  }
+
+  function copyText(text, button) {
+    const done = () => {
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text) && done());
+    } else if (fallbackCopy(text)) {
+      done();
+    }
+  }
+
+  function fallbackCopy(text) {
+    // Plain http on a LAN has no navigator.clipboard: copy through a hidden textarea.
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.appendChild(area);
+    area.select();
+    let ok = false;
+    try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+    area.remove();
+    return ok;
+  }
+
+  function render(text) {
+    return decorate(toFragment(text));
+  }
+
+  // Top-level blocks of `src`: [first line, end line) of each, in order.
+  function blocks(src) {
+    const out = [];
+    for (const token of md.parse(src, {})) {
+      if (token.level === 0 && token.nesting !== -1 && token.map) out.push(token.map);
+    }
+    return out;
+  }
+
+  class MarkdownStream {
+    // Renders a growing text into `el`: finished blocks once each, the last one anew.
+    constructor(el) {
+      this.el = el;
+      this.text = "";
+      this.done = 0; // lines of this.text rendered for good
+      this.html = []; // the sources of the committed parts, to check the end against
+      this.tail = document.createElement("div");
+      this.tail.className = "md-part md-tail";
+      el.replaceChildren(this.tail);
+      this.frame = null;
+    }
+
+    update(text) {
+      this.text = text;
+      if (this.frame === null) {
+        this.frame = requestAnimationFrame(() => { this.frame = null; this.flush(); });
+      }
+    }
+
+    flush() {
+      const lines = this.text.split("\n");
+      let rest = lines.slice(this.done);
+      const found = blocks(rest.join("\n"));
+      // The tail starts at the last block; while that block's first line is unfinished it
+      // may yet join the block before ("2" can become "2. item" of the list above), so
+      // then the tail starts one block earlier. Everything before the tail is final.
+      let first = found.length - 1;
+      if (first >= 0 && found[first][0] >= rest.length - 1) first -= 1;
+      const start = first >= 1 ? found[first][0] : 0;
+      if (start > 0) {
+        const part = document.createElement("div");
+        part.className = "md-part";
+        const source = rest.slice(0, start).join("\n");
+        part.append(render(source));
+        this.tail.before(part);
+        this.html.push(source);
+        this.done += start;
+        rest = rest.slice(start);
+      }
+      this.tail.replaceChildren(render(rest.join("\n")));
+    }
+
+    finish(text) {
+      if (this.frame !== null) cancelAnimationFrame(this.frame);
+      this.frame = null;
+      this.text = text;
+      this.flush();
+      // A rare construct (a link reference defined below its use) renders differently in
+      // parts: then, and only then, the message is rendered again as a whole.
+      const whole = md.render(text);
+      const parts = [...this.html, text.split("\n").slice(this.done).join("\n")];
+      if (parts.map((p) => md.render(p)).join("") !== whole) {
+        this.el.replaceChildren(render(text));
+      }
+    }
+  }
+
+  window.SparkMarkdown = { render, MarkdownStream, ALLOWED_TAGS };
+})();
