@@ -5,8 +5,11 @@
 //  - a link is kept only for http:, https: and mailto: (javascript:, data:, vbscript:,
 //    file:, relative and other schemes stay text); it opens in a new tab with no referrer;
 //  - an image is never loaded: ![alt](url) becomes a link "image: alt";
+//  - math ($…$, \(…\), $$…$$, \[…\]) is turned into MathML by Temml with trust off (no
+//    \href, \url, \includegraphics, \html…), its colours and backgrounds dropped;
 //  - DOMPurify then keeps only ALLOWED_TAGS and ALLOWED_ATTR (no style, no event
-//    handlers, no id), and classes only for code languages, highlight.js and alignment.
+//    handlers, no id), and classes only for code languages, highlight.js, alignment and
+//    Temml's layout.
 // Streaming (MarkdownStream): finished top-level blocks are rendered once and appended;
 // only the block still being written is re-rendered as chunks arrive, so what is above it
 // never re-flows. Vendored libraries and their licences: static/vendor/.
@@ -19,10 +22,28 @@
     "pre", "code", "em", "strong", "s", "a", "table", "thead", "tbody", "tr", "th", "td",
     "span",
   ];
-  const ALLOWED_ATTR = ["href", "title", "class", "start"];
+  // MathML as Temml writes it (layout only: no colour, background or link attribute).
+  const MATH_TAGS = [
+    "math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msup", "msub", "msubsup",
+    "mfrac", "msqrt", "mroot", "mover", "munder", "munderover", "mtable", "mtr", "mtd",
+    "mlabeledtr", "mstyle", "mpadded", "mphantom", "menclose", "mmultiscripts",
+    "mprescripts", "none", "semantics",
+  ];
+  const MATH_ATTR = [
+    "display", "displaystyle", "scriptlevel", "mathvariant", "stretchy", "fence", "form",
+    "separator", "lspace", "rspace", "movablelimits", "accent", "accentunder", "largeop",
+    "symmetric", "minsize", "maxsize", "width", "linethickness", "notation", "columnalign",
+    "rowalign", "columnspacing", "rowspacing", "columnlines", "rowlines", "frame",
+    "framespacing", "voffset", "columnspan", "rowspan",
+  ];
+  const ALLOWED_ATTR = ["href", "title", "class", "start", ...MATH_ATTR];
   const SAFE_URL = /^(?:https?:|mailto:)/i;
-  const SAFE_CLASS = /^(?:language-[\w#+.-]{1,40}|hljs(?:-[\w-]{1,40})?|md-align-(?:left|center|right)|md-image)$/;
+  const SAFE_CLASS = /^(?:language-[\w#+.-]{1,40}|hljs(?:-[\w-]{1,40})?|md-align-(?:left|center|right)|md-image|md-math(?:-block|-error)?|tml-[\w-]{1,40})$/;
+  // Values of the attributes that are not addresses: lengths, keywords, numbers.
+  const SAFE_VALUE = /^[\w .#%+-]{0,80}$/;
+  const MAX_MATH_CHARS = 4000;
   const hljs = window.hljs;
+  const temml = window.temml;
 
   const md = window.markdownit({
     html: false,
@@ -58,6 +79,8 @@
     }
   });
 
+  if (temml) mathPlugin(md);
+
   const purifier = window.DOMPurify;
   purifier.addHook("uponSanitizeAttribute", (node, data) => {
     if (data.attrName === "class") {
@@ -65,6 +88,9 @@
       data.attrValue = kept.join(" ");
       if (!kept.length) data.keepAttr = false;
     }
+  });
+  purifier.addHook("uponSanitizeAttribute", (node, data) => {
+    if (MATH_ATTR.includes(data.attrName) && !SAFE_VALUE.test(data.attrValue)) data.keepAttr = false;
   });
   purifier.addHook("afterSanitizeAttributes", (node) => {
     if (node.tagName === "A") {
@@ -77,9 +103,10 @@
     }
   });
   const PURIFY = {
-    ALLOWED_TAGS, ALLOWED_ATTR: [...ALLOWED_ATTR, "target", "rel"],
-    // The URI pattern applies to every attribute not declared URI-safe: `start` is one.
-    ALLOWED_URI_REGEXP: SAFE_URL, ADD_URI_SAFE_ATTR: ["start"],
+    ALLOWED_TAGS: [...ALLOWED_TAGS, ...MATH_TAGS], ALLOWED_ATTR: [...ALLOWED_ATTR, "target", "rel"],
+    // The URI pattern applies to every attribute not declared URI-safe: these are not
+    // addresses (their values are held to SAFE_VALUE above).
+    ALLOWED_URI_REGEXP: SAFE_URL, ADD_URI_SAFE_ATTR: ["start", ...MATH_ATTR],
     ALLOW_DATA_ATTR: false, ALLOW_ARIA_ATTR: false,
     RETURN_DOM_FRAGMENT: true,
   };
@@ -209,5 +236,78 @@
     }
   }
 
-  window.SparkMarkdown = { render, MarkdownStream, ALLOWED_TAGS };
+  // --- math: $…$ and \(…\) inline, $$…$$ and \[…\] as blocks, by Temml ----------------
+  function mathHtml(tex, display) {
+    if (tex.length > MAX_MATH_CHARS) throw new Error("too long");
+    return temml.renderToString(tex, {
+      displayMode: display, trust: false, throwOnError: true, maxSize: 20, maxExpand: 500,
+    });
+  }
+
+  function mathPlugin(markdown) {
+    const escape = markdown.utils.escapeHtml;
+    const render = (tex, display) => {
+      const kind = display ? "md-math-block" : "md-math";
+      try {
+        return `<span class="${kind}">${mathHtml(tex, display)}</span>`;
+      } catch (e) {
+        // Not TeX after all (or too big): shown as written.
+        const fence = display ? ["$$", "$$"] : ["$", "$"];
+        return `<code class="md-math-error">${escape(fence[0] + tex + fence[1])}</code>`;
+      }
+    };
+    markdown.inline.ruler.before("escape", "math_inline", (state, silent) => {
+      const src = state.src;
+      const at = state.pos;
+      let open, close;
+      if (src.startsWith("\\(", at)) { open = "\\("; close = "\\)"; }
+      else if (src[at] === "$" && src[at + 1] !== "$") { open = "$"; close = "$"; }
+      else return false;
+      const from = at + open.length;
+      if (open === "$" && (from >= src.length || /\s/.test(src[from]))) return false;
+      let end = src.indexOf(close, from);
+      while (end !== -1 && open === "$" && (src[end - 1] === "\\" || /\s/.test(src[end - 1]) || /\d/.test(src[end + 1] || ""))) {
+        end = src.indexOf(close, end + 1);
+      }
+      if (end === -1 || end === from) return false;
+      if (!silent) {
+        const token = state.push("math_inline", "math", 0);
+        token.content = src.slice(from, end);
+      }
+      state.pos = end + close.length;
+      return true;
+    });
+    markdown.block.ruler.before("fence", "math_block", (state, startLine, endLine, silent) => {
+      const begin = state.bMarks[startLine] + state.tShift[startLine];
+      const first = state.src.slice(begin, state.eMarks[startLine]);
+      const open = first.startsWith("$$") ? "$$" : first.startsWith("\\[") ? "\\[" : null;
+      if (!open || state.sCount[startLine] - state.blkIndent >= 4) return false;
+      const close = open === "$$" ? "$$" : "\\]";
+      let body = first.slice(open.length);
+      let line = startLine;
+      let found = body.trimEnd().endsWith(close) && body.trim().length >= close.length;
+      if (found) body = body.trimEnd().slice(0, -close.length);
+      while (!found && ++line < endLine) {
+        const text = state.src.slice(state.bMarks[line] + state.tShift[line], state.eMarks[line]);
+        if (text.trimEnd().endsWith(close)) {
+          body += "\n" + text.trimEnd().slice(0, -close.length);
+          found = true;
+        } else {
+          body += "\n" + text;
+        }
+      }
+      if (!found) return false; // unclosed: still being written, or not math
+      if (silent) return true;
+      const token = state.push("math_block", "math", 0);
+      token.block = true;
+      token.content = body.trim();
+      token.map = [startLine, line + 1];
+      state.line = line + 1;
+      return true;
+    }, { alt: ["paragraph", "reference", "blockquote", "list"] });
+    markdown.renderer.rules.math_inline = (tokens, idx) => render(tokens[idx].content, false);
+    markdown.renderer.rules.math_block = (tokens, idx) => `<p>${render(tokens[idx].content, true)}</p>\n`;
+  }
+
+  window.SparkMarkdown = { render, MarkdownStream, ALLOWED_TAGS, MATH_TAGS };
 })();

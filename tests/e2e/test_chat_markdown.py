@@ -38,6 +38,12 @@ def hello(name):
     return f"hi {name}"
 ```
 
+Inline math $E = mc^2$ and a block:
+
+$$
+\\frac{n(n+1)}{2}
+$$
+
 ---
 
 ### Third level
@@ -48,6 +54,18 @@ ALLOWED = {
     "P", "BR", "HR", "H1", "H2", "H3", "H4", "H5", "H6", "UL", "OL", "LI", "BLOCKQUOTE", "PRE",
     "CODE", "EM", "STRONG", "S", "A", "TABLE", "THEAD", "TBODY", "TR", "TH", "TD", "SPAN",
     "DIV", "BUTTON",
+    # MathML, as Temml writes it
+    "MATH", "MROW", "MI", "MO", "MN", "MS", "MTEXT", "MSPACE", "MSUP", "MSUB", "MSUBSUP",
+    "MFRAC", "MSQRT", "MROOT", "MOVER", "MUNDER", "MUNDEROVER", "MTABLE", "MTR", "MTD",
+    "MLABELEDTR", "MSTYLE", "MPADDED", "MPHANTOM", "MENCLOSE", "MMULTISCRIPTS",
+    "MPRESCRIPTS", "NONE", "SEMANTICS",
+}  # fmt: skip
+MATH_ATTRS = {
+    "display", "displaystyle", "scriptlevel", "mathvariant", "stretchy", "fence", "form",
+    "separator", "lspace", "rspace", "movablelimits", "accent", "accentunder", "largeop",
+    "symmetric", "minsize", "maxsize", "width", "linethickness", "notation", "columnalign",
+    "rowalign", "columnspacing", "rowspacing", "columnlines", "rowlines", "frame",
+    "framespacing", "voffset", "columnspan", "rowspan",
 }  # fmt: skip
 ALLOWED_ATTRS = {"href", "title", "class", "start", "target", "rel", "type", "data-rendered",
                  "hidden"}  # fmt: skip
@@ -64,6 +82,10 @@ HOSTILE = [
     "![tracker](http://127.0.0.9:9/pixel.png)",
     '<div style="position:fixed;inset:0;background:red">cover</div>',
     "[vb](vbscript:msgbox(1)) [file](file:///etc/passwd)",
+    # TeX that would link, load an image, colour or cover the page (Temml, trust off)
+    "$\\href{javascript:alert(1)}{x}$ $\\url{http://127.0.0.9:9/u}$",
+    "$\\includegraphics{http://127.0.0.9:9/m.png}$ $\\htmlStyle{position:fixed}{x}$",
+    "$\\color{red}{x}$ $\\rule{9999em}{9999em}$ $\\colorbox{red}{x}$",
 ]
 
 # Every element in the rendered answers, with attributes: what a check walks.
@@ -125,6 +147,10 @@ def test_every_markdown_element_renders_code_is_highlighted_and_copied_raw_is_a_
     expect(view.locator("hr")).to_have_count(1)
     expect(view.locator("table th")).to_have_text(["name", "tok/s"])
     expect(view.locator("table td").nth(1)).to_have_class("md-align-right")
+    # Math as MathML (Temml): inline and as a block.
+    expect(view.locator(".md-math math")).to_have_count(1)
+    expect(view.locator(".md-math math")).to_contain_text("mc")
+    expect(view.locator(".md-math-block math[display=block] mfrac")).to_have_count(1)
     # Fenced code: highlighted by highlight.js, labelled, with a copy button that copies.
     code = view.locator("pre code.language-python")
     expect(code.locator(".hljs-keyword").first).to_have_text("def")
@@ -214,9 +240,9 @@ def test_hostile_output_runs_nothing_fetches_nothing_and_stays_in_the_allowlist(
         u == page_path or u.startswith(("/static/", "/live/", "/chat/messages/")) for u in made
     ), made
     for element in page.evaluate(DOM_AUDIT):
-        assert element["tag"] in ALLOWED, element
+        assert element["tag"].upper() in ALLOWED, element
         for name, value in element["attrs"]:
-            assert name in ALLOWED_ATTRS, element
+            assert name in ALLOWED_ATTRS | MATH_ATTRS, element
             if name == "href":
                 assert value.startswith(("https://", "http://", "mailto:")), element
     # What survives as a link is an ordinary http(s) link that opens nothing by itself.
