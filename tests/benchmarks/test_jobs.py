@@ -298,7 +298,14 @@ def test_a_context_depth_sweep_shows_the_first_token_slowing_as_context_grows(
     rows = {r.scenario: r for r in job.results.filter(kind=Result.Kind.SCENARIO)}
     shallow, deep = rows["context depth 0"], rows["context depth 6,000"]
     assert (shallow.prompt_tokens, deep.prompt_tokens) == (64, 6064)
-    assert deep.ttft_p50_s > shallow.ttft_p50_s * 2  # ~6,000 more tokens to prefill
+    # ~6,000 more tokens to prefill: 1.30 s more on the model sparksim plays. Judged on the
+    # difference, not a ratio: a busy machine's delay (a few ms of wall time is a whole
+    # simulated second at the fixture's 50x) lands on both depths alike — a loaded CI run
+    # read the 64-token TTFT as 1.08 s instead of 0.12 s — and cancels out here.
+    from sparksim.profiles import QWEN35_35B
+
+    more = QWEN35_35B.prefill_seconds(6064) - QWEN35_35B.prefill_seconds(64)
+    assert deep.ttft_p50_s - shallow.ttft_p50_s > 0.5 * more
 
 
 def test_compare_overlays_the_rate_sweeps_of_several_jobs(
