@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import search
-from apps.chat.models import Conversation, Message, SystemPromptPreset
+from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
 from apps.runs.models import Run, RunState
 
 
@@ -35,6 +35,7 @@ def chat_index(request: HttpRequest) -> HttpResponse:
         "ready_runs": ready, **_search_context(request),
         "presets": SystemPromptPreset.objects.select_related("created_by")[:MAX_PRESETS_SHOWN],
         "show_owner": request.user.has_perm(MANAGE_USERS),
+        "comparisons": Comparison.objects.filter(user=request.user)[:MAX_COMPARISONS_SHOWN],
     })  # fmt: skip
 
 
@@ -138,6 +139,7 @@ def _search_context(request: HttpRequest) -> dict:
 
 
 # The most presets a page lists (the team's shared system prompts, apps/chat/keeping.py).
+MAX_COMPARISONS_SHOWN = 20
 MAX_PRESETS_SHOWN = 500
 
 

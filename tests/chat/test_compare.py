@@ -51,6 +51,8 @@ def test_a_comparison_is_one_conversation_per_picked_run_in_order(client_as, mem
     for column in columns:
         assert f'data-ws="/ws/chat/{column.pk}/"' in html
     assert "A · Qwen other" in html
+    index = client.get(reverse("chat")).content.decode()  # listed to find it again
+    assert f'href="{comparison.get_absolute_url()}"' in index
 
 
 @pytest.mark.parametrize(
