@@ -17,6 +17,7 @@ from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
 from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_hints
 from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
 from apps.benchmarks.services import JobRefused, job_cancel, job_queue
+from apps.core.ids import form_ids
 from apps.core.redirects import safe_next
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
@@ -137,9 +138,7 @@ def guidellm_export(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 def compare(request: HttpRequest) -> HttpResponse:
-    ids = []
-    for value in request.GET.getlist("jobs"):
-        ids += [int(v) for v in value.split(",") if v.strip().isdigit()]
+    ids = form_ids(request.GET.getlist("jobs")[:MAX_COMPARE], MAX_COMPARE)
     jobs = list(
         Job.objects.filter(pk__in=ids[:MAX_COMPARE]).select_related("recipe", "host", "suite")
     )

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import arena
 from apps.chat.models import ArenaVote, Comparison, Conversation, Message
+from apps.core.ids import form_id, form_ids
 from apps.runs.models import Run, RunState
 
 LETTERS = "ABC"
@@ -44,13 +45,8 @@ def _visible(request: HttpRequest):
 @permission_required(USE_CHAT, raise_exception=True)
 def compare_new(request: HttpRequest) -> HttpResponse:
     """Start a comparison of the ready runs picked (2 or 3, each once)."""
-    picked: list[int] = []
-    for value in request.POST.getlist("runs")[: Comparison.MAX_COLUMNS + 1]:
-        try:
-            picked.append(int(value))
-        except ValueError:
-            continue
-    picked = list(dict.fromkeys(picked))
+    picked = form_ids(request.POST.getlist("runs")[: Comparison.MAX_COLUMNS + 1],
+                      Comparison.MAX_COLUMNS)  # fmt: skip
     if not 2 <= len(picked) <= Comparison.MAX_COLUMNS:
         messages.error(request, "Pick two or three different ready runs to compare.")
         return redirect("chat")
@@ -125,9 +121,8 @@ def compare_vote(request: HttpRequest, pk: int) -> JsonResponse:
     if comparison.user_id != request.user.pk:
         return JsonResponse({"error": "only who asked may vote on these answers"}, status=403)
     columns = list(comparison.columns.select_related("recipe").order_by("column"))
-    try:
-        turn = int(request.POST.get("turn", ""))
-    except ValueError:
+    turn = form_id(request.POST.get("turn"))
+    if turn is None:
         return JsonResponse({"error": "say which turn (1, 2, …)"}, status=400)
     winner_raw = (request.POST.get("winner") or "").strip().upper()
     letters = LETTERS[: len(columns)]

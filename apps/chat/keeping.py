@@ -26,6 +26,7 @@ from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import exports
 from apps.chat.models import Conversation, SystemPromptPreset
 from apps.chat.views import _conversation, _messages
+from apps.core.ids import form_id
 from apps.runs.models import RunState
 
 TOKEN_LENGTH = 43  # secrets.token_urlsafe(32): 32 random bytes, 43 URL-safe characters
@@ -133,20 +134,12 @@ def conversation_unshare(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(conversation)
 
 
-def _int(value) -> int | None:
-    """A positive id from a form field; None for anything else (junk is not a 500)."""
-    text = str(value or "").strip()
-    if not text.isascii() or not text.isdigit() or len(text) > 18:
-        return None
-    return int(text)
-
-
 @require_POST
 @permission_required(USE_CHAT, raise_exception=True)
 def preset_apply(request: HttpRequest, pk: int) -> HttpResponse:
     """Sets the conversation's system prompt to a preset's text (from the next answer)."""
     conversation = _owned(request, pk)
-    preset_id = _int(request.POST.get("preset"))
+    preset_id = form_id(request.POST.get("preset"))
     preset = SystemPromptPreset.objects.filter(pk=preset_id).first() if preset_id else None
     if preset is None:
         messages.error(request, "Pick a preset to apply (that one does not exist any more).")
@@ -181,7 +174,7 @@ def _preset_text(request: HttpRequest) -> str:
     else the `text` field."""
     if "conversation" not in request.POST:
         return request.POST.get("text", "")
-    pk = _int(request.POST.get("conversation"))
+    pk = form_id(request.POST.get("conversation"))
     if pk is None:
         raise Http404("No such conversation.")
     return _conversation(request, pk).system_prompt
@@ -194,7 +187,7 @@ def preset_new(request: HttpRequest) -> HttpResponse:
     text = _preset_text(request)
     back = redirect("chat")
     if "conversation" in request.POST:
-        back = redirect("chat-conversation", pk=_int(request.POST["conversation"]))
+        back = redirect("chat-conversation", pk=form_id(request.POST["conversation"]))
         if not text.strip():
             messages.error(request, "This conversation has no system prompt to save.")
             return back

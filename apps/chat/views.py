@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import search
 from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
+from apps.core.ids import form_id
 from apps.runs.models import Run, RunState
 
 
@@ -104,11 +105,8 @@ def conversation_switch_run(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = _conversation(request, pk)
     if conversation.user_id != request.user.pk:
         raise PermissionDenied
-    try:
-        run_id = int(request.POST.get("run") or 0)
-    except ValueError:
-        run_id = 0
-    run = Run.objects.filter(pk=run_id, state=RunState.READY).first()
+    run_id = form_id(request.POST.get("run"))
+    run = Run.objects.filter(pk=run_id, state=RunState.READY).first() if run_id else None
     if run is None:
         messages.error(request, "That run is not ready.")
     else:

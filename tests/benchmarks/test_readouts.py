@@ -298,3 +298,15 @@ def test_every_term_on_a_results_page_has_a_definition_there(client_as, member, 
     # Every diagnostic the sweep can raise has a term: no bare flag words.
     flags = {harness.CLIENT_SATURATED, harness.CLIENT_BUSY}
     assert all(terms.get(f) for f in flags)
+
+
+def test_compare_reads_junk_job_ids_as_no_job(client_as, member, qwen_job, quick_suite):
+    other = _job(quick_suite, qwen_job.recipe, qwen_job.host, member)
+    client = client_as(member)
+    url = reverse("benchmark-compare")
+    junk = ["9" * 30, "²", "-1", "0", "abc", ""]  # overflow, not ASCII, not positive
+    response = client.get(url, {"jobs": ",".join([*junk, str(qwen_job.pk), str(other.pk)])})
+    assert response.status_code == 200
+    assert f"job {other.pk}" in response.content.decode()
+    response = client.get(url, {"jobs": ",".join([*junk, str(qwen_job.pk)])})
+    assert response.status_code == 302  # one job: "Choose at least two jobs to compare."

@@ -63,6 +63,8 @@ def test_a_comparison_is_one_conversation_per_picked_run_in_order(client_as, mem
         (["SAME", "SAME"], "Pick two or three"),  # the same run twice is one run
         (["A", "B", "C", "99999"], "Pick two or three"),
         (["A", "99999"], "Not ready: run 99999"),
+        (["A", "9" * 30], "Pick two or three"),  # an id too big for the database is junk
+        (["A", "²"], "Pick two or three"),
     ],
 )
 def test_bad_picks_are_refused_with_a_reason_and_create_nothing(

@@ -175,12 +175,13 @@ def test_every_markdown_element_renders_code_is_highlighted_and_copied_raw_is_a_
 
 def test_streaming_appends_finished_blocks_and_never_replaces_them(chat_page):
     page = chat_page
-    # Room for 30 short blocks (the conversation's default is 1,024 tokens).
+    # Room for 80 short blocks, ~1,600 tokens (the conversation's default is 1,024): about
+    # a second of streaming at the demo host's 40x, many batches even on a busy machine.
     page.get_by_label("Max tokens").fill("4000")
     page.get_by_role("button", name="Save", exact=True).click()
     expect(page.locator("#messages")).to_contain_text("Settings saved")
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
-    paragraphs = [f"Paragraph {i} says {words}." for i in range(30)]
+    paragraphs = [f"Paragraph {i} says {words}." for i in range(80)]
     text = "\n\n".join(paragraphs)
     # Watch the log: every finished part added while the answer streams, and any node
     # removed from a finished part (there must be none).
@@ -208,8 +209,8 @@ def test_streaming_appends_finished_blocks_and_never_replaces_them(chat_page):
     assert page.evaluate("window.__tailRenders") >= 2
     assert page.evaluate("window.__replaced") == 0
     view = answer.locator("[data-rendered]")
-    expect(view.locator("p")).to_have_count(30)
-    expect(view.locator("p").nth(29)).to_have_text(f"Paragraph 29 says {words}.")
+    expect(view.locator("p")).to_have_count(80)
+    expect(view.locator("p").nth(79)).to_have_text(f"Paragraph 79 says {words}.")
     expect(answer.locator("[data-stats]")).to_contain_text("finish: stop")
 
 
