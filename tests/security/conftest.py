@@ -14,7 +14,7 @@ from apps.api.models import Webhook
 from apps.api.tokens import token_create
 from apps.benchmarks.models import Job, JobState, Result, Suite
 from apps.benchmarks.selectors import suite_plan
-from apps.chat.models import Conversation, Message
+from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
 from apps.core.models import Notice
 from apps.gateway.keys import key_create
 from apps.gateway.models import ModelAlias
@@ -69,6 +69,11 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
     message = Message.objects.create(
         conversation=conversation, role=Message.Role.USER, content="hello", run=run
     )
+    preset = SystemPromptPreset.objects.create(
+        name="operator's preset", text="Answer in French.", created_by=operator
+    )
+    comparison = Comparison.objects.create(user=operator, title="operator's comparison")
+    Conversation.objects.create(user=operator, run=run, recipe=qwen, comparison=comparison)
     token, _clear = token_create(user=operator, name="operator ci")
     gateway_key, _clear = key_create(user=operator, name="operator's Open WebUI")
     alias = ModelAlias.objects.create(name="world-alias", recipe=qwen)
@@ -99,6 +104,8 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         "done_jobs": done,
         "conversation": conversation,
         "message": message,
+        "preset": preset,
+        "comparison": comparison,
         "token": token,
         "gateway_key": gateway_key,
         "alias": alias,

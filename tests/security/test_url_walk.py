@@ -61,6 +61,8 @@ MEMBER_MAY_POST = {
     "benchmark-queue": "members queue benchmarks",
     "benchmark-import": "members import results they measured as read-only jobs",
     "chat-new": "members chat",
+    "chat-compare-new": "members compare ready runs side by side (an empty form starts nothing)",
+    "chat-preset-new": "saves a system-prompt preset the team shares (an empty form saves nothing)",
     "recipe-plan": "the live planner preview; computes, saves nothing",
     "password-change": "changes the member's own password (an empty form changes nothing)",
 }
@@ -73,6 +75,12 @@ OBJECT_SCOPED = {
     "webhook-test",
     "chat-settings",
     "chat-switch-run",
+    "chat-share",
+    "chat-unshare",
+    "chat-preset-apply",
+    "chat-preset-delete",
+    "chat-compare-settings",
+    "chat-compare-vote",
     # The page answers a refused cancel with a message and a redirect (the API answers 403);
     # what matters is that the job stays queued.
     "benchmark-cancel",

@@ -36,6 +36,8 @@ PK_BY_URL_PREFIX = {
     "benchmark-suite-": "suite",
     "benchmark-": "job",
     "chat-message": "message",
+    "chat-preset-delete": "preset",
+    "chat-compare": "comparison",
     "chat-": "conversation",
     "notice-": "notice",
 }
