@@ -131,13 +131,17 @@ class Webhook(models.Model):
     events = models.JSONField(default=list)
     # How the POST looks: the panel's signed JSON, or a chat/push service's own message
     # (apps/api/webhooks/formats.py).
-    format = models.CharField(max_length=10, default="generic", choices=[
-        ("generic", "SparkPanel JSON (signed; any receiver)"),
-        ("slack", "Slack incoming webhook"),
-        ("discord", "Discord webhook"),
-        ("teams", "Microsoft Teams (Workflows webhook, Adaptive Card)"),
-        ("ntfy", "ntfy topic"),
-    ])  # fmt: skip
+    format = models.CharField(
+        max_length=10,
+        default="generic",
+        choices=[
+            ("generic", "SparkPanel JSON (signed; any receiver)"),
+            ("slack", "Slack incoming webhook"),
+            ("discord", "Discord webhook"),
+            ("teams", "Microsoft Teams (Workflows webhook, Adaptive Card)"),
+            ("ntfy", "ntfy topic"),
+        ],
+    )  # fmt: skip  (the one list: apps/api/webhooks/formats.py reads it from here)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 

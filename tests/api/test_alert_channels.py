@@ -96,3 +96,14 @@ def test_each_alert_reaches_the_mailbox_and_every_webhook_format_once(
     card = json.loads(got["teams"]["body"])["attachments"][0]["content"]
     assert words in card["body"][1]["text"]
     assert words in got["ntfy"]["body"].decode()
+
+
+def test_every_format_the_model_offers_has_a_renderer():
+    from apps.api.webhooks import formats
+
+    assert [value for value, _label in formats.CHOICES] == [
+        formats.GENERIC, formats.SLACK, formats.DISCORD, formats.TEAMS, formats.NTFY
+    ]  # fmt: skip
+    for value, _label in formats.CHOICES:
+        body, _headers = formats.render(value, "ping", {"event": "ping"}, b"{}")
+        assert body

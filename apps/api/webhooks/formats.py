@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 
+from apps.api.models import Webhook
+
 GENERIC, SLACK, DISCORD, TEAMS, NTFY = "generic", "slack", "discord", "teams", "ntfy"
-CHOICES = [
-    (GENERIC, "SparkPanel JSON (signed; any receiver)"),
-    (SLACK, "Slack incoming webhook"),
-    (DISCORD, "Discord webhook"),
-    (TEAMS, "Microsoft Teams (Workflows webhook, Adaptive Card)"),
-    (NTFY, "ntfy topic"),
-]
+# The formats and their labels, as the model declares them (one list, one migration).
+CHOICES = list(Webhook._meta.get_field("format").choices)
 DISCORD_MAX = 2000  # Discord refuses longer content
 TEXT_MAX = 3000
 
