@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
+from apps.audit import services as audit
 from apps.chat import exports
 from apps.chat.models import Conversation, SystemPromptPreset
 from apps.chat.views import _conversation, _messages
@@ -114,6 +115,7 @@ def conversation_share(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         token = secrets.token_urlsafe(32)
         Conversation.objects.filter(pk=conversation.pk).update(share_token=token)
+        audit.record("conversation.share", conversation)  # the link itself is not logged
         messages.success(
             request,
             "Shared: anyone signed in to the panel who has the link can read this "
@@ -128,6 +130,7 @@ def conversation_unshare(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = _owned(request, pk)
     if conversation.share_token:
         Conversation.objects.filter(pk=conversation.pk).update(share_token="")
+        audit.record("conversation.unshare", conversation)
         messages.success(request, "Link revoked: it no longer opens this conversation.")
     else:
         messages.info(request, "This conversation was not shared.")

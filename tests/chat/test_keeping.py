@@ -181,6 +181,17 @@ def test_a_revoked_link_is_gone_and_a_new_share_is_a_new_link(client_as, member,
         assert client_as(operator).get(reverse(name, args=[old])).status_code == 404
     _share(owner, chat)
     assert chat.share_token not in ("", old)
+    # Audited, who and what, never the link itself.
+    from apps.audit.models import AuditEntry
+
+    rows = AuditEntry.objects.filter(target_type="conversation", target_id=str(chat.pk))
+    assert list(rows.order_by("pk").values_list("action", "actor_name")) == [
+        ("conversation.share", member.username),
+        ("conversation.unshare", member.username),
+        ("conversation.share", member.username),
+    ]
+    for row in rows.values():
+        assert old not in str(row) and chat.share_token not in str(row)
 
 
 def test_only_the_owner_shares_or_revokes(client_as, member, operator, admin_user, outsider, chat):
