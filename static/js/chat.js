@@ -245,6 +245,10 @@
       area.focus();
       const close = () => { editor.remove(); content.hidden = false; };
       cancel.addEventListener("click", close);
+      area.addEventListener("keydown", (event) => {
+        if (event.key === "Escape") close();
+        if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) save.click();
+      });
       save.addEventListener("click", () => {
         if (!area.value.trim()) return;
         const id = Number(el.dataset.message);
