@@ -9,7 +9,6 @@ of recipes on the arena page (apps/chat/arena.py).
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
@@ -21,19 +20,19 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import arena
 from apps.chat.models import ArenaVote, Comparison, Conversation, Message
+from apps.chat.views import SettingsForm
 from apps.core.ids import form_id, form_ids
 from apps.runs.models import Run, RunState
 
 LETTERS = "ABC"
 
 
-class CompareSettingsForm(forms.ModelForm):
-    """The settings every column of a comparison shares (saved on each column)."""
+class CompareSettingsForm(SettingsForm):
+    """The conversation's settings, less its title, that every column of a comparison
+    shares (saved on each column)."""
 
-    class Meta:
-        model = Conversation
+    class Meta(SettingsForm.Meta):
         fields = ["system_prompt", "temperature", "top_p", "max_tokens"]
-        widgets = {"system_prompt": forms.Textarea(attrs={"rows": 3})}
 
 
 def _visible(request: HttpRequest):
