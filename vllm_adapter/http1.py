@@ -51,6 +51,7 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.head_done = False
         self.complete = False
+        self.keep_alive = False  # as the finished answer said (see on_message_complete)
         self.lost = False
         self.error: str | None = None
         self.waiter: asyncio.Future | None = None
@@ -99,6 +100,9 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        # Asked here, not later: once the answer is complete the parser starts over for the
+        # next one and says False for every connection (llhttp resets what it read).
+        self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
 
     # ours
@@ -124,7 +128,7 @@ class _Connection(asyncio.Protocol):
             self.complete
             and not self.lost
             and self.error is None
-            and self.parser.should_keep_alive()
+            and self.keep_alive
             and not self.transport.is_closing()
         )
 
@@ -133,7 +137,7 @@ class _Connection(asyncio.Protocol):
         self.status, self.headers = 0, []
         self.chunks.clear()
         self.buffered = 0
-        self.head_done = self.complete = False
+        self.head_done = self.complete = self.keep_alive = False
 
 
 def _time_out(future: asyncio.Future) -> None:

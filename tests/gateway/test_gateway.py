@@ -76,6 +76,38 @@ def test_models_chat_and_completions_streamed_and_not(panel, replica, member, ga
     assert generated == sum(r.completion_tokens for r in rows)
 
 
+def test_requests_one_after_another_reuse_one_upstream_connection(panel, replica, member,
+                                                                  gateway_key):  # fmt: skip
+    """The gateway keeps its connection to the model server alive: answers one after another,
+    streamed and not, travel on one connection (the panel runs in this process, so its
+    sockets are this process's). It once opened a new one per request — a TCP handshake
+    and the server's accept on every request's way to its first token."""
+    import psutil
+
+    sim, run = replica()
+    client = sdk(panel, gateway_key(member))
+    port = int(sim.url.rsplit(":", 1)[1])
+
+    def upstream() -> list:
+        return [c for c in psutil.Process().net_connections("tcp")
+                if c.raddr and c.raddr.port == port]  # fmt: skip
+
+    seen: set[int] = set()
+    for i in range(4):
+        answer = client.chat.completions.create(
+            model=run.served_name, messages=[{"role": "user", "content": "Hi"}], max_tokens=3,
+            stream=bool(i % 2),
+        )  # fmt: skip
+        if i % 2:
+            assert "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+        else:
+            assert answer.usage.completion_tokens == 3
+        seen |= {c.laddr.port for c in upstream() if c.status == psutil.CONN_ESTABLISHED}
+    assert len(seen) == 1, seen
+    # Nothing closed on the panel's side (a socket it closed first would wait in TIME_WAIT).
+    assert [c.status for c in upstream()] == [psutil.CONN_ESTABLISHED]
+
+
 def test_tokenize_passes_through(panel, replica, member, gateway_key):
     _, run = replica()
     key = gateway_key(member)
