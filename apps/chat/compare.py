@@ -17,9 +17,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.accounts.roles import MANAGE_USERS, USE_CHAT
+from apps.accounts.roles import USE_CHAT
 from apps.chat import arena
 from apps.chat.models import ArenaVote, Comparison, Conversation, Message
+from apps.chat.selectors import visible_to
 from apps.chat.views import SettingsForm
 from apps.core.ids import form_id, form_ids
 from apps.runs.models import Run, RunState
@@ -36,8 +37,7 @@ class CompareSettingsForm(SettingsForm):
 
 
 def _visible(request: HttpRequest):
-    qs = Comparison.objects.select_related("user")
-    return qs if request.user.has_perm(MANAGE_USERS) else qs.filter(user=request.user)
+    return visible_to(request.user, Comparison.objects.select_related("user"))
 
 
 @require_POST
@@ -73,7 +73,7 @@ def _columns(comparison: Comparison) -> list[dict]:
             "letter": LETTERS[conv.column] if conv.column < len(LETTERS) else str(conv.column),
             "conversation": conv,
             "messages": conv.messages.select_related("run__host"),
-            "ready": conv.run is not None and conv.run.state == RunState.READY,
+            "ready": conv.run_ready,
         })  # fmt: skip
     return columns
 

@@ -28,7 +28,6 @@ from apps.chat import exports
 from apps.chat.models import Conversation, SystemPromptPreset
 from apps.chat.views import _conversation, _messages
 from apps.core.ids import form_id
-from apps.runs.models import RunState
 
 TOKEN_LENGTH = 43  # secrets.token_urlsafe(32): 32 random bytes, 43 URL-safe characters
 
@@ -99,7 +98,7 @@ def shared_page(request: HttpRequest, token: str) -> HttpResponse:
         "conversation": conversation, "chat_messages": _messages(conversation),
         "owner": False, "can_write": False, "shared_token": token,
         "shared_by_me": conversation.user_id == request.user.pk,
-        "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+        "ready": conversation.run_ready,
     })  # fmt: skip
     # The token is in this page's address: never send it on to another site.
     response["Referrer-Policy"] = "no-referrer"

@@ -8,6 +8,7 @@ from django.db import models
 from django.urls import reverse
 
 from apps.hosts.clock import REAL, run_clock
+from apps.runs.models import RunState
 
 
 class Comparison(models.Model):
@@ -82,6 +83,11 @@ class Conversation(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("chat-conversation", args=[self.pk])
+
+    @property
+    def run_ready(self) -> bool:
+        """Can it be answered now: its run is there and ready."""
+        return self.run is not None and self.run.state == RunState.READY
 
 
 class Message(models.Model):

@@ -6,10 +6,17 @@ import datetime as dt
 
 from django.db.models import Q
 
+from apps.accounts.roles import MANAGE_USERS
 from apps.chat.models import Message
 
 # Someone who sent a chat message this recently is "chatting" on the run.
 CHAT_RECENT = dt.timedelta(minutes=10)
+
+
+def visible_to(user, queryset):
+    """The conversations or comparisons `user` may open: members their own, admins
+    everyone's (read-only)."""
+    return queryset if user.has_perm(MANAGE_USERS) else queryset.filter(user=user)
 
 
 def chatting_on(run, now: dt.datetime) -> dict:

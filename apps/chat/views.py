@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import search
 from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
+from apps.chat.selectors import visible_to
 from apps.core.ids import form_id
 from apps.runs.models import Run, RunState
 
@@ -25,8 +26,7 @@ class SettingsForm(forms.ModelForm):
 
 def _visible(request: HttpRequest):
     """Members see their own conversations; admins see everyone's (read-only)."""
-    qs = Conversation.objects.select_related("user", "run", "recipe")
-    return qs if request.user.has_perm(MANAGE_USERS) else qs.filter(user=request.user)
+    return visible_to(request.user, Conversation.objects.select_related("user", "run", "recipe"))
 
 
 @require_GET
@@ -73,7 +73,7 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
         "conversation": conversation, "chat_messages": _messages(conversation),
         "form": SettingsForm(instance=conversation), "owner": owner,
         "can_write": owner and request.user.has_perm(USE_CHAT),
-        "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+        "ready": conversation.run_ready,
         "ready_runs": Run.objects.filter(state=RunState.READY).select_related("recipe", "host"),
         **_keeping_context(request, conversation),
     })  # fmt: skip
@@ -93,7 +93,7 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "chat/conversation.html", {
         "conversation": conversation, "chat_messages": _messages(conversation), "form": form,
         "owner": True, "can_write": True,
-        "ready": conversation.run is not None and conversation.run.state == RunState.READY,
+        "ready": conversation.run_ready,
         **_keeping_context(request, conversation),
     }, status=400)  # fmt: skip
 
