@@ -105,6 +105,7 @@ class Gateway:
         self.inflight: dict[int, int] = {}
         self.down: dict[int, float] = {}  # run id -> until (monotonic): no new requests
         self._reload = asyncio.Lock()
+        self._filling: dict[str, asyncio.Future] = {}  # key digest -> its record being read
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _bind(self) -> None:
@@ -115,6 +116,7 @@ class Gateway:
             self._loop = loop
             self.pool = Pool(connect_timeout=settings.GATEWAY_CONNECT_TIMEOUT_S)
             self._reload = asyncio.Lock()
+            self._filling = {}
             self.table = routing.RouteTable(version="")
             self.inflight.clear()
             self.down.clear()
@@ -188,12 +190,30 @@ class Gateway:
                 await self._ensure_table(answer[6])
                 return _Admission(answer)
             if verdict in ("miss", "stale"):
-                record, revoked = await sync_to_async(keys.record_for)(digest)
-                await self.store.fill(digest, record, revoked=revoked)
+                await self._fill(digest)
                 continue
             raise _refusal(verdict, answer, model)
         raise Refused(503, "The key's record kept changing; try again.", "service_unavailable",
                       "retry")  # fmt: skip
+
+    async def _fill(self, digest: str) -> None:
+        """Read a key's record from the database into Redis, once for all the requests that
+        found it missing or stale meanwhile: a burst arriving just after the record expired
+        would otherwise queue one database read per request on Django's one sync thread."""
+        pending = self._filling.get(digest)
+        if pending is None:
+            pending = self._filling[digest] = asyncio.ensure_future(self._read_record(digest))
+            pending.add_done_callback(lambda done: self._filled(digest, done))
+        await asyncio.shield(pending)  # a client that leaves does not cancel the others' read
+
+    async def _read_record(self, digest: str) -> None:
+        record, revoked = await sync_to_async(keys.record_for)(digest)
+        await self.store.fill(digest, record, revoked=revoked)
+
+    def _filled(self, digest: str, done: asyncio.Future) -> None:
+        self._filling.pop(digest, None)
+        if not done.cancelled():
+            done.exception()  # seen (its waiters raise it), even if every waiter left
 
     # --- routes ---------------------------------------------------------------------------
     async def _ensure_table(self, version: str) -> None:

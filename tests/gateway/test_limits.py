@@ -79,6 +79,36 @@ def test_a_revoked_key_stops_at_once_and_an_expired_one_never_works(panel, repli
     assert "expired" in expired.value.body["message"]
 
 
+def test_a_burst_after_the_keys_record_expired_reads_the_database_once(
+    panel, replica, member, gateway_key, redis_url, monkeypatch
+):
+    """The key's record in Redis expires every few minutes; the requests that find it gone
+    at the same moment share one database read (the read is slowed here, as a busy
+    database would be, so that all of them arrive while it runs)."""
+    from apps.gateway import keys
+
+    _, run = replica()
+    clear = gateway_key(member)
+    reads = []
+    real = keys.record_for
+
+    def slow_record_for(digest):
+        reads.append(digest)
+        time.sleep(0.3)
+        return real(digest)
+
+    monkeypatch.setattr(keys, "record_for", slow_record_for)
+    shared_client(redis_url, timeout=2.0).delete(
+        store.key_name(keys.digest(clear))
+    )  # as if it expired
+    answers = _many(_async(panel, clear), _ask, 12, model=run.served_name, max_tokens=2)
+    assert [a[0] for a in answers] == ["ok"] * 12
+    assert reads == [keys.digest(clear)]
+    # Filled: the next requests find it in Redis.
+    _many(_async(panel, clear), _ask, 3, model=run.served_name, max_tokens=2)
+    assert len(reads) == 1
+
+
 def test_a_role_change_applies_at_the_next_request(panel, replica, member, gateway_key):
     _, run = replica()
     client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(member), max_retries=0)
