@@ -9,6 +9,7 @@ import time
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from apps.api.tokens import token_create
@@ -82,8 +83,6 @@ def test_requests_one_after_another_reuse_one_upstream_connection(panel, replica
     streamed and not, travel on one connection (the panel runs in this process, so its
     sockets are this process's). It once opened a new one per request — a TCP handshake
     and the server's accept on every request's way to its first token."""
-    import psutil
-
     sim, run = replica()
     client = sdk(panel, gateway_key(member))
     port = int(sim.url.rsplit(":", 1)[1])

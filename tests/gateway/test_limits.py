@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.services import user_set_role
 from apps.core.redisconn import shared_client
-from apps.gateway import store, usage
+from apps.gateway import keys, store, usage
 from apps.gateway.models import GatewayKey, Limit, UsageRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,8 +85,6 @@ def test_a_burst_after_the_keys_record_expired_reads_the_database_once(
     """The key's record in Redis expires every few minutes; the requests that find it gone
     at the same moment share one database read (the read is slowed here, as a busy
     database would be, so that all of them arrive while it runs)."""
-    from apps.gateway import keys
-
     _, run = replica()
     clear = gateway_key(member)
     reads = []

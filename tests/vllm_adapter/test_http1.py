@@ -54,7 +54,8 @@ def test_one_connection_serves_request_after_request_on_a_real_server(sim):
 
 class _Server:
     """A minimal HTTP/1.1 server for the cases a real vLLM does not choose on demand: it
-    answers each request with `answer`, closes when told to, and counts connections."""
+    answers each request "ok", with `Connection: close` (and closes) when told to, and
+    counts the connections it accepted."""
 
     def __init__(self, *, close_after_answer: bool):
         self.close_after_answer = close_after_answer
