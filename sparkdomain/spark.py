@@ -49,3 +49,14 @@ WATCHDOG_WARN_GB = 4.0
 
 DEFAULT_IMAGE = "vllm/vllm-openai:cu130-nightly"
 DEFAULT_PORT = 8000
+
+# The slowest a Spark prefills, in prompt tokens per second: the guard's hang rule allows
+# one prompt of the run's whole --max-model-len this long with nothing to show for it
+# (apps/guard/hang.py, docs/guard.md "A long prefill is not a hang"). Conservative: the
+# slowest prefill in the seeds is Llama-3.3-70B NVFP4, a dense 70B: 8,192 tokens in 9.8 s
+# of TTFT, 0.35 s of it fixed (~870 tok/s; sparksim's LLAMA_70B profile). Attention's work
+# per token grows with its position (layers x hidden x position against 2 x parameters for
+# the rest: +8 % at 8k, +120 % at 128k, +240 % at 256k), which brings that model to
+# ~420 tok/s on a 128k prompt, its longest, and would to ~270 tok/s on a 256k one; 200
+# leaves a margin. The smaller and MoE models of the seeds prefill 1,500-2,500 tok/s.
+PREFILL_TPS_FLOOR = 200.0

@@ -97,6 +97,8 @@ class SimRequest:
     compute_total: int = 0
     started_prefill: bool = False
     cached_tokens: int = 0
+    first_cached_tokens: int = 0
+    allocated: int = 0  # tokens whose KV vLLM would have allocated by now (its chunks so far)
     blocks: int = 0
     natural_length: int = 0
     finish_reason: str | None = None
@@ -280,7 +282,11 @@ class Engine:
                 request.admitted_sim = self.clock.sim()
             cached = self._prefix_lookup(request) if request.generated == 0 else 0
             request.cached_tokens = cached
+            if request.preemptions == 0:
+                # vLLM records a prompt's cache hits at its first scheduling only.
+                request.first_cached_tokens = cached
             request.to_compute = request.context_len - cached
+            request.allocated = cached
             request.compute_total = request.to_compute
             request.started_prefill = False
             self.running.append(request)
@@ -350,6 +356,9 @@ class Engine:
 
     async def _step(self) -> None:
         seconds, decoding, chunks = self._plan_step()
+        for request, take in chunks:
+            request.allocated = request.context_len - request.to_compute + take
+        self._publish_queue()  # the scheduler's state: this step's chunks allocated
         now = time.monotonic()
         start = (
             self._next_wall if self._next_wall is not None and self._next_wall > now - 0.05 else now
@@ -362,6 +371,12 @@ class Engine:
         if late > LATE_WARNING_S:
             self._warn_late(late)
         end_sim = self.clock.sim(target)
+        # As vLLM V1 counts a step (vllm/v1/metrics/stats.py, loggers.py): from its outputs
+        # only. A chunk that does not finish a prefill emits nothing, so no token counter
+        # moves during a prefill; the step that gives a request its first token counts the
+        # whole prompt (vllm:prompt_tokens) and the prompt tokens it computed, cache hits
+        # left out (vllm:iteration_tokens_total, with the step's generated tokens).
+        generated_before, computed = self.generated_total, 0
         for request, take in chunks:
             if request.blocks == 0:  # preempted earlier in this step
                 continue
@@ -370,11 +385,16 @@ class Engine:
             if request.to_compute == 0 and request.finish_reason is None and not request.aborted:
                 if request.generated == 0:
                     self.metrics.add_prompt_tokens(request.prompt_len)
+                    computed += request.prompt_len - request.first_cached_tokens
                     self._prefix_store(request)
                 self._emit(request, end_sim)
         for request in decoding:
             if request.finish_reason is None and not request.aborted and request.blocks > 0:
                 self._emit(request, end_sim, step_seconds=seconds)
+        if self.generated_total > generated_before:
+            self.metrics.observe_iteration_tokens(
+                computed + self.generated_total - generated_before
+            )
         self.running = [r for r in self.running if r.finish_reason is None and not r.aborted]
         self._publish_queue()
 
@@ -451,7 +471,16 @@ class Engine:
 
     def _publish_queue(self) -> None:
         self.metrics.set_queue(running=len(self.running), waiting=len(self.waiting))
-        used = self.num_blocks - self.free_blocks
+        # The engine holds a prompt's blocks from its admission; vLLM allocates them chunk by
+        # chunk as its prefill is scheduled (vllm/v1/core/sched/scheduler.py allocate_slots),
+        # so its KV usage grows step by step through a long prefill: blocks a prompt's
+        # scheduled chunks have not reached are not shown as used.
+        unreached = sum(
+            r.blocks - min(r.blocks, self._blocks_for(r.allocated))
+            for r in self.running
+            if r.to_compute
+        )
+        used = self.num_blocks - self.free_blocks - unreached
         self.metrics.set_kv_usage(used / self.num_blocks if self.num_blocks else 0.0)
 
     def _warn_late(self, late: float) -> None:

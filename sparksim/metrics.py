@@ -27,7 +27,15 @@ the same as on a real server:
   (``observe_inter_token``);
 - the per-request histograms (e2e, queue, prefill, decode, inference, prompt and
   generation token counts, mean time per output token) and ``request_success`` are
-  recorded when the request finishes (``observe_finished``).
+  recorded when the request finishes (``observe_finished``);
+- nothing is counted for a prefill until the engine step that gives the request its
+  first token: vLLM's engine core emits no output for a partial prefill, and its
+  ``vllm:prompt_tokens`` (the whole prompt) and ``vllm:iteration_tokens_total`` (one
+  observation per step with outputs: the prompt tokens computed by the prefills that
+  finished in it plus the tokens generated) come from outputs only. What moves during a
+  long prefill is ``vllm:kv_cache_usage_perc``: vLLM allocates a prompt's KV blocks chunk
+  by chunk (sparksim/engine.py shows them so). The guard's hang rule relies on this
+  (apps/guard/hang.py).
 
 A private ``CollectorRegistry`` keeps several simulated servers in one process (and
 tests) from colliding, and keeps the process's default metrics out of the output.
@@ -184,8 +192,10 @@ class VllmMetrics:
     # -- per-step and per-token observations -----------------------------------------
 
     def observe_iteration_tokens(self, n: int) -> None:
-        """Tokens processed in one engine step (prompt plus generated), as vLLM's
-        ``vllm:iteration_tokens_total`` histogram (a histogram despite the name)."""
+        """One engine step with outputs: the prompt tokens computed by the prefills that
+        finished in it plus the tokens it generated, as vLLM's
+        ``vllm:iteration_tokens_total`` histogram (a histogram despite the name; a step
+        that only advances a chunked prefill has no outputs and is not observed)."""
         self._iteration_tokens.observe(n)
 
     def observe_ttft(self, seconds: float) -> None:

@@ -205,6 +205,9 @@ class _Startup:
             log.warning(line)
         log.info("Resolved architecture: %s", self.profile.architecture_name)
         log.info("Using max model len %s", args.max_model_len)
+        # vLLM's SchedulerConfig (config/scheduler.py): chunked prefill is always on in V1.
+        log.info("Chunked prefill is enabled with max_num_batched_tokens=%d.",
+                 args.max_num_batched_tokens)  # fmt: skip
         config = (
             f"model={args.model!r}, max_seq_len={args.max_model_len}, "
             f"quantization={args.quantization}"

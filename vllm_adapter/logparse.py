@@ -225,6 +225,16 @@ def _max_model_len(m: re.Match[str]) -> _Hit:
     return _Hit(Phase.STARTING, f"Max model length {m.group(1)}", facts=_facts(max_model_len=value))
 
 
+@_rule(r"Chunked prefill is enabled with max_num_batched_tokens=" + _INT)
+def _chunked_prefill(m: re.Match[str]) -> _Hit:
+    """vLLM's SchedulerConfig says it (config/scheduler.py, 0.32/0.33): one engine step
+    prefills at most this many prompt tokens, so no step of a long prompt takes longer
+    than this many tokens' worth (apps/guard/hang.py's allowance)."""
+    value = _number(m.group(1))
+    return _Hit(Phase.STARTING, f"Chunked prefill, {m.group(1)} tokens a step",
+                facts=_facts(max_num_batched_tokens=value))  # fmt: skip
+
+
 # 2-4. LOADING
 
 _DRAFTER_STEP = "Loading drafter model"
@@ -870,7 +880,9 @@ def parse_line(line: str) -> list[LogEvent]:
 # Facts of the served model that a speculative-decoding drafter logs again after it (its
 # own "Resolved architecture", "Using max model len", "Loading weights took"): the first
 # value is the served model's and stays.
-_FIRST_WINS = frozenset({"architecture", "max_model_len", "weights_load_s"})
+_FIRST_WINS = frozenset(
+    {"architecture", "max_model_len", "max_num_batched_tokens", "weights_load_s"}
+)
 
 
 class LogFollower:

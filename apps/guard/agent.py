@@ -40,7 +40,7 @@ from apps.benchmarks import lifecycle
 from apps.core.tls import client_context
 from apps.guard import live
 from apps.guard.conditions import CLEAR_S, Episode, RunConditions
-from apps.guard.hang import STALL_S, Hang, HangDetector
+from apps.guard.hang import STALL_S, Hang, HangDetector, prefill_allowance_s
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
@@ -371,7 +371,11 @@ class HostAgent:
         policy = HangPolicy.objects.filter(recipe_id=run.recipe_id).first()
         if self.hang_detector is None or self.hang_run != run.pk:
             stall_s = policy.stall_s if policy else STALL_S
-            self.hang_detector, self.hang_run = HangDetector(stall_s=stall_s), run.pk
+            # The longest prefill step the run can take may last this long with no metric
+            # moving (apps/guard/hang.py); wall seconds, as the agent's clock.
+            allowance = prefill_allowance_s(_longest_step(run), run_clock(run).scale)
+            self.hang_detector = HangDetector(stall_s=stall_s, prefill_allowance_s=allowance)
+            self.hang_run = run.pk
         health_ok = _health(run)
         lines: list[str] = []
         if not health_ok and run.handle:
@@ -383,6 +387,8 @@ class HostAgent:
             generated=snapshot.generation_tokens if snapshot else None,
             health_ok=health_ok,
             log_lines=lines,
+            prompt=snapshot.prompt_tokens if snapshot else None,
+            kv_usage=snapshot.kv_usage if snapshot else None,
         )
         if hang is not None:
             self.on_hang(run, hang, policy)
@@ -568,6 +574,36 @@ def _health(run: Run) -> bool:
         return answer.status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _max_model_len(run: Run) -> int | None:
+    """The longest prompt + answer the run's server accepts: what its log said it uses
+    (`Using max model len N`, in the run's facts), else its vector's --max-model-len, else
+    its recipe's."""
+    found = (run.facts or {}).get("max_model_len")
+    if not found:
+        argv = list(run.argv or [])
+        for i, arg in enumerate(argv):
+            if arg == "--max-model-len" and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif arg.startswith("--max-model-len="):
+                found = arg.partition("=")[2]
+    try:
+        value = int(found)
+    except (TypeError, ValueError):
+        value = run.recipe.max_model_len
+    return value if value and value > 0 else None
+
+
+def _longest_step(run: Run) -> int | None:
+    """The most prompt tokens one engine step prefills: with chunked prefill (always on in
+    vLLM V1; its log says `Chunked prefill is enabled with max_num_batched_tokens=N`, in
+    the run's facts) N, since KV usage moves between chunks; else the whole longest prompt."""
+    longest = _max_model_len(run)
+    chunk = (run.facts or {}).get("max_num_batched_tokens")
+    if isinstance(chunk, int) and chunk > 0:
+        return min(chunk, longest) if longest else chunk
+    return longest
 
 
 def _hang_restarts(run: Run, limit: int = 20) -> int:

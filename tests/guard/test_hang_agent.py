@@ -4,6 +4,7 @@ recorded with its evidence, and the recipe's policy applies — alert only, or a
 (with backoff) until the limit of restarts in a row."""
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -103,6 +104,55 @@ def test_the_restart_policy_restarts_a_hung_run_after_its_backoff(
     assert restart.source == "watchdog" and restart.message.startswith("hung: ")
 
 
+def test_a_long_prefill_is_not_called_a_hang(redis_url, sim_host, qwen, operator, monkeypatch):
+    """A 120,000-token prompt on a real sparksim (Qwen3.5-35B's prefill: ~27 simulated
+    seconds, 2.7 s at ×10) under a 1 s stall time: one request running and no token for
+    the whole prefill. As on real vLLM only the KV cache moves, chunk by chunk; the agent
+    reads that as progress and calls nothing a hang. The prefill allowance is switched off
+    here (it alone would cover this prompt: 131,072 tokens at 200 tok/s, 66 s at ×10), so
+    the test holds the metrics' path: sparksim's /metrics, the agent's scrape, the rule."""
+    sim_host.sim_time_scale = 10
+    sim_host.save()
+    qwen.max_model_len = 131_072
+    qwen.save()
+    # 1 s: below the form's 10 s minimum (the detector takes any positive time).
+    HangPolicy.objects.create(recipe=qwen, stall_s=1)
+    monkeypatch.setattr("apps.guard.agent.prefill_allowance_s", lambda *a, **k: 0.0,
+                        raising=False)  # fmt: skip
+    run = run_start(recipe=qwen, host=sim_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY, run.failure_reason
+    answers: list[dict] = []
+
+    def ask() -> None:
+        body = {"model": run.served_name, "prompt": [11 + i % 30_000 for i in range(120_000)],
+                "max_tokens": 1}  # fmt: skip
+        answers.append(httpx.post(f"http://127.0.0.1:{run.port}/v1/completions", json=body,
+                                  headers=run.upstream_headers, timeout=60).json())  # fmt: skip
+
+    agent = HostAgent(sim_host.name)
+    thread = threading.Thread(target=ask, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    busy = []
+    try:
+        while thread.is_alive():
+            sample = agent.scrape_and_publish(time.monotonic())
+            if sample["running"] == 1:
+                busy.append(sample)
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        agent.scrape_and_publish(time.monotonic())
+    finally:
+        agent.close()
+    assert answers and answers[0]["usage"]["prompt_tokens"] == 120_000
+    # running, no token, for well over the stall time: today's rule's worst case
+    assert took > 2 and len(busy) >= 5
+    assert all(not s["generation_tps"] for s in busy[1:-1])
+    assert not Incident.objects.filter(kind=Incident.Kind.HANG).exists()
+
+
 def test_restarts_in_a_row_stop_at_the_policys_limit(sim_host, qwen, operator):
     """Each restart doubles the wait; after `max_restarts` hang restarts in a row the agent
     only alerts."""
@@ -135,3 +185,15 @@ def test_restarts_in_a_row_stop_at_the_policys_limit(sim_host, qwen, operator):
                                 restart_of=Run.objects.create(recipe=qwen, host=sim_host,
                                                               state=RunState.STOPPED, port=9))  # fmt: skip
     assert _hang_restarts(fourth) == 0
+
+
+@pytest.mark.django_db
+def test_the_allowance_is_one_prefill_step_with_chunked_prefill_else_the_longest_prompt(qwen):
+    from apps.guard.agent import _longest_step
+    from apps.guard.hang import prefill_allowance_s
+
+    run = Run(recipe=qwen, facts={"max_model_len": 131072})
+    assert _longest_step(run) == 131072  # one step may prefill the whole prompt
+    run.facts["max_num_batched_tokens"] = 8192
+    assert _longest_step(run) == 8192  # KV usage moves between the chunks
+    assert prefill_allowance_s(_longest_step(run)) < prefill_allowance_s(131072) / 10

@@ -1,6 +1,7 @@
 """sparksim's OpenAI-compatible API, driven by the official openai client and raw HTTP."""
 
 import json
+import threading
 import time
 
 import httpx
@@ -164,6 +165,43 @@ def test_kv_usage_is_blocks_in_use_over_total_while_a_request_runs(fast_sim):
         assert 251 <= used <= 251 + 200 // 16 + 1
     time.sleep(0.3)
     assert fast_sim.metrics()[("vllm:num_requests_running", ())] == 0
+
+
+def test_a_long_prefill_moves_the_kv_cache_and_no_token_counter_as_vllm_does(fast_sim):
+    """vLLM V1 counts a prefill from the step that gives the request its first token (its
+    engine core emits nothing for a partial prefill: vllm/v1/core/sched/scheduler.py), and
+    allocates the prompt's KV blocks chunk by chunk; the guard's hang rule relies on both
+    (apps/guard/hang.py). 100,000 tokens in 8,192-token chunks: ~50 simulated seconds."""
+    prompt = [7 + i % 20_000 for i in range(100_000)]
+    before = fast_sim.metrics()
+    done: list[dict] = []
+
+    def ask() -> None:
+        with fast_sim.client() as c:
+            body = {"model": NEMOTRON, "prompt": prompt, "max_tokens": 1, "cache_salt": "long"}
+            done.append(c.post("/v1/completions", json=body).json())
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    during = []
+    while thread.is_alive():
+        sample = fast_sim.metrics()
+        if sample[("vllm:num_requests_running", ())] == 1:
+            during.append(sample)
+        time.sleep(0.05)
+    thread.join()
+    assert done and done[0]["usage"]["prompt_tokens"] == 100_000
+    assert len(during) >= 10
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                 "vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum"):  # fmt: skip
+        assert {_delta(before, s, name) for s in during} == {0}, name
+    kv = [s[("vllm:kv_cache_usage_perc", ())] for s in during]
+    assert kv == sorted(kv) and len(set(kv)) >= 5  # grows chunk by chunk
+    after = fast_sim.metrics()
+    assert _delta(before, after, "vllm:prompt_tokens_total") == 100_000
+    # one step with outputs: the 100,000 prompt tokens it computed and the 1 it generated
+    assert _delta(before, after, "vllm:iteration_tokens_total_count") == 1
+    assert _delta(before, after, "vllm:iteration_tokens_total_sum") == 100_001
 
 
 def test_a_client_that_goes_away_aborts_its_request(fast_sim):

@@ -711,3 +711,16 @@ def test_any_order_of_real_lines_keeps_the_phase_monotonic(lines: list[str]) -> 
         follower.feed(line)
         ranks.append(list(Phase).index(follower.phase))
     assert ranks == sorted(ranks)
+
+
+def test_chunked_prefill_says_the_most_tokens_one_step_prefills() -> None:
+    """vLLM's SchedulerConfig line (config/scheduler.py), as real GB10 start-ups print it:
+    the hang rule's allowance for one silent step comes from it (apps/guard/agent.py)."""
+    follower = LogFollower()
+    follower.feed(
+        "(APIServer pid=1) INFO 12-06 10:00:00 [scheduler.py:252] Chunked prefill is enabled "
+        "with max_num_batched_tokens=8192."
+    )
+    follower.feed("(APIServer pid=1) INFO 12-06 10:00:01 [scheduler.py:252] Chunked prefill is "
+                  "enabled with max_num_batched_tokens=2048.")  # fmt: skip
+    assert follower.facts["max_num_batched_tokens"] == 8192  # the first one the run said
