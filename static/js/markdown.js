@@ -6,7 +6,9 @@
 //    file:, relative and other schemes stay text); it opens in a new tab with no referrer;
 //  - an image is never loaded: ![alt](url) becomes a link "image: alt";
 //  - math ($…$, \(…\), $$…$$, \[…\]) is turned into MathML by Temml with trust off (no
-//    \href, \url, \includegraphics, \html…), its colours and backgrounds dropped;
+//    \href, \url, \includegraphics, \html…), its colours and backgrounds dropped; Temml's
+//    style attributes never reach an HTML parser (the CSP would refuse each one): its few
+//    layout styles become md-tml-* classes (static/css/sparkpanel.css), the rest go;
 //  - DOMPurify then keeps only ALLOWED_TAGS and ALLOWED_ATTR (no style, no event
 //    handlers, no id), and classes only for code languages, highlight.js, alignment and
 //    Temml's layout.
@@ -38,7 +40,7 @@
   ];
   const ALLOWED_ATTR = ["href", "title", "class", "start", ...MATH_ATTR];
   const SAFE_URL = /^(?:https?:|mailto:)/i;
-  const SAFE_CLASS = /^(?:language-[\w#+.-]{1,40}|hljs(?:-[\w-]{1,40})?|md-align-(?:left|center|right)|md-image|md-math(?:-block|-error)?|tml-[\w-]{1,40})$/;
+  const SAFE_CLASS = /^(?:language-[\w#+.-]{1,40}|hljs(?:-[\w-]{1,40})?|md-align-(?:left|center|right)|md-image|md-math(?:-block|-error)?|(?:md-)?tml-[\w-]{1,40})$/;
   // Values of the attributes that are not addresses: lengths, keywords, numbers.
   const SAFE_VALUE = /^[\w .#%+-]{0,80}$/;
   const MAX_MATH_CHARS = 4000;
@@ -239,8 +241,73 @@
   // --- math: $…$ and \(…\) inline, $$…$$ and \[…\] as blocks, by Temml ----------------
   function mathHtml(tex, display) {
     if (tex.length > MAX_MATH_CHARS) throw new Error("too long");
-    return temml.renderToString(tex, {
+    return unstyle(temml.renderToString(tex, {
       displayMode: display, trust: false, throwOnError: true, maxSize: 20, maxExpand: 500,
+    }));
+  }
+
+  // Temml writes part of its layout as style attributes: display math's <math> carries
+  // "display:block math", an accent's <mo> "math-depth:0", a matrix's or an alignment's
+  // <mtd> its column padding, an array's rules borders, \boxed a padding and a border,
+  // \color a colour. The panel's CSP (style-src 'self', no 'unsafe-inline') refuses every
+  // style attribute the moment an HTML parser meets it — DOMPurify's own DOMParser
+  // included, before any of its hooks runs — and reports a violation. So they are taken
+  // out of Temml's markup while it is still a string: the layout ones become classes
+  // (static/css/sparkpanel.css, .md-tml-*; text-align as Temml's own tml-left/right), the
+  // rest (colours, free-form offsets, \hspace margins, transforms) are dropped, as
+  // DOMPurify dropped every style before. Temml escapes & < > " ' in attribute values and
+  // text, so a tag is always <name …> with "-quoted values, and no text can look like one.
+  const TEMML_STYLE_CLASSES = (() => {
+    const map = {
+      // Chromium centres display math only with "block math" (Temml-Local.css says block)
+      "display:block math": "md-tml-block-math",
+      "math-depth:0": "md-tml-depth-0", // an accent at full size
+      "text-align:left": "tml-left", "text-align:right": "tml-right",
+      "width:100%": "md-tml-w-full", "width:50%": "md-tml-w-half", // \tag'ed equations
+      "padding:0": "md-tml-p-0", "padding-top:0": "md-tml-pt-0", "padding-bottom:0": "md-tml-pb-0",
+      "padding:3pt": "md-tml-p-box", "border:1px solid": "md-tml-b-box", // \boxed
+      "font-weight:bold": "md-tml-bold", // \boldsymbol
+    };
+    // Column padding: 0, \smallmatrix's 0.1389em, CD's 0.25em, 0.4em, cases' and aligned's
+    // 1em, and the arrays' and matrices' \arraycolsep (5pt = 5.9776pt as Temml writes it).
+    const pads = { "0": "0", "0em": "0", "0pt": "0", "0.1389em": "small", "0.25em": "cd",
+                   "0.4em": "std", "1em": "1em", "5.9776pt": "col" };
+    for (const [value, key] of Object.entries(pads)) {
+      map["padding-left:" + value] = "md-tml-pl-" + key;
+      map["padding-right:" + value] = "md-tml-pr-" + key;
+    }
+    // An array's rules: | and : between columns, \hline and \hdashline, = double.
+    for (const side of ["top", "bottom", "left", "right"]) {
+      for (const [value, key] of [["0.06em solid", "solid"], ["0.06em dashed", "dashed"],
+                                  ["0.15em double", "double"]]) {
+        map[`border-${side}:${value}`] = `md-tml-b${side[0]}-${key}`;
+      }
+    }
+    return map;
+  })();
+
+  function unstyle(markup) {
+    return markup.replace(/<([a-z][a-z0-9]*)(\s[^<>]*)?>/g, (tag, name, attrs) => {
+      if (!attrs || !/\sstyle="/.test(attrs)) return tag;
+      const classes = [];
+      let rest = attrs.replace(/\sstyle="([^"]*)"/g, (_, css) => {
+        for (const declaration of css.split(";")) {
+          const at = declaration.indexOf(":");
+          if (at < 0) continue;
+          const key = declaration.slice(0, at).trim().toLowerCase() + ":" +
+            declaration.slice(at + 1).trim().replace(/\s+/g, " ");
+          const cls = TEMML_STYLE_CLASSES[key];
+          if (cls && !classes.includes(cls)) classes.push(cls);
+        }
+        return "";
+      });
+      if (classes.length) {
+        const named = /\sclass="([^"]*)"/.exec(rest);
+        rest = named
+          ? rest.replace(named[0], () => ` class="${named[1]} ${classes.join(" ")}"`)
+          : ` class="${classes.join(" ")}"${rest}`;
+      }
+      return `<${name}${rest}>`;
     });
   }
 

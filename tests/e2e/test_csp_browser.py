@@ -2,22 +2,30 @@
 nothing they do. Every `securitypolicyviolation` event and every console report of a
 refusal is recorded, on the login page, the dashboard, a ready run's page with its live
 charts, a benchmark job's charts and a comparison, the wizard and its live plan (htmx
-swaps), a chat exchange over its socket, the hosts, the recipe page's delete confirmation
-(an event handler in events.js now, not an inline onsubmit), the profile, the API docs
-(Swagger UI) and the Django admin: zero violations.
+swaps), a chat exchange over its socket (an answer with math: Temml's MathML), the hosts,
+the recipe page's delete confirmation (an event handler in events.js now, not an inline
+onsubmit), the profile, the API docs (Swagger UI) and the Django admin: zero violations.
 
 A control proves the recorder sees violations: an inline script the test adds is refused
 and reported.
+
+Math, quickly and without the live server: static/ served under the panel's own policy,
+every Temml construct that writes a style attribute rendered by markdown.js with no
+violation, no style attribute, and its layout kept as classes.
 """
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
+import threading
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import wait_for
+from apps.core.csp import DIRECTIVES
+from tests.conftest import ROOT, wait_for
 from tests.e2e.conftest import READY_RUN, STATE, login
 
 # Run alone, the test pays for the session's live server, worker and a ready model, then
@@ -56,6 +64,14 @@ for n in range(2):
 print(json.dumps(ids))
 """
 CLEANUP = 'from apps.benchmarks.models import Job; Job.objects.filter(note="csp seeded").delete()'
+
+# The chat's answer: text, inline math with an accent, and a display matrix.
+CHAT_ANSWER = """under the policy: $E = mc^2$ and $\\hat{x}$, and
+
+$$
+\\begin{pmatrix}a & b \\\\ c & d\\end{pmatrix}
+$$
+"""
 
 
 @pytest.fixture
@@ -163,14 +179,113 @@ def test_the_main_pages_work_under_the_policy_with_no_violation(
     rec.visit("/api/v1/docs", ".swagger-ui .info .title", timeout=90_000)
     rec.visit("/admin/", "#content")
 
-    # Chat: a new conversation, an answer streamed over the chat socket.
+    # Chat: a new conversation, an answer streamed over the chat socket, with math (Temml
+    # writes style attributes: display math's <math>, an accent, a matrix's cells).
     page.goto("/chat/")
     page.get_by_role("button", name="New chat").click()
     expect(page.locator("[data-chat-state]")).to_have_text("ready", timeout=15_000)
-    page.get_by_label("Message").fill("/sparksim echo under the policy")
+    page.get_by_label("Message").fill("/sparksim echo " + CHAT_ANSWER)
     page.get_by_role("button", name="Send").click()
     answer = page.locator(".chat-assistant").last
-    expect(answer.locator("[data-content]")).to_have_text("under the policy", timeout=30_000)
+    expect(answer.locator("[data-stats]")).to_contain_text("finish:", timeout=30_000)
+    expect(answer.locator("[data-content]")).to_contain_text("under the policy")
+    math = answer.locator("[data-rendered] math")
+    expect(math).to_have_count(3)
+    expect(answer.locator("[data-rendered] math[display=block] mtd")).to_have_count(4)
+    expect(answer.locator("[data-rendered] [style]")).to_have_count(0)
     rec.collect("chat")
 
     assert not rec.seen, "CSP violations:\n" + "\n".join(rec.seen)
+
+
+# --- math under the policy, without the live server --------------------------------------
+# Temml writes part of its layout as style attributes, which style-src 'self' refuses as
+# soon as any HTML parser meets them (DOMPurify's DOMParser too); static/js/markdown.js
+# takes them out of Temml's markup and keeps the layout as classes.
+
+MATH = {
+    # Markdown with TeX → a selector that must match in the panel's render (the layout kept)
+    "$$\nE = mc^2\n$$": "math.md-tml-block-math[display=block]",
+    "$\\hat{x}$": "mover > mo.md-tml-depth-0",
+    "$$\n\\begin{pmatrix}a&b\\\\c&d\\end{pmatrix}\n$$": "mtd.md-tml-pl-0.md-tml-pr-col",
+    "$$\n\\begin{array}{c|c}a&b\\\\\\hline c&d\\end{array}\n$$": "mtd.md-tml-br-solid.md-tml-bb-solid",
+    "$$\n\\begin{aligned}a&=b\\\\c&=d\\end{aligned}\n$$": "mtd.tml-left.md-tml-pr-0",
+    "$$\n\\begin{cases}a & x\\\\b & y\\end{cases}\n$$": "mtd.md-tml-pl-1em",
+    "$\\boxed{x}$": "mrow.md-tml-p-box.md-tml-b-box",
+    "$$\nx \\tag{1}\n$$": "mtable.md-tml-w-full mtd.md-tml-p-0.md-tml-w-half",
+    "$\\color{red}{y}$": "mi",  # its colour dropped, as before
+}
+MATH_PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<link rel="stylesheet" href="/static/css/sparkpanel.css">
+<link rel="stylesheet" href="/static/vendor/temml/Temml-Local.css">
+<script src="/static/vendor/markdown-it/markdown-it.umd.min.js" defer></script>
+<script src="/static/vendor/dompurify/purify.min.js" defer></script>
+<script src="/static/vendor/temml/temml.min.js" defer></script>
+<script src="/static/js/markdown.js" defer></script>
+</head><body><div id="out" class="chat-md"></div></body></html>"""
+
+
+class _Static(http.server.SimpleHTTPRequestHandler):
+    """The repository's static/ and one page, every answer under the panel's policy."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Content-Security-Policy",
+                         "; ".join(f"{k} {v}" for k, v in DIRECTIVES.items()))  # fmt: skip
+        super().end_headers()
+
+    def do_GET(self) -> None:
+        if self.path != "/math":
+            return super().do_GET() if self.path.startswith("/static/") else self.send_error(404)
+        body = MATH_PAGE.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def static_server():
+    handler = functools.partial(_Static, directory=str(ROOT))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_math_renders_under_the_policy_with_temmls_layout_as_classes(browser, static_server):
+    context = browser.new_context(base_url=static_server)
+    try:
+        page = context.new_page()
+        page.add_init_script(RECORDER)
+        page.goto("/math")
+        page.wait_for_function("window.SparkMarkdown && window.temml")
+        # The control: Temml's own markup, parsed as it is, is refused (style-src-attr).
+        page.evaluate("""() => { const t = document.createElement("template");
+            t.innerHTML = window.temml.renderToString("x", {displayMode: true}); }""")
+        page.wait_for_timeout(200)
+        control = page.evaluate("window.__csp")
+        assert control and control[0].startswith("style-src-attr"), control
+        for tex, kept in MATH.items():
+            page.evaluate("window.__csp = []")
+            found = page.evaluate("""([tex, kept]) => {
+                const out = document.getElementById("out");
+                out.replaceChildren(window.SparkMarkdown.render(tex));
+                return {math: out.querySelectorAll("math").length,
+                        styled: out.querySelectorAll("[style]").length,
+                        kept: out.querySelectorAll(kept).length};
+            }""", [tex, kept])  # fmt: skip
+            page.wait_for_timeout(100)
+            assert page.evaluate("window.__csp") == [], tex
+            assert found["math"] == 1 and found["styled"] == 0 and found["kept"] >= 1, (tex, found)
+        # Display math is centred block math, as Temml's inline style made it.
+        page.evaluate("""() => document.getElementById("out").replaceChildren(
+            window.SparkMarkdown.render("$$\\nx\\n$$"))""")
+        shown = page.evaluate("getComputedStyle(document.querySelector('#out math')).display")
+        assert shown == "block math"
+    finally:
+        context.close()
