@@ -3,19 +3,41 @@
 Pure Python, no Django: the recipe page shows these, and both engines (Docker and the
 local process engine) receive the same vector. `assert_safe_argv` refuses any vector whose
 --gpu-memory-utilization is missing (vLLM would fall back to its 0.92 default) or above
-0.90, whatever path built it.
+0.90, that carries an option no recipe field, extra-argument allowlist or panel setting
+puts there, or whose model, tokenizer or folder is neither a Hugging Face id nor a path in
+the host's model directories — whatever path built it.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import shlex
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Protocol
 
 from sparkdomain import spark
-from sparkdomain.flags import FlagError, check_utilization
-from sparkdomain.pair import tensor_parallel_problem
+from sparkdomain.flags import EXTRA_FLAGS, TYPED_FLAGS, FlagError, check_utilization
+from sparkdomain.model_refs import model_ref_problem
+from sparkdomain.pair import RAY_BACKEND_FLAG, tensor_parallel_problem
 from vllm_adapter import contract as vllm_contract
+
+# The options a vector may carry: the recipe's typed fields, the extra arguments' allowlist
+# and what the panel adds itself (address, port, revision, a pair's Ray backend). Anything
+# else — a chat template file, a tool-parser plugin, a download directory, a speculative
+# model, a worker class, middleware — would let vLLM read a file or import code nobody
+# checked (issue 38), so the last guard refuses it by what vLLM reads it as (its dest).
+PASSED_FLAGS = frozenset({*TYPED_FLAGS, *EXTRA_FLAGS, RAY_BACKEND_FLAG}) - {"--api-key"}
+# Values vLLM reads as a model, a tokenizer or a folder: a Hub id or a path inside the
+# host's model directories (sparkdomain/model_refs.py); some also take a fixed word.
+PATH_DESTS = frozenset({"model", "tokenizer", "generation_config"})
+WORD_VALUES = {
+    "generation_config": frozenset({"auto", "vllm"}),
+    # Never a class name (vLLM imports one given by its qualified name).
+    "distributed_executor_backend": frozenset({"ray", "mp", "uni"}),
+}
+_NEGATIVE_NUMBER = re.compile(r"-\d")
 
 
 class RecipeLike(Protocol):
@@ -41,9 +63,15 @@ class UnsafeCommand(ValueError):
 
 
 def serve_argv(
-    recipe: RecipeLike, *, host: str | None = None, port: int | None = None
+    recipe: RecipeLike,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    model_dirs: Iterable[str] | None = None,
 ) -> list[str]:
-    """`vllm serve <model> <flags>` for a recipe; host and port are the engine's to add."""
+    """`vllm serve <model> <flags>` for a recipe; host and port are the engine's to add.
+    `model_dirs`: the host's model directories (apps/recipes/launch.py::argv_on); None when
+    no host is named (the recipe page), and a path is then judged by its shape only."""
     argv = ["vllm", "serve", recipe.model_id]
     revision = getattr(recipe, "revision", "")  # a run pins the commit it downloaded
     if revision:
@@ -75,7 +103,7 @@ def serve_argv(
     if recipe.tool_call_parser:
         argv += ["--tool-call-parser", recipe.tool_call_parser]
     argv += list(recipe.extra_args or [])
-    assert_safe_argv(argv)
+    assert_safe_argv(argv, model_dirs=model_dirs)
     return argv
 
 
@@ -102,8 +130,11 @@ def shell_line(argv: list[str]) -> str:
     return " ".join(a if a.startswith("$HOME/") and ":" in a else shlex.quote(a) for a in argv)
 
 
-def assert_safe_argv(argv: list[str]) -> None:
-    """Refuse a `vllm serve` vector that could freeze a Spark or smuggle in options."""
+def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None) -> None:
+    """Refuse a `vllm serve` vector that could freeze a Spark or smuggle in options.
+    `model_dirs`: where a local model, tokenizer or folder may lie on the host that runs it
+    (each engine passes its own; none set there means Hub ids only). None: the host is not
+    known yet, and a path is judged by its shape only."""
     # The Docker engine runs argv[0] as the container's entrypoint: it must be vllm.
     if len(argv) < 3 or argv[0] != "vllm" or argv[1] != "serve":
         raise UnsafeCommand("expected 'vllm serve <model> ...'")
@@ -148,6 +179,57 @@ def assert_safe_argv(argv: list[str]) -> None:
         raise UnsafeCommand(str(exc)) from None
     if argv[2].startswith("-"):
         raise UnsafeCommand("the model must come right after 'serve'")
+    _check_options(flags, contracts, None if model_dirs is None else tuple(model_dirs))
+    problem = model_ref_problem(
+        argv[2], field="the model", model_dirs=None if model_dirs is None else tuple(model_dirs)
+    )
+    if problem:
+        raise UnsafeCommand(problem)
+
+
+@functools.cache
+def _passed_dests() -> frozenset[str]:
+    """What vLLM reads PASSED_FLAGS as, in every version SparkPanel knows."""
+    dests = set()
+    for version in vllm_contract.available_versions():
+        contract = vllm_contract.load(version)
+        for flag in PASSED_FLAGS:
+            option = contract.option(flag)
+            if option is not None:
+                dests.add(option.dest)
+    return frozenset(dests)
+
+
+def _check_options(flags: list[str], contracts: list, model_dirs: tuple[str, ...] | None) -> None:
+    """Every option is one SparkPanel passes (by what every known vLLM reads it as), and
+    every path-like value is a Hub id or lies in the host's model directories."""
+    for i, arg in enumerate(flags):
+        if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
+            continue
+        flag, eq, inline = arg.partition("=")
+        if not arg.startswith("--"):  # a short option: only the typed fields' -q and -tp
+            if flag not in PASSED_FLAGS:
+                raise UnsafeCommand(f"{arg} is not an option SparkPanel passes to vLLM")
+            continue
+        flag = vllm_contract.Contract.normalise(flag)
+        dests = {c.dest_of(flag) for c in contracts} - {None}
+        if dests - _passed_dests() or (not dests and flag not in PASSED_FLAGS):
+            raise UnsafeCommand(
+                f"{arg} is not an option SparkPanel passes to vLLM: a recipe sets its typed "
+                "fields and the extra arguments' allowlist; options that read files or load "
+                "code never reach a server"
+            )
+        value = inline if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+        for dest in dests:
+            words = WORD_VALUES.get(dest)
+            if words is not None and value in words:
+                continue
+            if dest in PATH_DESTS:
+                problem = model_ref_problem(value, field=flag, model_dirs=model_dirs)
+                if problem:
+                    raise UnsafeCommand(problem)
+            elif words is not None:
+                raise UnsafeCommand(f"{flag} takes one of {', '.join(sorted(words))}")
 
 
 # The recipe field that sets each typed flag; anything else came from the extra arguments.

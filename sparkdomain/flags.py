@@ -5,22 +5,24 @@ A recipe's typed fields cover the flags that matter for memory; anything else go
 Nothing here can add mounts, devices, privileges or host namespaces: those are container
 options, never vLLM flags, and the engine builds the container from host settings alone.
 Every value is one argv element (no shell ever parses it), and no value may start with
-"-", so a value can never smuggle in another flag.
+"-", so a value can never smuggle in another flag. A value that names a model, a tokenizer
+or a folder is a Hugging Face id or a path in a host's model directories
+(`sparkdomain/model_refs.py`).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from sparkdomain import spark
 from sparkdomain.bounded import clip
+from sparkdomain.model_refs import is_hub_id, model_ref_problem
 from vllm_adapter import advice
 
-HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$")
-LOCAL_PATH = re.compile(r"^/(?:[A-Za-z0-9._-]+/?)+$")
 # A branch, tag or commit of a model repository (the Hub's own names: no "..", no spaces).
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
@@ -36,7 +38,7 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 @dataclass(frozen=True)
 class FlagSpec:
-    kind: str  # "switch", "int", "choice", "token"
+    kind: str  # "switch", "int", "choice", "token", "model" (a Hub id or a model path)
     help: str
     choices: tuple[str, ...] = ()
     minimum: int | None = None
@@ -79,7 +81,8 @@ EXTRA_FLAGS: dict[str, FlagSpec] = {
     "--max-logprobs": FlagSpec(
         "int", "most logprobs a request may ask for", minimum=0, maximum=10_000
     ),
-    "--tokenizer": FlagSpec("token", "tokenizer repository id"),
+    # Its folder's Python runs with --trust-remote-code: a Hub id or a model directory's path.
+    "--tokenizer": FlagSpec("model", "tokenizer repository id (or a path in a model directory)"),
 }
 
 # Flags a recipe sets through its typed fields (or that the panel itself controls).
@@ -111,18 +114,20 @@ class FlagError(ValueError):
     """A user-facing message about one extra argument."""
 
 
-def parse_extra_args(text: str) -> list[str]:
+def parse_extra_args(text: str, model_dirs: Iterable[str] = ()) -> list[str]:
     """Split the extra-arguments box (one or more flags per line) into argv tokens and
     validate them. Raises FlagError with every problem found, one per line."""
     try:
         tokens = shlex.split(text, comments=True)
     except ValueError as exc:
         raise FlagError(f"could not read the extra arguments: {exc}") from None
-    return validate_extra_args(tokens)
+    return validate_extra_args(tokens, model_dirs)
 
 
-def validate_extra_args(tokens: list[str]) -> list[str]:
-    """Check argv tokens against the allowlist; returns them normalised (--flag value)."""
+def validate_extra_args(tokens: list[str], model_dirs: Iterable[str] = ()) -> list[str]:
+    """Check argv tokens against the allowlist; returns them normalised (--flag value).
+    A path-valued flag's path must lie in `model_dirs` (none given: Hub ids only)."""
+    model_dirs = tuple(model_dirs)
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise FlagError("extra arguments must be a list of strings")
     out: list[str] = []
@@ -170,7 +175,7 @@ def validate_extra_args(tokens: list[str]) -> list[str]:
         else:
             problems.append(f"{flag} needs a value")
             continue
-        error = _check_value(flag, spec, value)
+        error = _check_value(flag, spec, value, model_dirs)
         if error:
             problems.append(error)
         else:
@@ -188,7 +193,9 @@ def validate_extra_args(tokens: list[str]) -> list[str]:
 MAX_PROBLEMS_SHOWN = 10
 
 
-def _check_value(flag: str, spec: FlagSpec, value: str) -> str | None:
+def _check_value(
+    flag: str, spec: FlagSpec, value: str, model_dirs: tuple[str, ...] = ()
+) -> str | None:
     if value.startswith("-"):
         return f"{flag}: the value {value!r} may not start with '-'"
     if spec.kind == "choice" and value not in spec.choices:
@@ -204,6 +211,8 @@ def _check_value(flag: str, spec: FlagSpec, value: str) -> str | None:
             return f"{flag}: {number} is above the maximum {spec.maximum}"
     if spec.kind == "token" and not TOKEN.match(value):
         return f"{flag}: {value!r} may only contain letters, digits, '.', '_', '/' and '-'"
+    if spec.kind == "model":
+        return model_ref_problem(value, field=flag, model_dirs=model_dirs)
     return None
 
 
@@ -218,20 +227,14 @@ def format_extra_args(tokens: list[str]) -> str:
     return "\n".join(lines)
 
 
-def validate_model_id(value: str) -> str | None:
-    if HF_ID.match(value):
-        return None
-    if LOCAL_PATH.match(value) and ".." not in value.split("/"):
-        return None
-    return (
-        "Use a Hugging Face id (organisation/model, e.g. nvidia/Qwen3.5-35B-A3B-NVFP4) or an "
-        "absolute path inside the container (e.g. /models/my-model)."
-    )
+def validate_model_id(value: str, model_dirs: Iterable[str] = ()) -> str | None:
+    """None for a Hub id or a path in one of `model_dirs` (none given: Hub ids only)."""
+    return model_ref_problem(value, field="model", model_dirs=tuple(model_dirs))
 
 
 def is_hub_model(model_id: str) -> bool:
-    """A Hugging Face id (the panel downloads it), not a path inside the container."""
-    return bool(HF_ID.match(model_id))
+    """A Hugging Face id (the panel downloads it), not a path inside the server."""
+    return is_hub_id(model_id)
 
 
 def validate_revision(value: str) -> str | None:

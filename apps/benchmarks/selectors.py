@@ -221,7 +221,7 @@ def _hint(occupancy: Occupancy, recipe: Recipe) -> dict:
     if refusal is not None:
         return {"ok": False, "text": refusal}
     if not host.image_allowed(recipe.image):
-        return {"ok": False, "text": f"{host.name} does not allow the image {recipe.image}."}
+        return {"ok": False, "text": host.image_refusal(recipe.image)}
     waiting = occupancy.waiting_for(recipe)
     reuse = occupancy.reusable(recipe.pk)
     if reuse is not None and waiting is None:

@@ -43,9 +43,9 @@ def job_admission(*, recipe: Recipe, host: Host, user) -> None:
     pinned = occupancy.job_refusal(recipe.pk)
     if pinned is not None:
         raise JobRefused(pinned, "pinned")
-    if not host.image_allowed(recipe.image):
-        raise JobRefused(f"{host.name} does not allow the image {recipe.image}.",
-                         "image_not_allowed")  # fmt: skip
+    image_refusal = host.image_refusal(recipe.image)  # says how an admin allows it
+    if image_refusal:
+        raise JobRefused(image_refusal, "image_not_allowed")
     if occupancy.reusable(recipe.pk) and occupancy.waiting_for(recipe) is None:
         return  # the job reuses that run
     waits = occupancy.waiting_for(recipe) is not None

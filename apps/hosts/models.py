@@ -12,10 +12,12 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.core.queues import host_queue
-from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
+from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed, split_image
 from sparkdomain import planner, spark
 from sparkdomain.flags import IMAGE, is_hub_model
+from sparkdomain.images import OFFICIAL_IMAGES_TEXT
 from sparkdomain.meminfo import Memory, read_meminfo
+from sparkdomain.model_refs import server_model_dirs
 from sparkdomain.spark import GB, GIB
 from sparksim.faults import FaultSpecError, parse_faults
 from vllm_adapter import contract as vllm_contract
@@ -44,6 +46,19 @@ class HostQuerySet(models.QuerySet):
     def default(self):
         """The host a recipe is checked and shown for when no host is named: the first."""
         return self.order_by("name").first()
+
+    def model_dirs(self) -> tuple[str, ...]:
+        """Every host's model directories: where a recipe's local model or tokenizer may
+        lie before a host is chosen (each start checks its own host's again)."""
+        return tuple(sorted({d for host in self for d in host.model_dirs()}))
+
+    def image_allowed_somewhere(self, image: str) -> bool:
+        """Whether any host would start `image` (no host yet: whether a new one would, with
+        its empty allowlist)."""
+        hosts = list(self)
+        if not hosts:
+            return image_allowed([], image)
+        return any(host.image_allowed(image) for host in hosts)
 
 
 def validate_vllm_version(value: str) -> None:
@@ -120,7 +135,10 @@ class Host(models.Model):
     )  # fmt: skip
     image_allowlist = models.JSONField(
         default=list, blank=True, validators=[validate_image_patterns],
-        help_text='Images runs may use, e.g. ["vllm/vllm-openai:*"]. Empty allows any.',
+        help_text='Images runs may use, e.g. ["vllm/vllm-openai:*", '
+        '"nvcr.io/nvidia/vllm:25.09-py3"] (a trailing * matches any tag); when it names any '
+        "image, only those. Empty: only the official vLLM images (vllm/vllm-openai and "
+        "nvcr.io/nvidia/vllm, any tag).",
     )  # fmt: skip
     advertise_host = models.CharField(
         "address for clients", max_length=200, default="127.0.0.1",
@@ -298,6 +316,29 @@ class Host(models.Model):
 
     def image_allowed(self, image: str) -> bool:
         return image_allowed(self.image_allowlist, image)
+
+    def image_refusal(self, image: str) -> str | None:
+        """Why this host does not start `image`, and how an admin allows it (None: it does).
+        The allowlist speaks of the recipe's image on simulated hosts too: the simulation
+        refuses what the Spark would (apps/hosts/engines/docker.py::container_config)."""
+        if self.image_allowed(image):
+            return None
+        rule = (
+            f"its image allowlist names only {', '.join(self.image_allowlist)}"
+            if self.image_allowlist
+            else f"its image allowlist is empty, which allows only {OFFICIAL_IMAGES_TEXT}"
+        )
+        return (
+            f"{self.name} does not allow the image {image}: {rule}. An admin allows it by "
+            f"adding it (or a pattern such as {split_image(image.partition('@')[0])[0]}:*) to "
+            f"{self.name}'s image allowlist (Django admin → Hosts)."
+        )
+
+    def model_dirs(self) -> tuple[str, ...]:
+        """Where a recipe's local model or tokenizer may lie on this host, as its server
+        sees it: the Hugging Face cache an admin set (a container's mount of it, or a local
+        server's HF_HOME). Blank: Hub ids only. The engines judge the same directories."""
+        return server_model_dirs(self.hf_cache_path, in_container=self.engine == self.Engine.DOCKER)
 
     def sim_state_dir(self) -> Path:
         """Where sparksim writes this simulated host's memory (mounted into its container)."""

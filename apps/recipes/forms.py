@@ -73,8 +73,8 @@ class ExtraArgsField(forms.CharField):
 
     def to_python(self, value):
         text = super().to_python(value) or ""
-        try:
-            return parse_extra_args(text)
+        try:  # a --tokenizer path: inside some host's model directory (apps/recipes/models.py)
+            return parse_extra_args(text, Host.objects.model_dirs())
         except FlagError as exc:
             raise forms.ValidationError(str(exc).splitlines()) from None
 

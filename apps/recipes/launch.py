@@ -19,8 +19,12 @@ def bind_address(host: Host) -> str:
 
 def argv_on(recipe: Recipe, host: Host, port: int | None = None) -> list[str]:
     """The exact `vllm serve` vector the panel runs for a recipe on a host (the port is the
-    first of the host's range unless the run got another)."""
-    return serve_argv(recipe, host=bind_address(host), port=port or host.port_min)
+    first of the host's range unless the run got another). A local model or tokenizer must
+    lie in this host's model directories (UnsafeCommand says why not)."""
+    return serve_argv(
+        recipe, host=bind_address(host), port=port or host.port_min,
+        model_dirs=host.model_dirs(),
+    )  # fmt: skip
 
 
 def default_argv(recipe: Recipe) -> list[str]:

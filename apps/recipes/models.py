@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils.text import slugify
 
+from apps.hosts.models import Host
 from sparkdomain import planner, spark
 from sparkdomain.flags import (
     KV_CACHE_DTYPES,
@@ -36,7 +37,9 @@ def validate_revision_field(value: str) -> None:
 
 
 def validate_model_id_field(value: str) -> None:
-    message = validate_model_id(value)
+    """A Hub id, or a path inside some host's model directory (its Hugging Face cache):
+    before a host is chosen any host's will do; each start checks its own host's."""
+    message = validate_model_id(value, Host.objects.model_dirs())
     if message:
         raise ValidationError(message)
 
@@ -49,7 +52,7 @@ def validate_image_field(value: str) -> None:
 
 def validate_extra_args_field(value) -> None:
     try:
-        validate_extra_args(value)
+        validate_extra_args(value, Host.objects.model_dirs())
     except FlagError as exc:
         raise ValidationError(str(exc).splitlines()) from None
 
@@ -101,7 +104,8 @@ class Recipe(models.Model):
         "model",
         max_length=200,
         validators=[validate_model_id_field],
-        help_text="Hugging Face id (organisation/model) or an absolute path inside the container.",
+        help_text="Hugging Face id (organisation/model), or a path inside a host's Hugging Face "
+        "cache (/root/.cache/huggingface/… in a container).",
     )
     revision = models.CharField(
         max_length=200, blank=True, validators=[validate_revision_field],
@@ -256,8 +260,36 @@ class Recipe(models.Model):
             self.qk_rope_head_dim is not None and self.kv_lora_rank is not None
         ):
             errors["qk_rope_head_dim"] = "MLA needs both kv_lora_rank and qk_rope_head_dim."
+        clash = self.public_name_clash()
+        if clash:
+            errors["served_model_name" if self.served_model_name else "model_id"] = clash
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def public_name(self) -> str:
+        """The name clients ask the gateway for (its served name, else its model id)."""
+        return self.served_model_name or self.model_id
+
+    def public_name_clash(self) -> str:
+        """Why this recipe's public name would be wrong, or "": every ready run of a recipe
+        with a public name is a replica of it (apps/gateway/routing.py), so two recipes that
+        answer to one name must serve one model — a served name equal to another recipe's
+        model id would merge two different models and answer with either."""
+        name = self.public_name
+        if not name:
+            return ""
+        other = (
+            Recipe.objects.exclude(pk=self.pk)
+            .exclude(model_id=self.model_id)
+            .filter(Q(served_model_name=name) | Q(served_model_name="", model_id=name))
+            .first()
+        )
+        if other is None:
+            return ""
+        return (f"Clients already reach the recipe “{other.name}” ({other.model_id}) by the "
+                f"name “{name}”; two different models cannot share one name (requests would "
+                "go to either). Choose another served model name.")  # fmt: skip
 
     # --- planner adapters --------------------------------------------------------------
     def architecture(self) -> planner.Architecture:

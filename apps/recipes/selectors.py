@@ -24,3 +24,15 @@ def weights_on_hosts(recipe: Recipe) -> list[dict]:
         rows.append({"host": host, "cached": cached,
                      "why_not": host.weights_not_downloaded(recipe.model_id)})  # fmt: skip
     return rows
+
+
+def image_note(image: str) -> str | None:
+    """The note on a recipe whose image no host would start (issue 38): an import keeps the
+    image, the recipe page and the import result say so, and every start is refused until
+    an admin allows the image on the host (apps/hosts/models.py::Host.image_refusal)."""
+    if Host.objects.image_allowed_somewhere(image):
+        return None
+    return (
+        f"The image {image} is not allowed on any host yet; an admin must allow it (add it "
+        "to a host's image allowlist) before this recipe can start."
+    )

@@ -20,12 +20,18 @@ from apps.recipes.forms import (
 )
 from apps.recipes.models import Recipe
 from apps.recipes.plan_labels import labelled_errors
-from apps.recipes.selectors import start_form_context, weights_on_hosts
+from apps.recipes.selectors import image_note, start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
 from apps.recipes.signals import measured_checks, measured_corrections
 from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
-from sparkdomain.command import contract_problems, docker_run_argv, serve_argv, shell_line
+from sparkdomain.command import (
+    UnsafeCommand,
+    contract_problems,
+    docker_run_argv,
+    serve_argv,
+    shell_line,
+)
 from sparkdomain.planner import plan
 from vllm_adapter import contract as vllm_contract
 
@@ -68,17 +74,25 @@ def vllm_check(recipe: Recipe) -> dict:
 @require_GET
 def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
     recipe = _recipe(slug)
+    check = vllm_check(recipe)
+    try:
+        argv, docker_line = serve_argv(recipe), shell_line(docker_run_argv(recipe))
+    except UnsafeCommand as exc:  # a row saved before a rule (issue 38): shown, never run
+        argv, docker_line = [], ""
+        if str(exc) not in check["problems"]:
+            check["problems"] = [*check["problems"], str(exc)]
     return render(
         request,
         "recipes/detail.html",
         {
             "recipe": recipe,
-            "serve_argv": serve_argv(recipe),
-            "serve_line": shell_line(serve_argv(recipe)),
-            "docker_line": shell_line(docker_run_argv(recipe)),
+            "serve_argv": argv,
+            "serve_line": shell_line(argv),
+            "docker_line": docker_line,
+            "image_note": image_note(recipe.image),
             "runs": recipe.runs.select_related("host")[:20],
             "weights_hosts": weights_on_hosts(recipe),
-            "vllm_check": vllm_check(recipe),
+            "vllm_check": check,
             **start_form_context(selected_recipe=recipe.pk),
             **plan_context(recipe.plan()),
             # Plan against measured: earlier starts of this image, per host.

@@ -15,6 +15,7 @@ from django.db import transaction
 from apps.recipes.forms import ARCH_FIELDS, FLAG_FIELDS, IDENTITY_FIELDS, RecipeForm
 from apps.recipes.launch import default_argv
 from apps.recipes.models import Recipe
+from apps.recipes.selectors import image_note
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.flags import format_extra_args
 from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
@@ -219,4 +220,9 @@ def _recipes_from_yaml(text: str, *, replace: bool, user) -> ImportResult:
                 recipe.created_by = user
             recipe.save()
             (result.created if is_new else result.updated).append(recipe)
+    # A recipe keeps the image it came with (a sparkrun `container:` line), but one that no
+    # host would start says so now, not at its first start (issue 38).
+    # Before the other notes: the import result shows only so many (NOTES_SHOWN).
+    notes = [(r.name, image_note(r.image)) for r in [*result.created, *result.updated]]
+    result.notes[:0] = [f"{name}: {note}" for name, note in notes if note]
     return result

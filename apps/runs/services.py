@@ -343,16 +343,21 @@ def admission_check(
             "unsafe_recipe",
         )
     sides = pair.hosts if pair is not None else (host,)
+    for side in sides:  # a local model or tokenizer must lie in each Spark's model directory
+        try:
+            argv_on(recipe, side)
+        except UnsafeCommand as exc:
+            raise RunRefused(
+                f"this recipe cannot be started on {side.name}: {exc}", "unsafe_recipe"
+            ) from None
     for side in sides if host_state else ():
         busy = busy_refusal(side, recipe, reuse=reuse, job=job)
         if busy is not None:
             raise RunRefused(busy, "host_busy")
     for side in sides:
-        if not side.image_allowed(recipe.image):
-            raise RunRefused(
-                f"{side.name} does not allow the image {recipe.image} (see the host's allowlist).",
-                "image_not_allowed",
-            )
+        refusal = side.image_refusal(recipe.image)
+        if refusal:
+            raise RunRefused(refusal, "image_not_allowed")
     if pair is not None:
         refusal = _peer_worker_refusal(pair.worker)
         if refusal:

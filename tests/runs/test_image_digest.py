@@ -38,9 +38,11 @@ def test_repo_digest_picks_the_entry_of_the_references_repository():
 
 def test_the_docker_engine_reads_the_registrys_digest_after_the_pull(docker_url):
     spec = ImageSpec("vllm/vllm-openai", f"t{uuid.uuid4().hex[:8]}", layer_sizes=(4 * KIB,))
-    engine = DockerEngine(host_name="spark-1", base_url=docker_url, gpus=False)
     with Registry([spec]) as registry:
         ref = registry.reference(spec)
+        # A local registry's image is not the official one: the host's admin allows it.
+        engine = DockerEngine(host_name="spark-1", base_url=docker_url, gpus=False,
+                              image_allowlist=[f"{registry.address}/vllm/vllm-openai:*"])  # fmt: skip
         launch = LaunchSpec(run_id=1, host_name="spark-1", argv=["vllm"], image=ref, port=1)
         before = engine.image_identity(launch)
         assert (before.reference, before.digest, before.image_id) == (ref, "", "")  # not here

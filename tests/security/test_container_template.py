@@ -20,16 +20,24 @@ then into the keyword arguments of `containers.create` by DockerEngine.container
 A second property skips the form: any vector the last guard (`assert_safe_argv`) lets
 through must still hold the utilization rule and the fixed entrypoint, whatever path built
 it (a row edited in the database, a future code path).
+
+Both properties also hold the path rule (issue 38): the model and every `--tokenizer` are
+a Hugging Face id or a path inside the host's model directory (its Hugging Face cache, at
+/root/.cache/huggingface in the container), and no option that reads a file or loads code
+(`--chat-template`, `--download-dir`, `--speculative-config`, a tool-parser plugin…)
+reaches a container.
 """
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from decimal import Decimal, InvalidOperation
 
 import docker.errors
 import pytest
 from docker.types import DeviceRequest
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +50,7 @@ from apps.hosts.engines.docker import (
     container_name,
     image_allowed,
 )
+from apps.hosts.models import Host
 from apps.recipes.forms import RecipeForm
 from apps.recipes.yaml_io import recipe_form_data
 from sparkdomain.command import UnsafeCommand, assert_safe_argv, serve_argv
@@ -83,16 +92,23 @@ HOSTILE_TOKENS = [
     "--gpu-mem", "--config", "/tmp/c.yaml", "--host", "0.0.0.0", "--port", "22", "--model",  # noqa: S104
     "evil/model", "-q", "-tp", "--served-model-name", "-O3", "--seed=1;id", "--revision",
     "../../etc", "--tokenizer", "$(curl evil)", "#", "--trust-remote-code=1",
+    # Paths and options that would read a file or load code (issue 38).
+    "/tmp/evil", "a/../../../../tmp/evil", "%2e%2e/x", "/root/.ssh", "--chat-template",
+    "/etc/passwd", "--download-dir", "--speculative-config", '{"model": "/tmp/evil"}',
+    "--tool-parser-plugin", "/tmp/p.py", "--hf-config-path", "--middleware", "-O3",
 ]  # fmt: skip
 ALLOWED_TOKENS = [
     "--trust-remote-code", "--enable-chunked-prefill", "--async-scheduling", "--load-format",
     "fastsafetensors", "--dtype", "bfloat16", "--seed", "7", "--seed=42",
     "--tokenizer", "org/tok", "--block-size", "16", "--max-logprobs", "5", "--generation-config",
-    "vllm",
+    "vllm", "/root/.cache/huggingface/hub/tok",
 ]  # fmt: skip
 HOSTILE_MODELS = [
     "--privileged", "a/b --privileged", "a/b;id", "/models/../../etc", "$(id)/x", "-v/x",
     "a/b\n--gpu-memory-utilization 0.95", "a/b\x00", "a/b c", "../x/y", "/", "a/b/c",
+    # Outside every model directory, or climbing out of one (issue 38).
+    "/models/my-model", "/root/.ssh", "~/.ssh", "%2e%2e/x", "a/../../../../tmp/evil",
+    "/root/.cache/huggingface/../../../etc", "org/../../x", "a\\b", "..",
 ]  # fmt: skip
 GOOD_IMAGES = [
     "vllm/vllm-openai:cu130-nightly", "vllm/vllm-openai:v0.11.0", "nvcr.io/nvidia/vllm:25.09-py3",
@@ -119,6 +135,7 @@ VALID_GROUPS = [
     ["--load-format", "fastsafetensors"], ["--dtype", "bfloat16"], ["--seed", "7"],
     ["--tokenizer", "org/tok"], ["--block-size=16"],
     ["--max-logprobs", "5"], ["--generation-config", "vllm"],
+    ["--tokenizer", "/root/.cache/huggingface/hub/tok"],
 ]  # fmt: skip
 anything = st.one_of(
     st.sampled_from(HOSTILE_TOKENS), st.sampled_from(ALLOWED_TOKENS), st.text(max_size=12)
@@ -140,7 +157,9 @@ GOOD_UTILIZATIONS = st.one_of(
 )
 VALID_FIELDS = {
     "model_id": st.one_of(
-        st.sampled_from(["Qwen/Qwen3-32B", "/models/my-model", "nvidia/Llama-3.3-70B-FP4"]),
+        st.sampled_from(
+            ["Qwen/Qwen3-32B", f"{HF_CACHE_IN_CONTAINER}/hub/my-model", "nvidia/Llama-3.3-70B-FP4"]
+        ),
         st.from_regex(SHORT_HF_ID),
     ),
     "image": st.one_of(st.sampled_from(GOOD_IMAGES), st.from_regex(SHORT_IMAGE)),
@@ -249,9 +268,45 @@ def _utilizations(argv: list[str]) -> list[str]:
     return values
 
 
+# Options that make vLLM read a file or import code: none may reach a container.
+FILE_OR_CODE_OPTIONS = {
+    "--chat-template", "--download-dir", "--speculative-config", "--tool-parser-plugin",
+    "--hf-config-path", "--middleware", "--logits-processors", "--worker-cls",
+    "--worker-extension-cls", "--ssl-keyfile", "--ssl-certfile", "--allowed-local-media-path",
+    "--lora-modules", "--reasoning-parser-plugin", "--model-loader-extra-config", "-O3",
+}  # fmt: skip
+
+
+def _path_values(argv: list[str]) -> list[str]:
+    """The model and every --tokenizer value of a vector."""
+    values = [argv[2]]
+    for i, arg in enumerate(argv[3:], start=3):
+        if _flag(arg) == "--tokenizer":
+            values.append(arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 : i + 2] or [""])[0])
+    return values
+
+
+def _hub_id_or_inside(value: str, dirs: tuple[str, ...]) -> bool:
+    """An oracle of its own: huggingface_hub's rule for `org/name`, or a plain absolute path
+    strictly inside one of `dirs` (no '..', '~', '%' or backslash at all)."""
+    if "/" in value and not value.startswith("/"):
+        try:
+            validate_repo_id(value)
+            return True
+        except HFValidationError:
+            return False
+    if any(c in value for c in "~%\\") or ".." in value.split("/"):
+        return False
+    path = posixpath.normpath(value)
+    return any(path.startswith(d + "/") for d in dirs)
+
+
 def _check_argv(argv: list[str], model_id: str, bind: str, port: int) -> None:
     assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
     assert argv[:3] == ["vllm", "serve", model_id] and not model_id.startswith("-")
+    for value in _path_values(argv):  # the only model directory the database has
+        assert _hub_id_or_inside(value, (HF_CACHE_IN_CONTAINER,)), f"path {value!r} accepted"
+    assert not {_flag(a) for a in argv} & FILE_OR_CODE_OPTIONS
     for arg in argv:
         assert not any(ord(c) < 32 or c == "\x7f" for c in arg), f"control character in {arg!r}"
         assert _flag(arg) not in CONTAINER_OPTIONS, f"container option {arg!r} in the vector"
@@ -312,7 +367,10 @@ def _form(fields: dict, channel: str) -> RecipeForm:
 
 @pytest.mark.django_db
 def test_whatever_the_recipe_form_accepts_becomes_the_fixed_container_template():
-    seen = {"accepted": 0, "rejected": 0, "image_refused": 0, "with_extra_args": 0}
+    seen = {"accepted": 0, "rejected": 0, "image_refused": 0, "with_extra_args": 0,
+            "path_refused": 0}  # fmt: skip
+    # A Spark with a Hugging Face cache: a recipe may name a path inside it (issue 38).
+    Host.objects.create(name="tpl-spark", engine=Host.Engine.DOCKER, hf_cache_path="/srv/hf")
 
     @PROPERTY
     @given(fields=recipes(), channel=channels, host=hosts)
@@ -330,6 +388,11 @@ def test_whatever_the_recipe_form_accepts_becomes_the_fixed_container_template()
         spec = LaunchSpec(run_id=7, host_name="spark-1", argv=argv, image=recipe.image,
                           port=host["port"], env={"HF_TOKEN": "from-a-recipe"})  # fmt: skip
         engine = _engine(host)
+        if not all(_hub_id_or_inside(v, engine.model_dirs) for v in _path_values(argv)):
+            seen["path_refused"] += 1  # a host without a Hugging Face cache: Hub ids only
+            with pytest.raises(EngineError, match="model directory"):
+                engine.container_config(spec)
+            return
         if not image_allowed(host["image_allowlist"], recipe.image):
             seen["image_refused"] += 1
             with pytest.raises(EngineError, match="allowlist"):
@@ -342,6 +405,7 @@ def test_whatever_the_recipe_form_accepts_becomes_the_fixed_container_template()
     # The generators must reach both sides of the validators, or the property says little.
     assert seen["accepted"] >= 20 and seen["rejected"] >= 20, seen
     assert seen["with_extra_args"] >= 5 and seen["image_refused"] >= 1, seen
+    assert seen["path_refused"] >= 1, seen
 
 
 raw_args = st.lists(
@@ -362,15 +426,26 @@ def test_any_vector_the_last_guard_passes_keeps_the_rules_whatever_built_it():
     @PROPERTY
     @given(
         program=st.sampled_from(["vllm"] * 5 + ["sh", "/bin/sh", "python3", "/usr/bin/env"]),
-        model=st.sampled_from(["a/b"] * 4 + ["-v", "--privileged", "/models/m"]),
+        model=st.sampled_from(
+            ["a/b"] * 4
+            + ["-v", "--privileged", "/models/m", "a/../x", f"{HF_CACHE_IN_CONTAINER}/hub/m"]
+        ),
         utilization=st.one_of(GOOD_UTILIZATIONS, st.sampled_from(UTILIZATIONS)),
-        extra=st.one_of(st.lists(st.sampled_from(ALLOWED_TOKENS), max_size=6), raw_args),
+        extra=st.one_of(
+            # Whole allowed groups (a loose --tokenizer takes any next token as its value).
+            st.lists(st.sampled_from(VALID_GROUPS), max_size=3).map(
+                lambda g: [t for x in g for t in x]
+            ),
+            st.lists(st.sampled_from(ALLOWED_TOKENS), max_size=6),
+            raw_args,
+        ),
         host=hosts,
     )
     def check(program, model, utilization, extra, host):
         argv = [program, "serve", model, UTILIZATION, utilization, *extra]
+        engine = _engine({**host, "image_allowlist": []})
         try:
-            assert_safe_argv(argv)
+            assert_safe_argv(argv, model_dirs=engine.model_dirs)  # what the engine passes
         except UnsafeCommand:
             seen["refused"] += 1
             return
@@ -384,7 +459,10 @@ def test_any_vector_the_last_guard_passes_keeps_the_rules_whatever_built_it():
         except InvalidOperation:
             raise AssertionError(f"utilization {values[0]!r} passed the guard") from None
         assert 0 < number <= MAX_GPU_MEMORY_UTILIZATION
-        config = _engine({**host, "image_allowlist": []}).container_config(
+        for value in _path_values(argv):
+            assert _hub_id_or_inside(value, engine.model_dirs), f"path {value!r} passed"
+        assert not {_flag(a) for a in argv} & FILE_OR_CODE_OPTIONS, argv
+        config = engine.container_config(
             LaunchSpec(
                 run_id=7,
                 host_name="spark-1",

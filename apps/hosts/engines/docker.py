@@ -57,11 +57,12 @@ from apps.hosts.engines.base import (
 from apps.hosts.engines.docker_pull import PullProgress, _PullState
 from apps.hosts.engines.docker_ray import LABEL_ROLE, DockerRayNodes
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
+from sparkdomain.images import OFFICIAL_IMAGES_TEXT, is_official_image
+from sparkdomain.model_refs import HF_CACHE_IN_CONTAINER, server_model_dirs
 
 ROOT = Path(__file__).resolve().parents[3]
 LABEL_RUN = "sparkpanel.run"
 LABEL_HOST = "sparkpanel.host"
-HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"
 # An empty image the panel can make itself (`docker import` of an empty tar): simulated
 # hosts run sparksim from read-only mounts of the panel's own runtime, so no image needs
 # pulling on a machine without internet.
@@ -97,8 +98,11 @@ def repo_digest(reference: str, repo_digests: list[str]) -> str:
 
 
 def image_allowed(allowlist: list[str], image: str) -> bool:
+    """Whether a host runs `image`: an allowlist that names images decides alone (a trailing
+    * matches any tag); an empty one allows only the official vLLM images. It allowed every
+    image (issue 38), and a container gets the GPU, HF_TOKEN and the team's HF cache."""
     if not allowlist:
-        return True
+        return is_official_image(image)
     return any(
         (pattern.endswith("*") and image.startswith(pattern[:-1])) or image == pattern
         for pattern in allowlist
@@ -256,7 +260,7 @@ class DockerEngine(DockerRayNodes, Engine):
     ) -> None:
         """Pull the run's image, reporting layers and bytes as Docker streams them."""
         image = self.image_for(spec)
-        self._check_image(image)
+        self._check_image(spec.image)  # the recipe's (a simulated host's image is the admin's)
         repo, tag = split_image(image)
         state = _PullState()
         try:
@@ -310,11 +314,18 @@ class DockerEngine(DockerRayNodes, Engine):
         except docker.errors.APIError as exc:
             raise EngineError(f"could not create {SIM_BASE_IMAGE}: {_short(exc)}") from None
 
+    @property
+    def model_dirs(self) -> tuple[str, ...]:
+        """Where a recipe's local model or tokenizer may lie, as the container sees it: the
+        host's Hugging Face cache, mounted at HF_CACHE_IN_CONTAINER (none: Hub ids only)."""
+        return server_model_dirs(self.hf_cache, in_container=True)
+
     def _check_image(self, image: str) -> None:
         if not image_allowed(self.image_allowlist, image):
+            listed = ", ".join(self.image_allowlist) or f"empty: only {OFFICIAL_IMAGES_TEXT}"
             raise EngineError(
-                f"the image {image} is not on {self.host_name}'s allowlist "
-                f"({', '.join(self.image_allowlist)})"
+                f"the image {image} is not on {self.host_name}'s allowlist ({listed}); an "
+                "admin allows it by adding it to the host's image allowlist"
             )
 
     # --- the container template ------------------------------------------------------------
@@ -331,13 +342,17 @@ class DockerEngine(DockerRayNodes, Engine):
 
     def container_config(self, spec: LaunchSpec) -> dict:
         """Keyword arguments for `containers.create`: the whole, fixed template."""
-        try:
-            assert_safe_argv(spec.argv)  # the last line of defence, whoever built the vector
+        try:  # the last line of defence, whoever built the vector
+            assert_safe_argv(spec.argv, model_dirs=self.model_dirs)
         except UnsafeCommand as exc:
             raise EngineError(f"refused to start: {exc}") from None
         image = self.image_for(spec)
-        # The allowlist speaks of the recipe's image (the empty one is the panel's own).
-        self._check_image(spec.image if self.mounted_vllm and not self.simulated else image)
+        # The allowlist speaks of the recipe's image, on every host: a simulated host runs
+        # sparksim in the image its admin set (the host's own setting, like the allowlist:
+        # not judged by it), and the mounted venv runs in the panel's empty image; both
+        # still refuse a recipe whose image a Spark would refuse, so the simulation
+        # answers as the Spark would.
+        self._check_image(spec.image)
         env = sim_env(spec) if self.simulated else dict(self.server_env)
         env.update({key: value for key, value in spec.env.items() if key != "HF_TOKEN"})
         if self._hf_token:

@@ -42,6 +42,7 @@ from ray_adapter import link as ray_link
 from ray_adapter import nodes as ray_nodes
 from ray_adapter import probe as ray_probe
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
+from sparkdomain.model_refs import server_model_dirs
 
 ROOT = Path(__file__).resolve().parents[3]
 # What a model server takes from the worker's environment: what a Python program, the CUDA
@@ -119,10 +120,16 @@ class ProcessEngine(Engine):
         # Handle → run directory, so following a log does not rescan every pid file.
         self._dirs: dict[Handle, Path] = {}
 
+    @property
+    def model_dirs(self) -> tuple[str, ...]:
+        """Where a recipe's local model or tokenizer may lie: the host's Hugging Face cache,
+        the server's HF_HOME (none set: Hub ids only)."""
+        return server_model_dirs(self.hf_home, in_container=False)
+
     def command(self, argv: list[str], spec: LaunchSpec | None = None) -> list[str]:
         """The same vector vLLM gets; only the executable differs."""
-        try:
-            assert_safe_argv(argv)  # the last line of defence, whoever built the vector
+        try:  # the last line of defence, whoever built the vector
+            assert_safe_argv(argv, model_dirs=self.model_dirs)
         except UnsafeCommand as exc:
             raise EngineError(f"refused to start: {exc}") from None
         if self.simulated:
