@@ -20,20 +20,31 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from apps.gateway.asgi import Gateway, handles  # noqa: E402
-from sparkpanel.edge import BodyLimit, KnownSocketPaths, OriginCheck  # noqa: E402
+from sparkpanel.edge import (  # noqa: E402
+    BodyLimit,
+    KnownSocketPaths,
+    OriginCheck,
+    connection_of,
+    mark_on_success,
+)
 from sparkpanel.routing import websocket_urlpatterns  # noqa: E402
 
 
 class HttpRouter:
     """/v1/…, /tokenize and /detokenize go to the OpenAI gateway (its own body limit and
     errors in OpenAI's shape, no Django on the way: apps/gateway/asgi.py); the rest to
-    Django behind the body limit."""
+    Django behind the body limit. A gateway answer of 2xx (given only to an admitted key)
+    marks the connection as authenticated for the server's per-address caps
+    (sparkpanel/httpserver.py); once it is, the gateway gets `send` unwrapped."""
 
     def __init__(self, gateway, django_app):
         self.gateway, self.django_app = gateway, django_app
 
     async def __call__(self, scope, receive, send):
         if handles(scope["path"]):
+            connection = connection_of(scope)
+            if connection is not None and not connection.authenticated:
+                send = mark_on_success(send, connection)
             return await self.gateway(scope, receive, send)
         return await self.django_app(scope, receive, send)
 

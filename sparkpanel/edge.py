@@ -13,6 +13,10 @@
   DATA_UPLOAD_MAX_NUMBER_FIELDS/FILES) and malformed multipart bodies are checked once, up
   front, for every request: 413 or 400 with one log line, instead of a 500 (the API) or a
   400 with a traceback (forms), wherever a view happens to read the body.
+- `SignedInConnections` (Django middleware) and `mark_on_success` (the gateway, through
+  sparkpanel/asgi.py): tell the server's protocol that a connection carried credentials
+  the panel accepted, so that it no longer counts against the per-address cap on
+  unauthenticated connections (sparkpanel/httpserver.py).
 
 Limits are settings: REQUEST_BODY_MAX_BYTES for every path, UPLOAD_BODY_MAX_BYTES for the
 views that take file uploads (UPLOAD_URL_NAMES).
@@ -29,6 +33,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+
+from sparkpanel.httpserver import CONNECTION_EXTENSION
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +245,49 @@ def _answer(request, status: int, code: str, message: str):
     if _is_api(request.path_info):
         return JsonResponse(_error_body(code, message), status=status)
     return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+# --- Connections that carried accepted credentials ----------------------------------------
+
+
+def connection_of(scope):
+    """The server's mark for the request's connection (sparkpanel/httpserver.py's
+    `ConnectionMark`), or None (another server, a test client)."""
+    if not scope:
+        return None
+    return scope.get("extensions", {}).get(CONNECTION_EXTENSION)
+
+
+class SignedInConnections:
+    """Django middleware: a request whose user is signed in at the end (a session, or an API
+    token that the API's authentication accepted and made `request.user`) marks its
+    connection as authenticated; a failed sign-in or an anonymous page does not. Once per
+    connection: later requests on it only read a flag."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        connection = connection_of(getattr(request, "scope", None))
+        if connection is not None and not connection.authenticated:
+            user = getattr(request, "user", None)
+            if user is not None and user.is_authenticated:
+                connection.mark_authenticated()
+        return response
+
+
+def mark_on_success(send, connection):
+    """`send` for a gateway request on a connection not yet authenticated: a 2xx answer marks
+    it. The gateway answers 2xx only to a key it admitted (the models list, a relayed
+    answer); its refusals (401, 400, 404, 408, 413, ...) leave the connection as it was."""
+
+    async def marking_send(message):
+        if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+            connection.mark_authenticated()
+        await send(message)
+
+    return marking_send
 
 
 # --- WebSocket: full-origin check and unknown paths ------------------------------------------

@@ -5,11 +5,19 @@ set -eu
 case "${1:-web}" in
   web)
     python manage.py migrate --noinput
+    # X-Forwarded-For/-Proto are believed only from the proxies FORWARDED_ALLOW_IPS lists;
+    # unset, from nobody (uvicorn's own default trusts 127.0.0.1). The same rule as
+    # tools/devrun.py::proxy_flags.
+    trusted=$(printf '%s' "${FORWARDED_ALLOW_IPS:-}" | tr -d ' \t')
+    if [ -n "$trusted" ]; then
+      set -- --proxy-headers --forwarded-allow-ips "$trusted"
+    else
+      set -- --no-proxy-headers
+    fi
     # Bounded connections (the same flags as tools/devrun.py): a request head complete
     # within HTTP_HEADER_TIMEOUT s and at most 16 KiB, idle keep-alive connections closed
     # after 5 s, at most 512 connections, WebSocket messages up to 1 MiB.
-    exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 \
-      --proxy-headers --forwarded-allow-ips "${FORWARDED_ALLOW_IPS:-127.0.0.1}" \
+    exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 "$@" \
       --http sparkpanel.httpserver:HttpToolsBoundedProtocol \
       --h11-max-incomplete-event-size 16384 \
       --timeout-keep-alive 5 \

@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -168,6 +169,31 @@ def worker_argv(queue: str, name: str) -> list[str]:
             "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO"]  # fmt: skip
 
 
+def proxy_flags(trusted: str) -> list[str]:
+    """uvicorn believes X-Forwarded-For/-Proto only from the proxies FORWARDED_ALLOW_IPS
+    lists, and from nobody when it is unset. (uvicorn's own default trusts 127.0.0.1 and
+    ::1: any local process, or a user through an SSH tunnel, could name its own address —
+    escaping the login lockout and writing a false one into the audit log.) The same rule
+    as tools/container-start.sh."""
+    addresses = ",".join(part.strip() for part in trusted.split(",") if part.strip())
+    if not addresses:
+        return ["--no-proxy-headers"]
+    return ["--proxy-headers", "--forwarded-allow-ips", addresses]
+
+
+def web_argv(host: str, port: int, env: Mapping[str, str]) -> list[str]:
+    """The web server as `make run` starts it (tests/test_make_run.py starts it so too)."""
+    return [
+        PY, "-m", "uvicorn", "sparkpanel.asgi:application", "--host", host, "--port", str(port),
+        "--no-access-log",
+        # Open WebSockets must not hold Ctrl-C up (the default waits for them).
+        "--timeout-graceful-shutdown", "2",
+        # Bounded connections: the same flags as tools/container-start.sh.
+        *UVICORN_LIMITS,
+        *proxy_flags(env.get("FORWARDED_ALLOW_IPS", "")),
+    ]  # fmt: skip
+
+
 def redis_reachable(url: str) -> bool:
     from apps.core import redisconn  # the panel's one door to Redis (no Django)
 
@@ -283,28 +309,7 @@ def main() -> int:
             )
             wait_until(lambda: redis_reachable(redis_url), 15, "Redis", children)
 
-        children.append(
-            Child(
-                "web",
-                [
-                    PY,
-                    "-m",
-                    "uvicorn",
-                    "sparkpanel.asgi:application",
-                    "--host",
-                    args.host,
-                    "--port",
-                    str(args.port),
-                    "--no-access-log",
-                    # Open WebSockets must not hold Ctrl-C up (the default waits for them).
-                    "--timeout-graceful-shutdown",
-                    "2",
-                    # Bounded connections: the same flags as tools/container-start.sh.
-                    *UVICORN_LIMITS,
-                ],
-                env,
-            )
-        )
+        children.append(Child("web", web_argv(args.host, args.port, env), env))
         children.append(Child("worker", worker_argv("default", "default"), env))
         # The simulated Spark's own worker: its queue only, one task at a time.
         demo = env_str("DEMO_HOST", "local-sim")

@@ -106,8 +106,10 @@ def live_server_asgi(redis_url, tmp_path_factory) -> Iterator[LiveServer]:
     )
     port = free_port()
     log = tmp / "server.log"
+    # No proxy in front: forwarding headers believed from no one, as make run without
+    # FORWARDED_ALLOW_IPS (tools/devrun.py::proxy_flags).
     argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+            "--host", "127.0.0.1", "--port", str(port), "--no-proxy-headers"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 

@@ -43,6 +43,7 @@ def panel(transactional_db, redis_url, settings) -> Panel:
     config = uvicorn.Config(
         application, host="127.0.0.1", port=port, http=HttpToolsBoundedProtocol,
         lifespan="off", log_level="warning", loop="asyncio",
+        proxy_headers=False,  # no proxy in front: as make run without FORWARDED_ALLOW_IPS
     )  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

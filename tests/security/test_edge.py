@@ -105,7 +105,8 @@ def server(redis_url, tmp_path_factory):
     port = free_port()
     log = tmp / "server.log"
     argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), *_devrun_limits()]  # fmt: skip
+            "--host", "127.0.0.1", "--port", str(port), *_devrun_limits(),
+            "--no-proxy-headers"]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     srv = Server(proc, port, spool, log)
 

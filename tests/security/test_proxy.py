@@ -1,20 +1,28 @@
-"""A spoofed X-Forwarded-For through a real nginx in front of uvicorn (issue 17, class 4).
+"""A spoofed X-Forwarded-For through a real nginx in front of uvicorn (issue 17, class 4),
+and without one (issue 38).
 
-The panel runs as deployed behind a TLS proxy: uvicorn with its proxy headers on and
-`FORWARDED_ALLOW_IPS` set to the proxy's own address (here nginx connects from 127.0.0.1),
-Debian's nginx in front with the `location /` block and `map` of docs/deploy.md, word for
-word (only the upstream port differs). The client connects to nginx from an address of its
-own (127.0.0.5, 127.0.0.6: any 127/8 address is local) and claims, in its own
-`X-Forwarded-For`, addresses it does not have (10.x: never connected to, only written in a
-header). nginx appends the client's real address; uvicorn must take that one, never the
-client's leftmost claim.
+The panel runs as deployed behind a TLS proxy: uvicorn started as `make run` starts it
+(tools/devrun.py::web_argv) with `FORWARDED_ALLOW_IPS` set to the proxy's own address (here
+nginx connects from 127.0.0.1), Debian's nginx in front with the `location /` block and
+`map` of docs/deploy.md, word for word (only the upstream port differs). The client
+connects to nginx from an address of its own (127.0.0.5, 127.0.0.6: any 127/8 address is
+local) and claims, in its own `X-Forwarded-For`, addresses it does not have (10.x: never
+connected to, only written in a header). nginx appends the client's real address; uvicorn
+must take that one, never the client's leftmost claim.
+
+Without a proxy (`FORWARDED_ALLOW_IPS` unset) no one's forwarding headers are believed:
+uvicorn's own default trusts 127.0.0.1, so any local process or SSH-tunnelled user could
+claim an address of its choosing (issue 38, finding 6). tools/container-start.sh follows
+the same rule, checked with stand-ins for python and uvicorn.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -59,6 +67,14 @@ class Panel:
 
     def shell(self, code: str) -> str:
         return manage("shell", "-c", code, env=self.env)
+
+
+def devrun():
+    """tools/devrun.py, what `make run` runs (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("devrun_for_proxy", ROOT / "tools/devrun.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def documented_nginx() -> tuple[str, str]:
@@ -136,14 +152,10 @@ def panel(redis_url, nginx_bin, tmp_path_factory) -> Iterator[Panel]:
            env=env, stdin=PASSWORD + "\n")  # fmt: skip
     upstream, port = free_port(), free_port()
     log = tmp / "server.log"
-    # As tools/container-start.sh starts the web (--proxy-headers, the trusted list from
-    # FORWARDED_ALLOW_IPS), on loopback only.
-    web = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application", "--host", PROXY,
-         "--port", str(upstream), "--proxy-headers", "--forwarded-allow-ips",
-         env["FORWARDED_ALLOW_IPS"]],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    # As make run starts the web (the trusted list from FORWARDED_ALLOW_IPS; the same flags
+    # as tools/container-start.sh's), on loopback only.
+    web = subprocess.Popen(devrun().web_argv(PROXY, upstream, env), cwd=ROOT, env=env,
+                           stdout=log.open("w"), stderr=subprocess.STDOUT)  # fmt: skip
     nginx_dir = tmp / "nginx"
     nginx_dir.mkdir()
     conf = nginx_conf(nginx_dir, port, upstream)
@@ -246,3 +258,95 @@ def test_docs_and_compose_never_recommend_a_wildcard():
         text = (ROOT / path).read_text()
         assert not re.search(r"FORWARDED_ALLOW_IPS[=:]\s*[\"']?\*", text), path
         assert "forwarded-allow-ips '*'" not in text and 'forwarded-allow-ips "*"' not in text
+
+
+# --- make run without a proxy, and with one (issue 38, finding 6) ---------------------------
+
+LOCAL = "127.0.0.1"  # a local process, or a user through an SSH tunnel to the panel's port
+A_PROXY = "127.0.0.7"  # the only address FORWARDED_ALLOW_IPS lists
+CLAIMED = "10.9.9.9"
+
+
+def _failed_sign_in(url: str, source: str, username: str) -> None:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=url, transport=transport, timeout=30) as client:
+        headers = {"X-Forwarded-For": CLAIMED}
+        page = client.get("/accounts/login/", headers=headers)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert page.status_code == 200 and token, page.text[:300]
+        answer = client.post("/accounts/login/", headers=headers, data={
+            "username": username, "password": "wrong", "csrfmiddlewaretoken": token.group(1)})  # fmt: skip
+        assert answer.status_code == 200, answer.text[:300]
+
+
+def test_make_run_believes_forwarded_for_only_from_the_proxies_it_is_given(redis_url, tmp_path):
+    """`make run`'s web server, started by tools/devrun.py's own argv: with
+    FORWARDED_ALLOW_IPS unset a local client's `X-Forwarded-For: 10.9.9.9` is not believed
+    (axes records the failed sign-in from 127.0.0.1); with it set to a proxy, that proxy's
+    forwarded address is used and a local client's claim still is not."""
+    db = tmp_path / "panel.sqlite3"
+    base = child_env(DATABASE_URL=f"sqlite:///{db}", DEBUG="false", SPARKPANEL_VAR_DIR=str(tmp_path),
+                     ALLOWED_HOSTS="127.0.0.1,localhost", AXES_ENABLED="true",
+                     CHANNELS_PREFIX=f"proxy-{uuid.uuid4().hex[:8]}")  # fmt: skip
+    base.pop("FORWARDED_ALLOW_IPS", None)
+    manage("migrate", "--noinput", env=base)
+    servers = {}
+    try:
+        for name, extra in (("unset", {}), ("set", {"FORWARDED_ALLOW_IPS": A_PROXY})):
+            env, port = {**base, **extra}, free_port()
+            argv = devrun().web_argv(LOCAL, port, env)
+            log = tmp_path / f"{name}.log"
+            servers[name] = (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"),
+                                              stderr=subprocess.STDOUT), port, log)  # fmt: skip
+        for proc, port, log in servers.values():
+            wait_for(lambda port=port: _up(f"http://{LOCAL}:{port}"), 60,
+                     f"make run's web server (log: {log})", proc)  # fmt: skip
+        unset, proxied = (f"http://{LOCAL}:{servers[n][1]}" for n in ("unset", "set"))
+        _failed_sign_in(unset, LOCAL, "local-without-proxy")
+        _failed_sign_in(proxied, A_PROXY, "through-the-proxy")
+        _failed_sign_in(proxied, LOCAL, "local-beside-the-proxy")
+    finally:
+        for proc, _port, _log in servers.values():
+            stop_process(proc, timeout=15)
+    with sqlite3.connect(db) as conn:
+        seen = dict(conn.execute("SELECT username, ip_address FROM axes_accessattempt"))
+    assert seen == {
+        "local-without-proxy": LOCAL,  # was 10.9.9.9: uvicorn trusted 127.0.0.1 by default
+        "through-the-proxy": CLAIMED,  # the configured proxy's forwarded address
+        "local-beside-the-proxy": LOCAL,
+    }
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=2).status_code in (200, 503)
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("trusted", ["", "  ", "127.0.0.1, 172.18.0.1", A_PROXY])
+def test_the_container_starts_uvicorn_with_the_same_proxy_rule(tmp_path, trusted):
+    """tools/container-start.sh web, with python and uvicorn replaced by stand-ins that
+    print their arguments: the proxy flags are devrun's for the same FORWARDED_ALLOW_IPS."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python", "uvicorn"):
+        stub = bin_dir / tool
+        stub.write_text(f'#!/bin/sh\nprintf "{tool}"; printf " %s" "$@"; echo\n')
+        stub.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    if trusted:
+        env["FORWARDED_ALLOW_IPS"] = trusted
+    out = subprocess.run(["sh", str(ROOT / "tools/container-start.sh"), "web"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout  # fmt: skip
+    [line] = [ln for ln in out.splitlines() if ln.startswith("uvicorn ")]
+    argv = line.split()
+    expected = devrun().proxy_flags(trusted)
+    assert expected == (
+        ["--proxy-headers", "--forwarded-allow-ips", trusted.replace(" ", "")]
+        if trusted.strip() else ["--no-proxy-headers"]
+    )  # fmt: skip
+    at = argv.index(expected[0])
+    assert argv[at : at + len(expected)] == expected, argv
+    flags = {"--proxy-headers", "--no-proxy-headers", "--forwarded-allow-ips"}
+    assert len([a for a in argv if a in flags]) == len([e for e in expected if e in flags]), argv

@@ -60,6 +60,7 @@ class Server:
             # A socket a test leaves open must not hold the shutdown up (the default waits
             # for it: 30 s of teardown per test).
             timeout_graceful_shutdown=1,
+            proxy_headers=False,  # no proxy in front: as make run without FORWARDED_ALLOW_IPS
         )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
