@@ -70,6 +70,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A signed-in request marks its connection for the server's per-address caps
+    # (sparkpanel/httpserver.py: connections not signed in have a lower cap).
+    "sparkpanel.edge.SignedInConnections",
     # Every page needs a login unless its view is marked @login_not_required.
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     # A logged-in account without a role sees an explanation, not the panel.
@@ -146,6 +149,19 @@ CHANNEL_LAYERS = {
             "group_expiry": 300,
         },
     }
+}
+
+# Django's cache: the process's own memory by default (nothing in the panel caches pages);
+# "shared" is Redis, for counters every web process must see alike — the password page's
+# guessing limit (apps/accounts/password.py).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "sparkpanel",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    },
 }
 
 # --- Hosts -----------------------------------------------------------------------------
@@ -262,6 +278,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "runs-reconcile": {"task": "runs.reconcile_all", "schedule": 60.0},
     # The gateway's usage rows, from Redis into the database (apps/gateway/usage.py).
     "gateway-drain-usage": {"task": "gateway.drain_usage", "schedule": 10.0},
+    # Usage rows past GATEWAY_USAGE_RETENTION_DAYS: summed into totals, then deleted.
+    "gateway-prune-usage": {"task": "gateway.prune_usage", "schedule": 3600.0},
     # A host agent or worker gone silent: an incident (apps/guard/tasks.py).
     "guard-check-hosts": {"task": "guard.check_hosts", "schedule": 30.0},
 }
@@ -276,6 +294,21 @@ GATEWAY_STALL_TIMEOUT_S = env_int("GATEWAY_STALL_TIMEOUT_S", 300)  # silence mid
 GATEWAY_REPLICA_DOWN_S = 10  # a replica that failed takes no new request for this long
 GATEWAY_LEASE_S = 3600  # a request in flight holds its concurrency slot at most this long
 GATEWAY_KEY_CACHE_S = 300  # how long Redis holds a key's record before it is re-read
+# Keys a user may hold at once (not revoked, not expired); revoking one frees its place.
+GATEWAY_KEYS_PER_USER_MAX = env_int("GATEWAY_KEYS_PER_USER_MAX", 20)
+# A model server is not trusted (a run may execute the model's own code): what one answer
+# and all answers together may make a web process hold (docs/security.md, "model servers").
+# One unfinished stream event: twice the body limit, so an echoed prompt still fits.
+GATEWAY_EVENT_MAX_BYTES = 2 * GATEWAY_BODY_MAX_BYTES
+# Unfinished events and whole answers being read, all requests of one process together.
+GATEWAY_BUFFER_MAX_BYTES = env_int("GATEWAY_BUFFER_MAX_MB", 256) * 1_000_000
+# One streamed answer, all of it (a 256k-token answer with logprobs is well under).
+GATEWAY_STREAM_MAX_BYTES = env_int("GATEWAY_STREAM_MAX_MB", 1024) * 1_000_000
+# Asking a model server how many prompt tokens a cut-short answer cost (/tokenize).
+GATEWAY_TOKENIZE_TIMEOUT_S = 5.0
+# Usage rows older than this are summed into per-user, per-model totals and deleted
+# (apps/gateway/usage.py::prune, daily); 0 keeps every row.
+GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 400)
 
 # --- Auth --------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [
@@ -370,7 +403,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A refused request (403, 400 from an exception) is one line, not a traceback.
+    "filters": {"client_errors": {"()": "sparkpanel.logfilters.ClientErrorsWithoutTraceback"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # httpx logs every request's full URL at INFO: webhook URLs may carry their own tokens.
-    "loggers": {"axes": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "axes": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "django.request": {"filters": ["client_errors"]},
+    },
 }

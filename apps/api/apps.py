@@ -2,6 +2,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
+from apps.accounts.signals import revoke_credentials
 from apps.api.egress import parse_networks
 from apps.benchmarks.signals import job_finished
 from apps.runs.signals import run_state_changed
@@ -44,6 +45,10 @@ class ApiConfig(AppConfig):
         )  # fmt: skip
         # The profile page (apps.accounts) shows the API's sections: tokens and webhooks.
         profile_sections.register_sections()
+        # A password change that asks for it revokes the user's tokens too.
+        from apps.api.tokens import on_revoke_credentials
+
+        revoke_credentials.connect(on_revoke_credentials, dispatch_uid="api.tokens.revoke")
 
 
 def check_webhook_networks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

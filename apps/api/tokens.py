@@ -43,6 +43,20 @@ def token_revoke(*, token: ApiToken) -> ApiToken:
     return token
 
 
+def tokens_revoke_all(*, user) -> int:
+    """Every token of `user` that still works, revoked (each with its audit row)."""
+    tokens = list(ApiToken.objects.live().filter(user=user))
+    for token in tokens:
+        token_revoke(token=token)
+    return len(tokens)
+
+
+def on_revoke_credentials(sender, user, **kwargs) -> str:
+    """apps.accounts.signals.revoke_credentials: the user's tokens, on a password change."""
+    count = tokens_revoke_all(user=user)
+    return f"{count} API token{'s' if count != 1 else ''}" if count else ""
+
+
 def token_user(clear: str):
     """The active user a clear token belongs to, or None (unknown, revoked, user
     deactivated)."""

@@ -14,11 +14,14 @@ import hashlib
 import secrets
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.roles import USE_CHAT
 from apps.audit import services as audit
+from apps.core.redisconn import RedisError
 from apps.gateway import store
 from apps.gateway.limits import limits_for
 from apps.gateway.models import GatewayKey
@@ -35,10 +38,29 @@ def looks_like_key(clear: str | None) -> bool:
     return bool(clear) and clear.startswith(PREFIX) and len(clear) <= KEY_MAX_CHARS
 
 
+class TooManyKeys(ValueError):
+    """The user holds GATEWAY_KEYS_PER_USER_MAX keys already (the form and the API say so)."""
+
+
+def keys_held(user) -> int:
+    """The user's keys that still work: not revoked, not expired."""
+    return (
+        GatewayKey.objects.live()
+        .filter(user=user)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .count()
+    )
+
+
 def key_create(
     *, user, name: str, models: list[str] | None = None, expires_at: datetime | None = None
 ) -> tuple[GatewayKey, str]:
-    """A new key for `user`; returns the row and the clear key (shown once, never stored)."""
+    """A new key for `user`; returns the row and the clear key (shown once, never stored).
+    Raises TooManyKeys past GATEWAY_KEYS_PER_USER_MAX: every key is a way in that must be
+    tracked and revoked, and nothing else bounds how many a script could make."""
+    limit = settings.GATEWAY_KEYS_PER_USER_MAX
+    if keys_held(user) >= limit:
+        raise TooManyKeys(f"At most {limit} gateway keys each: revoke one you no longer use first.")
     clear = PREFIX + secrets.token_urlsafe(32)
     key = GatewayKey.objects.create(
         user=user,
@@ -65,6 +87,32 @@ def key_revoke(*, key: GatewayKey) -> GatewayKey:
         audit.record("key.revoke", key, label=f"{key.user} · {key.name}")
     store.tombstone(key.digest)
     return key
+
+
+def keys_revoke_all(*, user) -> int:
+    """Every key of `user` not revoked yet, revoked through key_revoke (audited and
+    tombstoned: each fails at its next request in every process). A key Redis could not
+    tombstone is still revoked in the database; the others are revoked all the same, and
+    RedisError says how many may work a few minutes more."""
+    keys = list(GatewayKey.objects.live().filter(user=user))
+    untombstoned = 0
+    for key in keys:
+        try:
+            key_revoke(key=key)
+        except RedisError:
+            untombstoned += 1
+    if untombstoned:
+        raise RedisError(
+            f"{untombstoned} gateway key(s) revoked in the database, but Redis did not answer: "
+            "running gateways may accept them for a few minutes more"
+        )
+    return len(keys)
+
+
+def on_revoke_credentials(sender, user, **kwargs) -> str:
+    """apps.accounts.signals.revoke_credentials: the user's keys, on a password change."""
+    count = keys_revoke_all(user=user)
+    return f"{count} gateway key{'s' if count != 1 else ''}" if count else ""
 
 
 def record_for(digest_hex: str) -> tuple[dict | None, bool]:

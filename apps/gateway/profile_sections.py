@@ -16,7 +16,7 @@ from apps.accounts.profile import Section, render_profile
 from apps.accounts.roles import USE_CHAT
 from apps.core.redisconn import RedisError
 from apps.gateway import store, usage
-from apps.gateway.keys import key_create, key_revoke
+from apps.gateway.keys import TooManyKeys, key_create, key_revoke
 from apps.gateway.limits import limits_for
 from apps.gateway.models import GatewayKey
 from apps.gateway.routing import public_name
@@ -100,12 +100,16 @@ def key_create_view(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return render_profile(request, status=400, key_form=form)
     days = form.cleaned_data["expires_days"]
-    key, clear = key_create(
-        user=request.user,
-        name=form.cleaned_data["name"],
-        models=form.cleaned_data["models"],
-        expires_at=timezone.now() + timedelta(days=days) if days else None,
-    )
+    try:
+        key, clear = key_create(
+            user=request.user,
+            name=form.cleaned_data["name"],
+            models=form.cleaned_data["models"],
+            expires_at=timezone.now() + timedelta(days=days) if days else None,
+        )
+    except TooManyKeys as exc:
+        form.add_error(None, str(exc))
+        return render_profile(request, status=400, key_form=form)
     response = render_profile(request, new_key=clear, new_key_row=key)
     response["Cache-Control"] = "no-store"
     return response

@@ -11,7 +11,8 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
 from apps.accounts.profile import register
-from apps.gateway import store
+from apps.accounts.signals import revoke_credentials
+from apps.gateway import keys, store
 from apps.gateway.models import Limit, ModelAlias
 from apps.recipes.models import Recipe
 from apps.runs.signals import run_state_changed
@@ -49,6 +50,9 @@ def connect() -> None:
         _records_changed, sender=user.groups.through, dispatch_uid="gateway.gen.groups"
     )
     post_save.connect(_records_changed, sender=Group, dispatch_uid="gateway.gen.group")
+
+    # A password change that asks for it revokes the user's keys too.
+    revoke_credentials.connect(keys.on_revoke_credentials, dispatch_uid="gateway.keys.revoke")
 
     from apps.gateway import profile_sections
 

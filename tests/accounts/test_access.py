@@ -1,6 +1,7 @@
 """Login everywhere, roles enforced on the server, rate-limited login, CSRF on posts."""
 
 import json
+import logging
 
 import pytest
 from django.test import Client
@@ -67,6 +68,22 @@ def test_member_gets_403_posting_a_notice_which_is_an_operator_action(client_as,
     assert response.status_code == 403
     assert b"does not allow this action" in response.content
     assert not Notice.objects.exists()
+
+
+def test_a_members_403_is_one_log_line_without_a_traceback(client_as, member, caplog):
+    """Django logs a PermissionDenied with the exception attached: 35 lines of traceback for
+    every refused member request (issue 38). One line, its path, no traceback."""
+    caplog.set_level(logging.INFO)
+    client = client_as(member)
+    for path in (reverse("notice-create"), reverse("recipe-import")):
+        caplog.clear()
+        response = client.post(path, {"message": "hi", "level": "info"})
+        assert response.status_code == 403, path
+        [line] = [r for r in caplog.records if r.name == "django.request"]
+        assert line.levelname == "WARNING"
+        assert line.getMessage() == f"Forbidden (Permission denied): {path}"
+        assert line.exc_info is None and not line.exc_text, path
+        assert "Traceback" not in caplog.text, caplog.text
 
 
 def test_member_does_not_see_the_notice_form(client_as, member):

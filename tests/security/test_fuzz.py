@@ -149,7 +149,21 @@ def _form_classes() -> list[type[forms.BaseForm]]:
 
 FORM_CLASSES = _form_classes()
 # Forms whose constructor needs more than data.
-FORM_KWARGS = {"CompareForm": lambda: {"job_ids": [1, 2, 3]}, "WebhookForm": lambda: {"user": None}}
+FORM_KWARGS = {"CompareForm": lambda: {"job_ids": [1, 2, 3]}, "WebhookForm": lambda: {"user": None},
+               "PasswordChangeForm": lambda: {"user": _password_user()}}  # fmt: skip
+
+
+def _password_user():
+    """The password page's form checks the current password of this account."""
+    from django.contrib.auth import get_user_model
+
+    user, created = get_user_model().objects.get_or_create(username="fuzz-password")
+    if created:
+        user.set_password("fuzz-current-passphrase-1")
+        user.save(update_fields=["password"])
+    return user
+
+
 NUMBER_FIELDS = (forms.IntegerField,)  # FloatField and DecimalField are IntegerFields
 
 

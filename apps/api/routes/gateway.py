@@ -18,7 +18,7 @@ from apps.api.errors import ERRORS, ApiError
 from apps.api.routes.common import get_or_404
 from apps.api.schemas import Strict
 from apps.gateway import usage
-from apps.gateway.keys import key_create, key_revoke
+from apps.gateway.keys import TooManyKeys, key_create, key_revoke
 from apps.gateway.models import GatewayKey
 
 router = Router(tags=["gateway"])
@@ -144,13 +144,18 @@ def keys_list(request: HttpRequest):
 @router.post("/gateway/keys", auth=needs(USE_CHAT), response={201: KeyCreated, **ERRORS},
              summary="Create a gateway key")  # fmt: skip
 def keys_create(request: HttpRequest, payload: KeyIn):
+    """The clear key is in the answer once. 409 `too_many_keys` when you hold
+    GATEWAY_KEYS_PER_USER_MAX working keys (20 unless the admin set it): revoke one first."""
     models = [m.strip() for m in payload.models if m.strip()]
     if any(len(m) > 128 for m in models):
         raise ApiError(422, "A model name has at most 128 characters.", code="invalid")
     days = payload.expires_days
     expires = timezone.now() + timedelta(days=days) if days else None
-    key, clear = key_create(user=request.user, name=payload.name, models=models,
-                            expires_at=expires)  # fmt: skip
+    try:
+        key, clear = key_create(user=request.user, name=payload.name, models=models,
+                                expires_at=expires)  # fmt: skip
+    except TooManyKeys as exc:
+        raise ApiError(409, str(exc), code="too_many_keys") from None
     return 201, {**key_out(key), "key": clear}
 
 
