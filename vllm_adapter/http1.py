@@ -13,7 +13,8 @@ alive and reused, newest first, per server.
   how a client's disconnect reaches the engine).
 - Errors: `UpstreamError(kind, message)` with kind ``connect`` (nothing was sent: another
   replica may take the request), ``closed`` (the server went away after the request was
-  sent), ``timeout`` or ``protocol``.
+  sent), ``timeout``, ``protocol``, and from `UpstreamResponse.read` ``too_large`` (past
+  its limit) or ``busy`` (the process's buffer budget is spent).
 
 Plain HTTP only: a Spark's vLLM serves plain HTTP on the LAN. No Django, no panel imports.
 """
@@ -188,16 +189,27 @@ class UpstreamResponse:
             if not self._done:
                 self.abort()
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body (refused past `limit` bytes)."""
+    async def read(self, limit: int, budget=None) -> bytes:
+        """The whole body: refused past `limit` bytes (kind ``too_large``), or when `budget`
+        (a `relay.Budget`: what the whole process may hold) cannot take it (kind ``busy``).
+        The bytes returned stay taken from `budget`: the caller gives them back once it
+        has passed the body on; on an error they are given back here."""
         parts: list[bytes] = []
         size = 0
-        async for data in self.chunks():
-            size += len(data)
-            if size > limit:
-                self.abort()
-                raise UpstreamError("protocol", f"the answer is larger than {limit} bytes")
-            parts.append(data)
+        try:
+            async for data in self.chunks():
+                if size + len(data) > limit:
+                    self.abort()
+                    raise UpstreamError("too_large", f"the answer is larger than {limit} bytes")
+                if budget is not None and not budget.take(len(data)):
+                    self.abort()
+                    raise UpstreamError("busy", "the panel holds too many large answers")
+                size += len(data)
+                parts.append(data)
+        except BaseException:
+            if budget is not None:
+                budget.give(size)
+            raise
         return b"".join(parts)
 
     def _finish(self) -> None:

@@ -24,7 +24,7 @@ import re
 import time
 from typing import Any
 
-__all__ = ["BodyError", "StreamTap", "request_body", "whole_usage"]
+__all__ = ["BodyError", "Budget", "StreamTap", "TapError", "request_body", "whole_usage"]
 
 # A chunk that carries generated text (chat delta content or reasoning, or completion
 # text): not the role-only first chat chunk, not the usage chunk.
@@ -72,43 +72,146 @@ def whole_usage(body: bytes) -> dict | None:
     return usage if isinstance(usage, dict) else None
 
 
+class TapError(Exception):
+    """A streamed answer the relay will not pass on (the server misbehaves, or the process
+    holds too much already). ``kind``: ``oversized_event`` (one event past its bound),
+    ``too_many_events`` (more events than the answer can have tokens), ``too_long`` (more
+    bytes than any answer), ``busy`` (the process-wide buffer budget is spent)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class Budget:
+    """Bytes a process holds for answers not yet passed on (unfinished stream events, whole
+    answers being read): one budget per process, so a few huge answers at once cannot
+    balloon it. Single-threaded (one event loop): a plain counter."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held = max(0, self.held - size)
+
+
 class StreamTap:
-    """Feed it the body's bytes as they arrive; it returns what to forward now."""
+    """Feed it the body's bytes as they arrive; it returns what to forward now.
+
+    Linear in what passes: each read is searched once for the last event end and joined
+    once with the unfinished event before it (the unfinished part is a list of reads, not
+    a growing bytes object searched again at every read). Bounds, each a `TapError`:
+    an unfinished event over ``max_event_bytes``, more than ``max_events`` events, more
+    than ``max_bytes`` in all, and the unfinished bytes taken from ``budget``."""
 
     __slots__ = (
-        "_buffer",
+        "_budget",
         "_drop_usage",
+        "_parts",
+        "_pending",
         "_rename",
         "done",
         "error",
+        "events",
         "first_token_at",
+        "max_bytes",
+        "max_event_bytes",
+        "max_events",
+        "received",
         "token_events",
         "usage",
     )
 
-    def __init__(self, *, drop_usage: bool, rename: tuple[bytes, bytes] | None = None):
-        self._buffer = b""
+    def __init__(
+        self,
+        *,
+        drop_usage: bool,
+        rename: tuple[bytes, bytes] | None = None,
+        max_event_bytes: int = 16 << 20,
+        max_events: int | None = None,
+        max_bytes: int | None = None,
+        budget: Budget | None = None,
+    ):
+        self._parts: list[bytes] = []  # the unfinished event, read by read
+        self._pending = 0
+        self._budget = budget
         self._drop_usage = drop_usage
         self._rename = rename  # (b'"model":"served"', b'"model":"public"') when they differ
+        self.max_event_bytes = max_event_bytes
+        self.max_events = max_events
+        self.max_bytes = max_bytes
         self.usage: dict | None = None
         self.first_token_at: float | None = None
         self.error: dict | None = None
         self.done = False
+        self.received = 0
+        self.events = 0
         # Events that carried text: what a stream cut short had generated, about (vLLM
         # sends one event per engine step, one token each at the default stream interval).
         self.token_events = 0
 
     def feed(self, data: bytes) -> bytes:
-        buffer = self._buffer + data if self._buffer else data
-        end = buffer.rfind(_EVENT_END)
-        if end < 0:
-            self._buffer = buffer
+        if not data:
             return b""
-        complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
+        self.received += len(data)
+        if self.max_bytes is not None and self.received > self.max_bytes:
+            raise TapError("too_long", f"the answer passed {self.max_bytes} bytes")
+        end = data.rfind(_EVENT_END)
+        if end >= 0:
+            head, rest = data[: end + 2], data[end + 2 :]
+        elif self._parts and data[:1] == b"\n" and self._parts[-1][-1:] == b"\n":
+            head, rest = data[:1], data[1:]  # the blank line split between two reads
+        else:
+            self._hold(data)
+            return b""
+        if self._parts:
+            self._parts.append(head)
+            complete = b"".join(self._parts)
+            self._let_go()
+        else:
+            complete = head
+        if rest:
+            self._hold(rest)
+        return self._complete(complete)
+
+    def _hold(self, data: bytes) -> None:
+        if self._budget is not None and not self._budget.take(len(data)):
+            raise TapError("busy", "the panel holds too many unfinished answers right now")
+        self._parts.append(data)
+        self._pending += len(data)
+        if self._pending > self.max_event_bytes:
+            raise TapError(
+                "oversized_event",
+                f"an event grew past {self.max_event_bytes} bytes without its end",
+            )
+
+    def _let_go(self) -> None:
+        if self._budget is not None:
+            self._budget.give(self._pending)
+        self._parts = []
+        self._pending = 0
+
+    def _complete(self, complete: bytes) -> bytes:
+        events = complete.count(b"data: ")
+        self.events += events
+        if self.max_events is not None and self.events > self.max_events:
+            raise TapError(
+                "too_many_events",
+                f"more than {self.max_events} events: more than the answer can have tokens",
+            )
         if self.first_token_at is None and _TOKEN_BEARING.search(complete):
             self.first_token_at = time.monotonic()
         if self.first_token_at is not None:
-            self.token_events += complete.count(b"data: ")
+            self.token_events += events
         if b'"usage":{' in complete or b'"error":' in complete or b"[DONE]" in complete:
             complete = self._inspect(complete)
         if self._rename is not None:
@@ -116,8 +219,10 @@ class StreamTap:
         return complete
 
     def close(self) -> bytes:
-        """What is left at the end (an unterminated last event, forwarded as it is)."""
-        rest, self._buffer = self._buffer, b""
+        """What is left at the end (an unterminated last event, forwarded as it is); the
+        budget it held is given back. Safe to call more than once."""
+        rest = b"".join(self._parts)
+        self._let_go()
         return rest
 
     def _inspect(self, complete: bytes) -> bytes:

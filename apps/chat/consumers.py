@@ -29,7 +29,7 @@ from apps.core.consumers import CLOSE_FORBIDDEN, PanelSocket
 from apps.gateway import chat_budget
 from apps.hosts.clock import HostClock, run_clock
 from apps.runs.models import Run, RunState
-from vllm_adapter import endpoints, sse
+from vllm_adapter import endpoints, prompt_count, sse
 
 COALESCE_S = 0.04
 SEND_TIMEOUT_S = 5.0
@@ -257,6 +257,7 @@ class _StreamState:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.token_events = 0
+        self.server_status = 0  # the model server's answer status (0: no answer came)
         self.seq = 0
         self.wake = asyncio.Event()  # set when there is something to send, or at the end
         self.finished = False
@@ -303,6 +304,7 @@ async def _stream(url: str, body: dict, state: _StreamState, headers: dict) -> N
         async with upstream_client().stream(
             "POST", url, json=body, headers=headers, timeout=timeout
         ) as response:
+            state.server_status = response.status_code
             if response.status_code != 200:
                 raise _UpstreamError(
                     f"the model server answered HTTP {response.status_code}: "
@@ -392,6 +394,7 @@ def _prepare(conversation_id: int, content: str | None, *, edit: int | None = No
         "user_id": conv.user_id,
         "host": run.host.name,
         "url": endpoints.url(run.local_endpoint, endpoints.CHAT_COMPLETIONS),
+        "tokenize_url": endpoints.url(run.local_endpoint, endpoints.TOKENIZE),
         "headers": run.upstream_headers,
         "body": endpoints.chat_body(
             run.served_name,
@@ -453,6 +456,32 @@ async def _admit(user_id: int, body: dict) -> chat_budget.ChatTicket:
     return ticket
 
 
+async def _prompt_tokens(prepared: dict) -> int:
+    """The prompt tokens of an answer that ended without its usage (Stop, a stall, a
+    failure): the model server counts the same messages again (/tokenize), else they are
+    estimated from their text (vllm_adapter/prompt_count.py) — as the gateway does."""
+    body = prepared["body"]
+    bodies, total = prompt_count.tokenize_request(
+        endpoints.CHAT_COMPLETIONS, body, body["model"]
+    ) or ([], None)
+    headers = {**prepared["headers"], "content-type": "application/json"}
+    try:
+        if total is None:
+            raise ValueError("no tokenize request for this body")
+        for one in bodies:
+            response = await upstream_client().post(
+                prepared["tokenize_url"], content=one, headers=headers,
+                timeout=settings.GATEWAY_TOKENIZE_TIMEOUT_S,
+            )  # fmt: skip
+            count = prompt_count.tokenized_count(response.content)
+            if response.status_code != 200 or count is None:
+                raise ValueError(f"/tokenize answered {response.status_code}")
+            total += count
+        return total
+    except (httpx.HTTPError, ValueError):
+        return prompt_count.estimate(body)
+
+
 async def _settle(
     ticket: chat_budget.ChatTicket, prepared: dict, state: _StreamState, status: str, error: str
 ) -> None:
@@ -460,12 +489,15 @@ async def _settle(
     tokens as the server counted them, else one per event received), queued in Redis."""
     usage = state.usage or {}
     completion = usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens")
+    if prompt is None and state.server_status == 200:  # stopped or cut: prefilled all the same
+        prompt = await _prompt_tokens(prepared)
     await chat_budget.settle(
         ticket,
         run_id=prepared["run_id"],
         host=prepared["host"],
         model=prepared["body"]["model"],
-        prompt_tokens=usage.get("prompt_tokens"),
+        prompt_tokens=prompt,
         completion_tokens=state.token_events if completion is None else completion,
         ttft_s=state.first_token - state.started if state.first_token else None,
         duration_s=time.monotonic() - state.started,

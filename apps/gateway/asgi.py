@@ -31,7 +31,7 @@ from django.conf import settings
 from apps.core.redisconn import RedisError
 from apps.gateway import keys, refusals, routing
 from apps.gateway.store import AsyncStore
-from vllm_adapter import endpoints, relay
+from vllm_adapter import endpoints, prompt_count, relay
 from vllm_adapter.http1 import Pool, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,11 @@ _SSE_HEADERS = [
 ]
 
 
+# Usage rows and /metrics name a model nobody serves by this one label: a client sending
+# random names must not grow the panel's series or its table's distinct models.
+UNKNOWN_MODEL = "(unknown model)"
+
+
 def handles(path: str) -> bool:
     return path == "/v1" or path.startswith("/v1/") or path in PATHS[1:]
 
@@ -72,6 +77,12 @@ def error_body(message: str, type_: str, code: str | int | None, param=None) -> 
 async def _send_error(send, exc: Refused) -> None:
     body = error_body(str(exc), exc.type, exc.code)
     headers = [*_JSON, (b"content-length", str(len(body)).encode()), *exc.headers]
+    if 400 <= exc.status < 500 and exc.status != 429:
+        # The client's own fault, and every refusal before the key is admitted (401, 400,
+        # 404, 405, 408, 413): the connection ends with the answer and the rest of a body is
+        # never read (sparkpanel/httpserver.py). 429 and 5xx keep an admitted client's
+        # connection for its retry.
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -107,6 +118,8 @@ class Gateway:
         self._reload = asyncio.Lock()
         self._filling: dict[str, asyncio.Future] = {}  # key digest -> its record being read
         self._loop: asyncio.AbstractEventLoop | None = None
+        # What this process holds of answers not yet passed on (vllm_adapter/relay.py).
+        self.budget = relay.Budget(settings.GATEWAY_BUFFER_MAX_BYTES)
 
     def _bind(self) -> None:
         """Connections and locks belong to one event loop: a new loop (a server restarted in
@@ -120,6 +133,7 @@ class Gateway:
             self.table = routing.RouteTable(version="")
             self.inflight.clear()
             self.down.clear()
+            self.budget = relay.Budget(settings.GATEWAY_BUFFER_MAX_BYTES)
 
     # --- entry ----------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
@@ -215,6 +229,11 @@ class Gateway:
         if not done.cancelled():
             done.exception()  # seen (its waiters raise it), even if every waiter left
 
+    async def _check_key(self, digest: str) -> None:
+        """The key alone (valid, not revoked or expired, a role that may chat), no slot
+        taken: raises the same refusal admission would."""
+        await self._admit(digest, uuid.uuid4().hex, "", 0, -1, count=False)
+
     # --- routes ---------------------------------------------------------------------------
     async def _ensure_table(self, version: str) -> None:
         if version == self.table.version:
@@ -265,7 +284,7 @@ class Gateway:
         label, streams = route
         started = time.monotonic()
         digest = self._digest(scope)
-        body = await _read_body(receive)
+        body = await _read_body(receive, scope, lambda: self._check_key(digest))
         try:
             payload = json.loads(body)
         except ValueError:
@@ -285,14 +304,13 @@ class Gateway:
             # Unset: vLLM may generate up to the context length; a token budget reserves that.
             asked = self.table.max_len(model) or -1
         request_id = uuid.uuid4().hex
-        counted = label in ("chat", "completions", "embeddings")
         capped = label in ("chat", "completions")
-        admission = await self._admit(
-            digest, request_id, model, len(body) if counted else 0, asked if capped else 0
-        )
+        # Every endpoint counts against tokens per day (the prompt bound: the body's bytes).
+        admission = await self._admit(digest, request_id, model, len(body), asked if capped else 0)
         row = {"id": request_id, "at": time.time(), "u": int(admission.user),
                "k": int(admission.key_id), "m": model, "ep": label}  # fmt: skip
         outcome = _Outcome()
+        outcome.payload, outcome.path = payload, path
         settled = False
 
         async def settle() -> None:
@@ -304,12 +322,17 @@ class Gateway:
             if settled:
                 return
             settled = True
+            if outcome.replica is not None and outcome.usage_missing():
+                outcome.prompt = await self._prompt_tokens(outcome)
+            if outcome.status == 404 and outcome.run is None:
+                row["m"] = UNKNOWN_MODEL  # never a name a client made up
             row.update(outcome.row(started))
             used = outcome.prompt + outcome.completion
-            refund = outcome.status in (404, 503) and outcome.run is None
+            # A refused request keeps its rate slot (a 404 that gave it back let a client
+            # send unknown names without limit); its reserved tokens come back all the same.
             with contextlib.suppress(RedisError):
                 await self.store.release(admission.user, request_id, admission.day,
-                                         admission.reserved, used, row, refund)  # fmt: skip
+                                         admission.reserved, used, row, False)  # fmt: skip
 
         outcome.settle = settle
         try:
@@ -343,6 +366,7 @@ class Gateway:
             if stream:
                 headers.append((b"accept", b"text/event-stream"))
             self.inflight[replica.run_id] = self.inflight.get(replica.run_id, 0) + 1
+            outcome.replica = replica  # sent: its prompt may be processed from here on
             try:
                 try:
                     response = await self.pool.request(
@@ -353,11 +377,13 @@ class Gateway:
                 except UpstreamError as exc:
                     self._mark_down(replica, exc)
                     if exc.kind == "connect":
+                        outcome.replica = None
                         tried.add(replica.run_id)
                         continue  # nothing reached that server: the next replica takes it
                     raise Refused(502, f"The model server on {replica.host} failed: {exc}",
                                   "upstream_error", "upstream_failed") from None  # fmt: skip
                 outcome.run, row["run"], row["h"] = replica.run_id, replica.run_id, replica.host
+                outcome.server_status = response.status
                 rename = None
                 if replica.served_name != model:
                     served = json.dumps(replica.served_name)
@@ -381,7 +407,12 @@ class Gateway:
                         replica.host, settings.GATEWAY_REPLICA_DOWN_S, exc)  # fmt: skip
 
     async def _stream(self, receive, send, response, outcome, rename, replica, *, drop_usage):
-        tap = relay.StreamTap(drop_usage=drop_usage, rename=rename)
+        tap = relay.StreamTap(
+            drop_usage=drop_usage, rename=rename, budget=self.budget,
+            max_event_bytes=settings.GATEWAY_EVENT_MAX_BYTES,
+            max_events=_max_events(replica, outcome.payload),
+            max_bytes=settings.GATEWAY_STREAM_MAX_BYTES,
+        )  # fmt: skip
         watcher = _DisconnectWatcher(receive, response)
         outcome.status = 200
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
@@ -393,6 +424,15 @@ class Gateway:
             rest = tap.close()
             if rest:
                 await send({"type": "http.response.body", "body": rest, "more_body": True})
+        except relay.TapError as exc:
+            response.abort()  # vLLM aborts the request: no more work for an answer cut here
+            outcome.status = 503 if exc.kind == "busy" else 502
+            outcome.error = self._refused_answer(replica, exc)
+            code = "panel_busy" if exc.kind == "busy" else "upstream_misbehaved"
+            event = b"data: " + error_body(outcome.error, "upstream_error", code) + b"\n\n"
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": event + relay_done(),
+                            "more_body": True})  # fmt: skip
         except UpstreamError as exc:
             if watcher.gone:
                 outcome.cancelled = True
@@ -404,6 +444,7 @@ class Gateway:
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": event, "more_body": True})
         finally:
+            tap.close()  # gives back what the unfinished event held of the budget
             watcher.stop()
             outcome.take_usage(tap.usage)
             if tap.usage is None:  # cut short: no usage chunk; one token per event (vLLM)
@@ -417,31 +458,106 @@ class Gateway:
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    def _refused_answer(self, replica: routing.Replica, exc: Exception) -> str:
+        """What the client and the panel's log read when an answer is cut by a bound."""
+        kind = getattr(exc, "kind", "")
+        if kind == "busy":
+            message = (f"The panel holds too many large answers right now "
+                       f"({settings.GATEWAY_BUFFER_MAX_BYTES // 1_000_000} MB, "
+                       "GATEWAY_BUFFER_MAX_MB); try again shortly.")  # fmt: skip
+        else:
+            message = f"The model server on {replica.host} misbehaved: {exc}; the answer was cut."
+        log.warning("gateway: run %s on %s: %s", replica.run_id, replica.host, message)
+        return message[:300]
+
     async def _whole(self, receive, send, response, outcome, rename, replica) -> None:
         watcher = _DisconnectWatcher(receive, response)
+        held = 0
         try:
-            body = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES)
-        except UpstreamError as exc:
-            if watcher.gone:
-                outcome.cancelled, outcome.status = True, 499
-                return
-            self._mark_down(replica, exc)
-            raise Refused(502, f"The model server on {replica.host} failed: {exc}",
-                          "upstream_error", "upstream_failed") from None  # fmt: skip
+            try:
+                body = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES, self.budget)
+                held = len(body)
+            except UpstreamError as exc:
+                if watcher.gone:
+                    outcome.cancelled, outcome.status = True, 499
+                    return
+                if exc.kind == "busy":
+                    retry = [(b"retry-after", b"5")]
+                    raise Refused(503, self._refused_answer(replica, exc), "service_unavailable",
+                                  "panel_busy", headers=retry) from None  # fmt: skip
+                if exc.kind == "too_large":
+                    raise Refused(502, self._refused_answer(replica, exc), "upstream_error",
+                                  "upstream_misbehaved") from None  # fmt: skip
+                self._mark_down(replica, exc)
+                raise Refused(502, f"The model server on {replica.host} failed: {exc}",
+                              "upstream_error", "upstream_failed") from None  # fmt: skip
+            finally:
+                watcher.stop()
+            outcome.status = response.status
+            if response.status == 200:
+                outcome.take_answer(body)
+                if rename is not None:
+                    body = body.replace(*rename, 1)
+            else:
+                outcome.error = endpoints.error_message(body)[:300]
+            content_type = response.header(b"content-type") or b"application/json"
+            headers = [(b"content-type", content_type),
+                       (b"content-length", str(len(body)).encode())]  # fmt: skip
+            await outcome.settle()
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": headers})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
         finally:
-            watcher.stop()
-        outcome.status = response.status
-        if response.status == 200:
-            outcome.take_usage(relay.whole_usage(body))
-            if rename is not None:
-                body = body.replace(*rename, 1)
-        else:
-            outcome.error = endpoints.error_message(body)[:300]
-        content_type = response.header(b"content-type") or b"application/json"
-        headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-        await outcome.settle()
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+            self.budget.give(held)
+
+    async def _prompt_tokens(self, outcome: _Outcome) -> int:
+        """The prompt tokens of a request whose answer never said (cut short, failed): vLLM
+        counts them again (/tokenize, the same messages through the same template), else
+        they are estimated from the prompt's text (vllm_adapter/prompt_count.py)."""
+        replica, payload = outcome.replica, outcome.payload
+        asked = prompt_count.tokenize_request(outcome.path, payload, replica.served_name)
+        if asked is not None:
+            bodies, total = asked
+            headers = [(b"content-type", b"application/json")]
+            if replica.auth:
+                headers.append((b"authorization", replica.auth))
+            timeout = settings.GATEWAY_TOKENIZE_TIMEOUT_S
+            try:
+                async with asyncio.timeout(timeout):
+                    for body in bodies:
+                        response = await self.pool.request(
+                            replica.address, replica.port, "POST", endpoints.TOKENIZE, headers,
+                            body, head_timeout=timeout, read_timeout=timeout,
+                        )  # fmt: skip
+                        answer = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES)
+                        count = prompt_count.tokenized_count(answer)
+                        if response.status != 200 or count is None:
+                            raise UpstreamError("protocol", f"/tokenize answered {response.status}")
+                        total += count
+                return total
+            except (TimeoutError, UpstreamError) as exc:
+                log.info("gateway: run %s: prompt tokens estimated (/tokenize: %s)",
+                         replica.run_id, exc or "timed out")  # fmt: skip
+        return prompt_count.estimate(payload)
+
+
+def relay_done() -> bytes:
+    return b"data: [DONE]\n\n"
+
+
+def _max_events(replica: routing.Replica, payload: dict) -> int | None:
+    """The most events an answer can have: vLLM sends one per engine step that made output,
+    each with at least one new token, for each choice, plus a few without (role, finish,
+    usage, [DONE]). None when the run's context length is not known."""
+    if not replica.max_model_len:
+        return None
+    n = payload.get("n")
+    n = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1024 else 1
+    prompt = payload.get("prompt")
+    prompts = (
+        len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+    )
+    return (replica.max_model_len + 8) * n * min(prompts, 1024) + 8
 
 
 def _cap(cap: int | None, replica: routing.Replica) -> int | None:
@@ -452,8 +568,9 @@ def _cap(cap: int | None, replica: routing.Replica) -> int | None:
 
 
 class _Outcome:
-    __slots__ = ("cancelled", "completion", "error", "first_token_at", "prompt", "run", "settle",
-                 "status")  # fmt: skip
+    __slots__ = ("cancelled", "completion", "error", "first_token_at", "path", "payload",
+                 "prompt", "replica", "run", "server_status", "settle", "status",
+                 "usage_seen")  # fmt: skip
 
     def __init__(self):
         self.settle = None  # the request's settle() (Gateway._relay), once, before its end
@@ -463,11 +580,34 @@ class _Outcome:
         self.cancelled = False
         self.error = ""
         self.run: int | None = None
+        self.path = ""
+        self.payload: dict = {}
+        self.replica: routing.Replica | None = None  # the server the request was sent to
+        self.server_status = 0  # what that server answered (0: no answer's head came)
+        self.usage_seen = False
 
     def take_usage(self, usage: dict | None) -> None:
         if usage:
+            self.usage_seen = True
             self.prompt = _count(usage.get("prompt_tokens"))
             self.completion = _count(usage.get("completion_tokens"))
+
+    def take_answer(self, body: bytes) -> None:
+        """A whole 200 answer's tokens: its usage, or what /tokenize and /detokenize did."""
+        if self.path == endpoints.TOKENIZE:
+            count = prompt_count.tokenized_count(body)
+            if count is not None:
+                self.usage_seen, self.prompt = True, count
+        elif self.path == endpoints.DETOKENIZE:
+            tokens = self.payload.get("tokens")
+            self.usage_seen, self.prompt = True, len(tokens) if isinstance(tokens, list) else 0
+        else:
+            self.take_usage(relay.whole_usage(body))
+
+    def usage_missing(self) -> bool:
+        """Sent to a server that did not refuse it (no 4xx answer), yet no usage came back:
+        a stream cut short by the client, a stall or a failure. Its prompt was processed."""
+        return not self.usage_seen and not 400 <= self.server_status < 500
 
     def row(self, started: float) -> dict:
         now = time.monotonic()
@@ -502,11 +642,22 @@ class _DisconnectWatcher:
         self._task.cancel()
 
 
-async def _read_body(receive) -> bytes:
+async def _read_body(receive, scope=None, check_key=None) -> bytes:
     """The request body, within GATEWAY_BODY_MAX_BYTES and REQUEST_BODY_TIMEOUT seconds.
     One deadline for the whole body (`asyncio.timeout`: a timer on this task, where
-    `asyncio.wait_for` would wrap each read in a task of its own)."""
+    `asyncio.wait_for` would wrap each read in a task of its own).
+
+    Nobody makes the panel wait for a body it would refuse: a declared Content-Length over
+    the limit is a 413 before any byte is read, and a body that does not come in one read
+    (the common case: a small body arrives with the head) waits for `check_key()` first —
+    a key that is invalid, revoked or expired is refused before its body trickles in."""
     limit = settings.GATEWAY_BODY_MAX_BYTES
+    too_large = Refused(413, f"The request body is larger than {limit // 1_000_000} MB "
+                        "(GATEWAY_BODY_MAX_MB); nothing was sent to a model.",
+                        "invalid_request_error", "body_too_large")  # fmt: skip
+    declared = _header(scope, b"content-length") if scope is not None else None
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
     parts: list[bytes] = []
     size = 0
     deadline = settings.REQUEST_BODY_TIMEOUT
@@ -520,12 +671,13 @@ async def _read_body(receive) -> bytes:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
-                    raise Refused(413, f"The request body is larger than {limit // 1_000_000} "
-                                  "MB (GATEWAY_BODY_MAX_MB); nothing was sent to a model.",
-                                  "invalid_request_error", "body_too_large")  # fmt: skip
+                    raise too_large
                 parts.append(chunk)
                 if not message.get("more_body", False):
                     return parts[0] if len(parts) == 1 else b"".join(parts)
+                if check_key is not None:
+                    await check_key()
+                    check_key = None
     except TimeoutError:
         raise Refused(408, f"The request body did not arrive within {deadline} s.",
                       "invalid_request_error", "timeout") from None  # fmt: skip

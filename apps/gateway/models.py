@@ -4,11 +4,13 @@ request. See docs/gateway.md."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.roles import ROLE_ORDER
+from apps.recipes.models import Recipe
 
 
 class GatewayKeyQuerySet(models.QuerySet):
@@ -69,6 +71,21 @@ class ModelAlias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → {self.recipe}"
+
+    def clean(self) -> None:
+        problem = alias_name_problem(self.name, exclude=self.pk)
+        if problem:
+            raise ValidationError({"name": problem})
+
+
+def alias_name_problem(name: str, exclude: int | None = None) -> str:
+    """Why `name` cannot be a new alias, or "": an alias equal to a recipe's own name (or
+    to another alias) would make one name stand for two recipes, maybe two models."""
+    if ModelAlias.objects.filter(name=name).exclude(pk=exclude).exists():
+        return f"The alias {name!r} exists already."
+    if Recipe.objects.filter(Q(served_model_name=name) | Q(served_model_name="", model_id=name)):
+        return f"{name!r} is a recipe's own served name already."
+    return ""
 
 
 ROLE_CHOICES = [(role.value, role.value.title()) for role in ROLE_ORDER]
@@ -143,3 +160,27 @@ class UsageRecord(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+class UsageTotal(models.Model):
+    """What the usage rows deleted by the retention policy added up to, per user and model
+    (apps/gateway/usage.py::prune): the panel's /metrics counters count these too, so they
+    never go down when old rows go."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    model = models.CharField(max_length=128)
+    requests = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    through = models.DateTimeField(help_text="The newest deleted row's time.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "model"], name="usage_total_user_model")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.model} up to {self.through:%Y-%m-%d}"

@@ -13,6 +13,7 @@ every run state change, recipe and alias change bumps it.
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from apps.gateway.models import ModelAlias
 from apps.recipes.models import Recipe
 from apps.runs.models import STARTING_STATES, Run, RunState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -78,16 +81,23 @@ def build(version: str) -> RouteTable:
     aliases: dict[int, list[str]] = {}
     for alias in ModelAlias.objects.all():
         aliases.setdefault(alias.recipe_id, []).append(alias.name)
-    for recipe in Recipe.objects.only("pk", "name", "served_model_name", "model_id"):
+    recipes = list(
+        Recipe.objects.only("pk", "name", "served_model_name", "model_id").order_by("pk")
+    )
+    models: dict[str, set[str]] = {}  # name -> the model ids of the recipes answering to it
+    for recipe in recipes:
         for name in [public_name(recipe), *aliases.get(recipe.pk, [])]:
             table.known.setdefault(name, Known()).recipes.append(recipe.name)
+            models.setdefault(name, set()).add(recipe.model_id)
+    owner = _owners(recipes, models)
     runs = (
         Run.objects.filter(state__in=[RunState.READY, *STARTING_STATES])
         .select_related("recipe", "host")
         .order_by("pk")
     )
     for run in runs:
-        names = [public_name(run.recipe), *aliases.get(run.recipe_id, [])]
+        names = [name for name in [public_name(run.recipe), *aliases.get(run.recipe_id, [])]
+                 if owner.get(name, run.recipe.model_id) == run.recipe.model_id]  # fmt: skip
         if run.state != RunState.READY:
             where = f"run {run.pk} on {run.host.name} ({run.get_state_display().lower()})"
             for name in names:
@@ -109,6 +119,24 @@ def build(version: str) -> RouteTable:
             table.ready.setdefault(name, []).append(replica)
             table.created.setdefault(name, _unix(ready_at, run))
     return table
+
+
+def _owners(recipes: list[Recipe], models: dict[str, set[str]]) -> dict[str, str]:
+    """The one model each public name stands for. Recipes are refused a name that another
+    model answers to (Recipe.public_name_clash), but a name can still be shared — recipes
+    saved before that rule, an alias equal to another recipe's name — and replicas of two
+    different models must never merge: the name goes to the recipe whose model id it is,
+    else to the oldest recipe's model; the others are not routed by it (logged)."""
+    owner: dict[str, str] = {}
+    for name, ids in models.items():
+        if len(ids) == 1:
+            continue
+        chosen = name if name in ids else next(r.model_id for r in recipes
+                                               if r.model_id in ids)  # fmt: skip
+        owner[name] = chosen
+        log.warning("gateway: the name %r is claimed by several models (%s); it routes to %s only",
+                    name, ", ".join(sorted(ids)), chosen)  # fmt: skip
+    return owner
 
 
 def _unix(iso: str | None, run: Run) -> int:

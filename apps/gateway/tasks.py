@@ -7,3 +7,9 @@ from apps.gateway import usage
 def drain_usage() -> int:
     """Move the gateway's queued usage rows into the database (every few seconds, beat)."""
     return usage.drain()
+
+
+@shared_task(name="gateway.prune_usage", ignore_result=True)
+def prune_usage() -> int:
+    """Usage rows past the retention policy: summed into totals, then deleted (hourly)."""
+    return usage.prune()

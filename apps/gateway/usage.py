@@ -9,20 +9,21 @@ always shows every request that finished.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Max, Q, Sum
+from django.db import transaction
+from django.db.models import Count, F, Max, Q, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.utils import timezone
 
+from apps.core import csvsafe
 from apps.core.redisconn import RedisError
 from apps.gateway import store
-from apps.gateway.models import GatewayKey, UsageRecord
+from apps.gateway.models import GatewayKey, UsageRecord, UsageTotal
 from apps.runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,48 @@ def _insert(batch: list[str]) -> int:
     return len(rows)
 
 
+def prune(now: datetime | None = None, batch: int = 5000, max_batches: int = 200) -> int:
+    """The retention policy: rows older than GATEWAY_USAGE_RETENTION_DAYS are added to their
+    user's and model's `UsageTotal` and deleted, oldest first, in batches (each one
+    transaction, so a total never counts a row that is still there, nor misses one that is
+    gone). Returns how many rows went. Run hourly by Celery beat (gateway.prune_usage)."""
+    days = settings.GATEWAY_USAGE_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    removed = 0
+    for _ in range(max_batches):
+        with transaction.atomic():
+            ids = list(
+                UsageRecord.objects.filter(at__lt=cutoff)
+                .order_by("at", "pk")
+                .values_list("pk", flat=True)[:batch]
+            )
+            if not ids:
+                break
+            old = UsageRecord.objects.filter(pk__in=ids)
+            sums = old.values("user", "model").annotate(**TOTALS, through=Max("at"))
+            for s in sums:
+                total = UsageTotal.objects.filter(user_id=s["user"], model=s["model"]).first()
+                if total is None:
+                    total = UsageTotal.objects.create(
+                        user_id=s["user"], model=s["model"], through=s["through"]
+                    )
+                UsageTotal.objects.filter(pk=total.pk).update(
+                    requests=F("requests") + s["requests"],
+                    errors=F("errors") + s["errors"],
+                    prompt_tokens=F("prompt_tokens") + s["prompt"],
+                    completion_tokens=F("completion_tokens") + s["completion"],
+                    through=max(total.through, s["through"]),
+                )
+            removed += old.delete()[0]
+        if len(ids) < batch:
+            break
+    if removed:
+        log.info("usage: %d rows older than %d days summed into totals and deleted", removed, days)
+    return removed
+
+
 def _source(value) -> str:
     """A row's source: the chat's rows say so ("src"), the gateway's say nothing."""
     return value if value in UsageRecord.Source.values else UsageRecord.Source.GATEWAY
@@ -134,6 +177,23 @@ def series(qs, bucket: str) -> list[dict]:
     return [{**r, "total": r["prompt"] + r["completion"]} for r in out]
 
 
+def counters() -> list[dict]:
+    """Every request ever counted, per user and model: the rows kept plus the totals of
+    those the retention policy deleted (the panel's /metrics counters never go down)."""
+    out: dict[tuple[str, str], dict] = {}
+    for row in by_user_and_model(UsageRecord.objects.all()):
+        out[(row["user__username"] or "", row["model"])] = row
+    for t in UsageTotal.objects.select_related("user"):
+        key = (t.user.username if t.user else "", t.model)
+        row = out.setdefault(key, {"user__username": key[0], "model": key[1], "requests": 0,
+                                   "errors": 0, "prompt": 0, "completion": 0})  # fmt: skip
+        row["requests"] += t.requests
+        row["errors"] += t.errors
+        row["prompt"] += t.prompt_tokens
+        row["completion"] += t.completion_tokens
+    return [out[k] for k in sorted(out)]
+
+
 def per_key(user) -> dict[int, dict]:
     qs = UsageRecord.objects.filter(user=user, key__isnull=False)
     since = timezone.now() - timedelta(days=30)
@@ -163,14 +223,17 @@ CSV_MAX_ROWS = 100_000
 
 
 def csv_text(qs) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_FIELDS)
-    for r in qs.select_related("user", "key").order_by("at")[:CSV_MAX_ROWS]:
-        writer.writerow([
-            r.at.isoformat(), r.user.username if r.user else "", r.key.name if r.key else "",
-            r.source, r.endpoint, r.model, r.run_id or "", r.host, r.prompt_tokens,
-            r.completion_tokens, "" if r.ttft_ms is None else round(r.ttft_ms, 1),
-            round(r.duration_ms, 1), r.status, int(r.cancelled), r.error,
-        ])  # fmt: skip
-    return out.getvalue()
+    """One line per request, through the panel's one CSV writer (apps/core/csvsafe.py): a
+    key's name, a model, a host or a username that starts a formula (`=HYPERLINK(…)`,
+    `-2+3`) is text in a spreadsheet, never run."""
+    rows = (
+        {"at": r.at.isoformat(), "user": r.user.username if r.user else "",
+         "key": r.key.name if r.key else "", "source": r.source, "endpoint": r.endpoint,
+         "model": r.model, "run": r.run_id or "", "host": r.host,
+         "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+         "ttft_ms": "" if r.ttft_ms is None else round(r.ttft_ms, 1),
+         "duration_ms": round(r.duration_ms, 1), "status": r.status,
+         "cancelled": int(r.cancelled), "error": r.error}
+        for r in qs.select_related("user", "key").order_by("at")[:CSV_MAX_ROWS]
+    )  # fmt: skip
+    return csvsafe.csv_text(CSV_FIELDS, rows)

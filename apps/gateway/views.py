@@ -18,9 +18,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from apps.accounts.roles import EDIT_RECIPES, MANAGE_USERS
 from apps.gateway import usage
-from apps.gateway.models import ModelAlias, UsageRecord
+from apps.gateway.models import ModelAlias, UsageRecord, alias_name_problem
 from apps.gateway.routing import build as build_routes
-from apps.gateway.routing import public_name
 from apps.recipes.models import Recipe
 from sparkdomain.flags import SERVED_NAME
 
@@ -102,12 +101,9 @@ class AliasForm(forms.Form):
         name = self.cleaned_data["name"].strip()
         if not SERVED_NAME.match(name):
             raise forms.ValidationError("Letters, digits and . _ - : / only, up to 128.")
-        if ModelAlias.objects.filter(name=name).exists():
-            raise forms.ValidationError(f"The alias {name!r} exists already.")
-        if any(
-            public_name(r) == name for r in Recipe.objects.only("served_model_name", "model_id")
-        ):
-            raise forms.ValidationError(f"{name!r} is a recipe's own served name already.")
+        problem = alias_name_problem(name)
+        if problem:
+            raise forms.ValidationError(problem)
         return name
 
 

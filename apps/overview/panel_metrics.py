@@ -21,7 +21,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from apps.benchmarks.models import J, Job
 from apps.gateway import usage
-from apps.gateway.models import UsageRecord
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.telemetry.models import Incident
@@ -188,7 +187,8 @@ def run_series(samples: list[tuple[Host, dict]]):
 
 def gateway_counters():
     """Requests and tokens through the gateway (and chat answers) per user and model, from
-    the usage rows (never deleted, so the counters only grow)."""
+    the usage rows and the totals of rows the retention policy deleted (so the counters
+    only grow). A model nobody serves is one label (apps/gateway/asgi.py::UNKNOWN_MODEL)."""
     usage.drain(wait_s=0.5)
     labels = ["user", "model"]
     requests = CounterMetricFamily(
@@ -203,7 +203,7 @@ def gateway_counters():
     completion = CounterMetricFamily(
         "sparkpanel_gateway_completion_tokens", "Completion tokens.", labels=labels
     )
-    for row in usage.by_user_and_model(UsageRecord.objects.all()):
+    for row in usage.counters():
         key = [row["user__username"] or "", row["model"]]
         requests.add_metric(key, row["requests"])
         failed.add_metric(key, row["errors"])

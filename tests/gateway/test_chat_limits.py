@@ -151,6 +151,19 @@ def test_one_concurrent_stream_is_shared_by_the_api_and_the_chat(
     # No usage chunk for a stopped answer: one token per event received (the stream stalled
     # at its third token), as the gateway counts a stream cut short.
     assert 1 <= chat_row.completion_tokens <= 3
+    # Its prompt was prefilled all the same: counted as the server counts it (/tokenize),
+    # like the API's stream that was left early above (the same message).
+    api_row = UsageRecord.objects.get(source=UsageRecord.Source.GATEWAY, status=200)
+    assert api_row.cancelled
+
+    def tokenized(messages):
+        return httpx.post(run.local_endpoint + "/tokenize", headers=run.upstream_headers,
+                          json={"model": run.served_name, "messages": messages}).json()["count"]  # fmt: skip
+
+    assert api_row.prompt_tokens == tokenized(HI) > 0
+    asked = [{"role": m.role, "content": m.content}
+             for m in conversation.messages.order_by("pk") if m.content][:-1]  # fmt: skip
+    assert chat_row.prompt_tokens == tokenized(asked) > api_row.prompt_tokens
 
 
 def test_a_token_budget_caps_a_chat_answer_then_refuses_the_next(

@@ -84,3 +84,35 @@ def test_two_replicas_share_the_load_and_a_killed_one_fails_cleanly(panel, repli
     with pytest.raises(openai.InternalServerError) as none_left:
         client.chat.completions.create(model=model, messages=HI, max_tokens=2)
     assert none_left.value.body["code"] == "model_not_running"
+
+
+def test_two_models_never_share_a_public_name(panel, replica, member, gateway_key, qwen):
+    """A served name equal to another recipe's model id used to merge the two recipes'
+    runs as replicas: a request for one model was answered by either. The recipe is
+    refused the name; one saved before that rule does not take the other's requests."""
+    from django.core.exceptions import ValidationError
+
+    from apps.gateway.models import ModelAlias
+    from apps.recipes.models import Recipe
+
+    _, run = replica(time_scale=2)
+    other = Recipe.objects.get(pk=qwen.pk)
+    other.pk, other.slug, other.name = None, "impostor", "Impostor"
+    other.model_id, other.served_model_name = "someone/else", qwen.model_id
+    with pytest.raises(ValidationError) as refused:
+        other.full_clean()
+    assert "two different models cannot share one name" in str(refused.value)
+    other.save()  # as an older panel would have let it
+    _, impostor = replica(other, time_scale=2)
+    with pytest.raises(ValidationError):
+        ModelAlias(name=qwen.model_id, recipe=other).full_clean()
+
+    from apps.gateway.routing import build
+
+    table = build("test")
+    assert [r.run_id for r in table.ready[qwen.model_id]] == [run.pk]  # not the impostor
+    client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(member), max_retries=0)
+    for _ in range(3):
+        client.chat.completions.create(model=qwen.model_id, messages=HI, max_tokens=2)
+    assert set(_hosts(member)) == {run.host.name}
+    assert impostor.recipe.public_name == qwen.model_id
