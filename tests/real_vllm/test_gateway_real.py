@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -98,6 +99,29 @@ def test_real_vllm_behind_the_gateway(cpu_host, operator, member, panel, tmp_pat
     # Its answers, and the one request its ready check sends first.
     assert len(measured) >= 6
     assert sum(r.completion_tokens for r in measured[-6:]) == result["total_output_tokens"]
+    assert rows[4].prompt_tokens == 0  # vLLM refused it (400): nothing was processed
+
+    # A stream left after its first token still counts its whole prompt, as real vLLM
+    # counts it (its /tokenize, the same messages through the same chat template).
+    body = {"model": run.served_name, "messages": HI, "max_tokens": 64, "temperature": 0,
+            "stream": True}  # fmt: skip
+    with httpx.stream("POST", panel.v1 + "/chat/completions", json=body, timeout=120,
+                      headers={"authorization": f"Bearer {clear}"}) as response:  # fmt: skip
+        for line in response.iter_lines():
+            if line.startswith("data: {") and any(
+                c.get("delta", {}).get("content") for c in json.loads(line[6:])["choices"]
+            ):
+                break
+    cut = None
+    for _ in range(200):
+        usage.drain()
+        cut = UsageRecord.objects.filter(user=member, cancelled=True).first()
+        if cut:
+            break
+        time.sleep(0.1)
+    assert cut is not None, "no usage row for the stream left early"
+    assert cut.prompt_tokens == whole.usage.prompt_tokens > 0
+    assert 1 <= cut.completion_tokens < 64
 
 
 def cpu_host_var(run) -> Path:

@@ -24,7 +24,6 @@ import select
 import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -32,8 +31,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, stop_process, wait_for
-from tests.security.test_edge import _devrun_limits, _read_response, _status
+from tests.conftest import PASSWORD, child_env, manage
+from tests.security.servers import web_server
+from tests.security.test_edge import _read_response, _status
 
 USER = "127.0.0.2"
 FLOOD = "127.0.0.3"
@@ -97,27 +97,12 @@ def server(redis_url, tmp_path_factory):
                 "print(key_create(user=get_user_model().objects.get(username='mia'), "
                 "name='caps')[1])")  # fmt: skip
     key = manage("shell", "-c", make_key, env=env).strip().splitlines()[-1]
-    port = free_port()
     log = tmp / "server.log"
-    # make run's flags, and its proxy flags for FORWARDED_ALLOW_IPS=127.0.0.1.
-    argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), *_devrun_limits(),
-            "--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    srv = Server(proc, port, log)
-    srv.gateway_key = key
-
-    def up() -> bool:
-        try:
-            return httpx.get(srv.url + "/healthz", timeout=2).status_code in (200, 503)
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, f"uvicorn (log: {log})", proc)
+    # make run's vector, with its proxy flags for FORWARDED_ALLOW_IPS=127.0.0.1.
+    with web_server(env, log) as (proc, port):
+        srv = Server(proc, port, log)
+        srv.gateway_key = key
         yield srv
-    finally:
-        stop_process(proc, timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +183,12 @@ def _refused_while_trickling(sock: socket.socket, within: float) -> float | None
 EARLY = {
     "gateway-no-key": (_head("/v1/chat/completions", 4096), 401),
     "gateway-no-key-huge-body": (_head("/v1/chat/completions", 1 << 30), 401),
+    # A key of the right shape that is no key: refused before its body (the key is checked
+    # as soon as the body does not come with the head), not at the body deadline.
+    "gateway-unknown-key": (
+        _head("/v1/chat/completions", 4096, f"Authorization: Bearer {FAKE_KEY}"),
+        401,
+    ),
     "gateway-unknown-path": (_head("/v1/nope", 4096), 404),
     "django-huge-body": (_head("/api/v1/recipes/import", 1 << 30), 413),
 }
@@ -223,7 +214,7 @@ def test_an_early_refusal_closes_the_connection_without_reading_the_body(server,
 
 
 TRICKLED = {
-    "gateway": ("/v1/chat/completions", f"Authorization: Bearer {FAKE_KEY}", "timeout"),
+    "gateway": ("/v1/chat/completions", "Authorization: Bearer {key}", "timeout"),
     "django": ("/api/v1/recipes/import", "Cookie: sessionid={cookie}", "timeout"),
 }
 
@@ -236,7 +227,7 @@ def test_a_trickled_body_is_cut_off_at_the_body_deadline_and_the_connection_clos
     408 at the deadline (not at the end of the body, ~14 hours away), then the connection
     ends although the client keeps sending."""
     path, credentials, code = TRICKLED[case]
-    head = _head(path, 100_000, credentials.format(cookie=session_cookie))
+    head = _head(path, 100_000, credentials.format(cookie=session_cookie, key=server.gateway_key))
     with server.connect() as sock:
         sock.sendall(head + b"{")
         started = time.monotonic()

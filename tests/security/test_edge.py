@@ -12,7 +12,6 @@ tools/container-start.sh uses) and short timeouts, so the slow-client tests take
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -20,7 +19,6 @@ import select
 import shlex
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +26,8 @@ import httpx
 import pytest
 from django.test import Client
 
-from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, stop_process, wait_for
+from tests.conftest import PASSWORD, ROOT, child_env, manage
+from tests.security.servers import devrun, web_server
 
 LIMIT = 2_621_440  # REQUEST_BODY_MAX_BYTES' default
 HEADER_TIMEOUT = 2  # HTTP_HEADER_TIMEOUT for the test server (default 10)
@@ -37,10 +36,7 @@ CHUNK = 64 * 1024
 
 
 def _devrun_limits() -> list[str]:
-    spec = importlib.util.spec_from_file_location("devrun_for_edge", ROOT / "tools/devrun.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.UVICORN_LIMITS)
+    return list(devrun().UVICORN_LIMITS)
 
 
 def _container_argv() -> list[str]:
@@ -102,25 +98,10 @@ def server(redis_url, tmp_path_factory):
     manage("migrate", "--noinput", env=env)
     manage("createuser", "mia", "--role", "member", "--password-stdin", env=env,
            stdin=PASSWORD + "\n")  # fmt: skip
-    port = free_port()
     log = tmp / "server.log"
-    argv = [sys.executable, "-m", "uvicorn", "sparkpanel.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), *_devrun_limits(),
-            "--no-proxy-headers"]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    srv = Server(proc, port, spool, log)
-
-    def up() -> bool:
-        try:
-            return httpx.get(srv.url + "/healthz", timeout=2).status_code in (200, 503)
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, f"uvicorn (log: {log})", proc)
-        yield srv
-    finally:
-        stop_process(proc, timeout=10)
+    env.pop("FORWARDED_ALLOW_IPS", None)  # make run without a proxy: --no-proxy-headers
+    with web_server(env, log) as (proc, port):
+        yield Server(proc, port, spool, log)
 
 
 def _read_response(sock: socket.socket, timeout: float) -> bytes:
