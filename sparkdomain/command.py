@@ -3,40 +3,29 @@
 Pure Python, no Django: the recipe page shows these, and both engines (Docker and the
 local process engine) receive the same vector. `assert_safe_argv` refuses any vector whose
 --gpu-memory-utilization is missing (vLLM would fall back to its 0.92 default) or above
-0.90, that carries an option no recipe field, extra-argument allowlist or panel setting
-puts there, or whose model, tokenizer or folder is neither a Hugging Face id nor a path in
-the host's model directories — whatever path built it.
+0.90, that carries an option the rules of `sparkdomain/option_rules.py` deny (the panel's
+own, code and files from outside the image, memory outside the utilization), a value the
+contract would refuse, or a model, tokenizer or folder that is neither a Hugging Face id
+nor a path in the host's model directories — whatever path built it.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Protocol
 
-from sparkdomain import spark
-from sparkdomain.flags import EXTRA_FLAGS, TYPED_FLAGS, FlagError, check_utilization
+from sparkdomain import option_rules, spark
+from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.model_refs import model_ref_problem
-from sparkdomain.pair import RAY_BACKEND_FLAG, tensor_parallel_problem
+from sparkdomain.pair import tensor_parallel_problem
 from vllm_adapter import contract as vllm_contract
 
-# The options a vector may carry: the recipe's typed fields, the extra arguments' allowlist
-# and what the panel adds itself (address, port, revision, a pair's Ray backend). Anything
-# else — a chat template file, a tool-parser plugin, a download directory, a speculative
-# model, a worker class, middleware — would let vLLM read a file or import code nobody
-# checked (issue 38), so the last guard refuses it by what vLLM reads it as (its dest).
-PASSED_FLAGS = frozenset({*TYPED_FLAGS, *EXTRA_FLAGS, RAY_BACKEND_FLAG}) - {"--api-key"}
 # Values vLLM reads as a model, a tokenizer or a folder: a Hub id or a path inside the
-# host's model directories (sparkdomain/model_refs.py); some also take a fixed word.
-PATH_DESTS = frozenset({"model", "tokenizer", "generation_config"})
-WORD_VALUES = {
-    "generation_config": frozenset({"auto", "vllm"}),
-    # Never a class name (vLLM imports one given by its qualified name).
-    "distributed_executor_backend": frozenset({"ray", "mp", "uni"}),
-}
+# host's model directories (sparkdomain/model_refs.py); the class PATH of option_rules.
+PATH_DESTS = option_rules.PATH_DESTS
 _NEGATIVE_NUMBER = re.compile(r"-\d")
 
 
@@ -148,19 +137,12 @@ def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None
     contracts = [vllm_contract.load(v) for v in vllm_contract.available_versions()]
     values = []
     for i, arg in enumerate(flags):
-        if not arg.startswith("--"):
+        if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
             continue
         flag, eq, inline = arg.partition("=")
         flag = vllm_contract.Contract.normalise(flag)
         resolved = {(c.resolve(flag)[1], c.dest_of(flag)) for c in contracts}
         dests = {dest for _, dest in resolved}
-        if "config" in dests or flag == "--config":
-            raise UnsafeCommand("--config would read flags from a file nobody checked")
-        if "api_key" in dests or flag == "--api-key":
-            raise UnsafeCommand(
-                "--api-key would put a secret in the command line: the panel gives each "
-                "run its own key through the environment"
-            )
         if "gpu_memory_utilization" in dests or flag == name:
             if any(how == "abbreviation" for how, _ in resolved) and flag != name:
                 raise UnsafeCommand(f"{arg} abbreviates {name}: spell it out")
@@ -187,49 +169,97 @@ def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None
         raise UnsafeCommand(problem)
 
 
-@functools.cache
-def _passed_dests() -> frozenset[str]:
-    """What vLLM reads PASSED_FLAGS as, in every version SparkPanel knows."""
-    dests = set()
-    for version in vllm_contract.available_versions():
-        contract = vllm_contract.load(version)
-        for flag in PASSED_FLAGS:
-            option = contract.option(flag)
-            if option is not None:
-                dests.add(option.dest)
-    return frozenset(dests)
+def _is_option(arg: str) -> bool:
+    return arg.startswith("-") and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
+
+
+def _options_named(spelled: str, contracts: list) -> list:
+    """The option each known vLLM reads a spelling as, exactly (its underscores read as
+    dashes). An abbreviation is refused — another vLLM may read it as another option — and
+    so is a spelling no known vLLM has."""
+    found = []
+    for contract in contracts:
+        option, how = contract.resolve(spelled)
+        if how == "abbreviation":
+            raise UnsafeCommand(
+                f"{spelled} abbreviates {option.name}: spell it out (an abbreviation can "
+                "mean another option in another vLLM)"
+            )
+        if how == "exact" and option.options:
+            found.append(option)
+    if not found:
+        raise UnsafeCommand(
+            f"{spelled} is not an option of any vLLM SparkPanel knows "
+            f"({', '.join(c.version for c in contracts)}): spell out a `vllm serve` option"
+        )
+    return found
+
+
+def _values(option, flags: list[str], at: int) -> tuple[list[str], int]:
+    """The values argparse gives a value-taking option from flags[at:], and where the next
+    argument starts (inline `=` values are the caller's)."""
+    nargs = option.nargs
+    taken: list[str] = []
+    limit = nargs if isinstance(nargs, int) else (1 if nargs in (None, "?") else len(flags))
+    while at < len(flags) and len(taken) < limit and not _is_option(flags[at]):
+        taken.append(flags[at])
+        at += 1
+    if not taken and nargs not in ("?", "*", 0):
+        raise UnsafeCommand(f"{option.name} needs a value")
+    if isinstance(nargs, int) and len(taken) < nargs:
+        raise UnsafeCommand(f"{option.name} needs {nargs} values")
+    return taken, at
 
 
 def _check_options(flags: list[str], contracts: list, model_dirs: tuple[str, ...] | None) -> None:
-    """Every option is one SparkPanel passes (by what every known vLLM reads it as), and
-    every path-like value is a Hub id or lies in the host's model directories."""
-    for i, arg in enumerate(flags):
-        if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
-            continue
-        flag, eq, inline = arg.partition("=")
-        if not arg.startswith("--"):  # a short option: only the typed fields' -q and -tp
-            if flag not in PASSED_FLAGS:
-                raise UnsafeCommand(f"{arg} is not an option SparkPanel passes to vLLM")
-            continue
-        flag = vllm_contract.Contract.normalise(flag)
-        dests = {c.dest_of(flag) for c in contracts} - {None}
-        if dests - _passed_dests() or (not dests and flag not in PASSED_FLAGS):
+    """Every option is one the rules allow (sparkdomain/option_rules.py: FIELD, PATH, DATA,
+    or PANEL the panel sets itself) as every known vLLM reads it, with each of its values
+    one that vLLM's parser takes and the rules allow; nothing else is left over."""
+    i = 0
+    while i < len(flags):
+        arg = flags[i]
+        i += 1
+        if not _is_option(arg):
             raise UnsafeCommand(
-                f"{arg} is not an option SparkPanel passes to vLLM: a recipe sets its typed "
-                "fields and the extra arguments' allowlist; options that read files or load "
-                "code never reach a server"
+                f"{arg!r} is a value without its option (one value per option; the model "
+                "comes right after 'serve'): vLLM would refuse it"
             )
-        value = inline if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-        for dest in dests:
-            words = WORD_VALUES.get(dest)
-            if words is not None and value in words:
-                continue
-            if dest in PATH_DESTS:
-                problem = model_ref_problem(value, field=flag, model_dirs=model_dirs)
-                if problem:
-                    raise UnsafeCommand(problem)
-            elif words is not None:
-                raise UnsafeCommand(f"{flag} takes one of {', '.join(sorted(words))}")
+        spelled, eq, inline = arg.partition("=")
+        if spelled.startswith("--"):
+            spelled = vllm_contract.Contract.normalise(spelled)
+        head, dot, keys = spelled.partition(".") if spelled.startswith("--") else (spelled, "", "")
+        options = _options_named(head, contracts)
+        for option in options:
+            rule = option_rules.classify(option)
+            if not rule.allowed and not (
+                rule.kind is option_rules.Kind.PANEL and option.dest in option_rules.PANEL_SETS
+            ):
+                raise UnsafeCommand(rule.refusal(head))
+        if len({option.takes_value for option in options}) > 1:
+            raise UnsafeCommand(f"{head} takes a value in one vLLM and none in another")
+        if not options[0].takes_value:
+            if eq or dot:
+                raise UnsafeCommand(f"{head} takes no value")
+            continue
+        if dot:  # `--compilation-config.mode 3`: one key of a JSON option
+            if not all(option_rules.is_json(o) for o in options) or not keys:
+                raise UnsafeCommand(f"{spelled}: only a JSON option takes keys")
+            if not eq:
+                if i >= len(flags) or _is_option(flags[i]):
+                    raise UnsafeCommand(f"{spelled} needs a value")
+                inline, i = flags[i], i + 1
+            problem = option_rules.json_problem(head, option_rules.nested(keys, inline), model_dirs)
+            if problem:
+                raise UnsafeCommand(problem)
+            continue
+        if eq:
+            values = [inline]
+        else:
+            values, i = _values(options[0], flags, i)
+        for value in values:
+            problem = option_rules.value_problem(options, head, value, model_dirs=model_dirs)
+            if problem:
+                raise UnsafeCommand(problem)
 
 
 # The recipe field that sets each typed flag; anything else came from the extra arguments.

@@ -113,6 +113,24 @@ class Option:
     def all_strings(self) -> tuple[str, ...]:
         return self.options + self.hidden
 
+    def value_problem(self, text: str) -> str | None:
+        """Why vLLM's parser would refuse `text` as one value of this option (its recorded
+        type — numbers, vLLM's human-readable integers — and its choices), in argparse's
+        words; None when it takes it. Types the contract cannot rebuild (JSON, dataclasses,
+        validated strings) pass here: their callers judge them."""
+        converter = _converter(self.type)
+        value: Any = text
+        if converter is not None:
+            try:
+                value = converter(text)
+            except (TypeError, ValueError, ArithmeticError):
+                name = getattr(converter, "__name__", self.type)
+                return f"argument {self.name}: invalid {name} value: {text!r}"
+        if self.choices is not None and str(value) not in self.choices and text not in self.choices:
+            shown = ", ".join(repr(c) for c in self.choices)
+            return f"argument {self.name}: invalid choice: {text!r} (choose from {shown})"
+        return None
+
     def negative(self, string: str) -> bool:
         """Whether this spelling of a switch turns it off (`--no-x`, `--disable-x`)."""
         if self.action == "_StoreFalseAction":

@@ -21,15 +21,17 @@ A second property skips the form: any vector the last guard (`assert_safe_argv`)
 through must still hold the utilization rule and the fixed entrypoint, whatever path built
 it (a row edited in the database, a future code path).
 
-Both properties also hold the path rule (issue 38): the model and every `--tokenizer` are
-a Hugging Face id or a path inside the host's model directory (its Hugging Face cache, at
-/root/.cache/huggingface in the container), and no option that reads a file or loads code
-(`--chat-template`, `--download-dir`, `--speculative-config`, a tool-parser plugin…)
-reaches a container.
+Both properties also hold the path rule (issue 38): the model, every `--tokenizer` and
+`--hf-config-path` and a speculative config's draft `model` are a Hugging Face id or a path
+inside the host's model directory (its Hugging Face cache, at /root/.cache/huggingface in
+the container), and no option that reads a file or loads code (`--chat-template`,
+`--download-dir`, a tool-parser plugin…) reaches a container (issue 39: the last guard
+judges options by `sparkdomain/option_rules.py`).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from decimal import Decimal, InvalidOperation
@@ -269,20 +271,30 @@ def _utilizations(argv: list[str]) -> list[str]:
 
 
 # Options that make vLLM read a file or import code: none may reach a container.
+# (A speculative config and --hf-config-path name models: their values are judged below.)
 FILE_OR_CODE_OPTIONS = {
-    "--chat-template", "--download-dir", "--speculative-config", "--tool-parser-plugin",
-    "--hf-config-path", "--middleware", "--logits-processors", "--worker-cls",
+    "--chat-template", "--download-dir", "--tool-parser-plugin",
+    "--middleware", "--logits-processors", "--worker-cls",
     "--worker-extension-cls", "--ssl-keyfile", "--ssl-certfile", "--allowed-local-media-path",
     "--lora-modules", "--reasoning-parser-plugin", "--model-loader-extra-config", "-O3",
 }  # fmt: skip
 
 
 def _path_values(argv: list[str]) -> list[str]:
-    """The model and every --tokenizer value of a vector."""
+    """The model, every --tokenizer and --hf-config-path value of a vector, and the draft
+    `model` of every speculative config (its JSON, or `--speculative-config.model`)."""
     values = [argv[2]]
     for i, arg in enumerate(argv[3:], start=3):
-        if _flag(arg) == "--tokenizer":
-            values.append(arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 : i + 2] or [""])[0])
+        value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1 : i + 2] or [""])[0]
+        if _flag(arg) in {"--tokenizer", "--hf-config-path", "--speculative-config.model"}:
+            values.append(value)
+        elif _flag(arg) in {"--speculative-config", "-sc"}:
+            try:
+                config = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(config, dict) and config.get("model") is not None:
+                values.append(config["model"])
     return values
 
 

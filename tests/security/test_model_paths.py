@@ -8,8 +8,10 @@ is refused through the recipe form, the API and YAML / sparkrun import
 extra arguments' allowlist); a path accepted there is checked again against the host a
 run starts on (admission, `apps/recipes/launch.py::argv_on`) and by the last guard in
 front of both engines (`assert_safe_argv` with the engine's own model directories), which
-also refuses every vLLM option no recipe field or allowlist puts there — the chat template
-files, download directories, speculative models and plugins that read files or load code.
+judges every vLLM option by the rules of `sparkdomain/option_rules.py` (issue 39): the chat
+templates, download directories, plugins and classes that read files or load code never
+pass, and every value vLLM reads as a model, tokenizer or folder (`--hf-config-path`, a
+speculative config's draft `model`) is judged like the model.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from apps.recipes.forms import RecipeForm
 from apps.recipes.models import Recipe
 from apps.recipes.yaml_io import recipes_from_yaml
 from apps.runs.services import RunRefused, run_create
+from sparkdomain import option_rules
 from sparkdomain.command import PATH_DESTS, UnsafeCommand, assert_safe_argv
 from sparkdomain.flags import FlagError, validate_extra_args
 from sparkdomain.model_refs import HF_CACHE_IN_CONTAINER, is_hub_id, model_ref_problem
@@ -67,28 +70,18 @@ HOSTILE = [
     "org/name.git",
 ]
 GOOD = ["nvidia/Qwen3.5-35B-A3B-NVFP4", "Qwen/Qwen3-32B", "sparkpanel/tiny_llama", IN_CACHE]
-# Options that make vLLM read a file, a folder or a JSON config naming a model, or import
-# Python: never in a recipe, never past the last guard.
+# Options that make vLLM read a file or a folder, or import Python: never in a recipe,
+# never past the last guard. (A speculative or compilation config is JSON judged key by
+# key: none of these values is one it takes. `--hf-config-path` names a model's config: a
+# PATH, tests/sparkdomain/test_option_rules.py.)
 FILE_OR_CODE_OPTIONS = [
-    "--chat-template", "--download-dir", "--speculative-config", "--hf-config-path",
+    "--chat-template", "--download-dir", "--speculative-config",
     "--tool-parser-plugin", "--reasoning-parser-plugin", "--middleware", "--logits-processors",
     "--worker-cls", "--worker-extension-cls", "--scheduler-cls", "--lora-modules",
     "--allowed-local-media-path", "--model-loader-extra-config", "--kv-transfer-config",
     "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--uds", "--io-processor-plugin",
     "--mm-encoder-fp8-scale-path", "--compilation-config", "--config", "--hf-token",
 ]  # fmt: skip
-# What a vector may carry, by what vLLM reads it as (docs/recipes.md): the typed fields,
-# the extra arguments' allowlist, and the panel's own address, port, revision and backend.
-RECIPE_DESTS = {
-    "model", "host", "port", "revision", "served_model_name", "gpu_memory_utilization",
-    "max_model_len", "max_num_seqs", "kv_cache_dtype", "quantization", "enable_prefix_caching",
-    "enforce_eager", "max_num_batched_tokens", "tensor_parallel_size", "reasoning_parser",
-    "tool_call_parser", "trust_remote_code", "enable_auto_tool_choice", "enable_chunked_prefill",
-    "async_scheduling", "enable_expert_parallel", "disable_log_stats", "enable_log_requests",
-    "load_format", "dtype", "block_size", "mamba_ssm_cache_dtype", "generation_config",
-    "tokenizer_mode", "seed", "long_prefill_token_threshold", "max_logprobs", "tokenizer",
-    "distributed_executor_backend",
-}  # fmt: skip
 BASE = ["vllm", "serve", "org/model", "--gpu-memory-utilization", "0.80"]
 
 
@@ -261,8 +254,9 @@ def test_every_option_that_reads_a_file_or_loads_code_is_refused_everywhere(opti
 
 def test_every_vllm_option_is_refused_by_the_last_guard_or_bounded():
     """Each spelling of every option of every known vLLM, with a path outside the model
-    directory as its value: the guard lets it through only if a recipe field, the allowlist
-    or the panel sets it — and never with that path as a model, tokenizer or folder."""
+    directory as its value: the guard lets it through only if the rules allow the option
+    (a recipe field, a PATH, DATA) or the panel sets it — never one that reads a file or
+    loads code, and never with that path as a model, tokenizer or folder."""
     contracts = [vllm_contract.load(v) for v in vllm_contract.available_versions()]
     passed, refused = set(), 0
     for contract in contracts:
@@ -275,8 +269,16 @@ def test_every_vllm_option_is_refused_by_the_last_guard_or_bounded():
                         refused += 1
                         continue
                     passed.add((string, option.dest))
+                    rule = option_rules.classify(option)
+                    assert rule.allowed or option.dest in option_rules.PANEL_SETS, (string, rule)
     assert refused > 500, refused
-    assert {dest for _, dest in passed} <= RECIPE_DESTS, passed
+    denied = {
+        option.dest
+        for c in contracts
+        for flag in FILE_OR_CODE_OPTIONS
+        if (option := c.option(flag))
+    }
+    assert not {dest for _, dest in passed} & denied, passed
     # A path value never passes where vLLM reads one (switches take no value: it is a
     # stray positional there, which vLLM refuses).
     assert not {dest for _, dest in passed} & PATH_DESTS, passed
