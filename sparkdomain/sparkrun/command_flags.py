@@ -33,6 +33,8 @@ COMMAND_FLAGS: dict[str, tuple[str, Reader]] = {
     "quantization": ("quantization", read_quantization),
     "q": ("quantization", read_quantization),
     "swap-space": ("", removed_flag_reader("--swap-space")),
+    "tool-call-parser": ("tool_call_parser", read_text),
+    "reasoning-parser": ("reasoning_parser", read_text),
 }
 COMMAND_SWITCHES: dict[str, tuple[str, bool]] = {
     "enable-prefix-caching": ("enable_prefix_caching", True),

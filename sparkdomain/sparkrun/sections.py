@@ -32,8 +32,6 @@ _TEMPLATE_ONLY = "a flag sparkrun puts into its command; SparkPanel's recipe has
 DEFAULTS_IGNORED: dict[str, str] = {
     "port": "SparkPanel chooses the port of each run itself.",
     "host": "SparkPanel chooses the address the server listens on itself.",
-    "tool_call_parser": _TEMPLATE_ONLY,
-    "reasoning_parser": _TEMPLATE_ONLY,
     "chat_template": _TEMPLATE_ONLY,
     "attention_backend": _TEMPLATE_ONLY,
     "distributed_executor_backend": _TEMPLATE_ONLY,
@@ -59,6 +57,10 @@ DEFAULTS_FIELDS: dict[str, tuple[str, Reader]] = {
     "enforce_eager": ("enforce_eager", read_boolean),
     "swap_space": ("", removed_flag_reader("--swap-space")),
     "quantization": ("quantization", read_quantization),
+    # The recipe's own fields; the name is checked against the host's vLLM (its registry of
+    # parsers) when the recipe is saved, in vLLM's words.
+    "tool_call_parser": ("tool_call_parser", read_text),
+    "reasoning_parser": ("reasoning_parser", read_text),
 }
 METADATA_FIELDS: dict[str, tuple[str, Reader]] = {
     "model_params": ("total_params_b", read_billions),

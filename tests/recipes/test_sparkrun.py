@@ -317,6 +317,7 @@ def test_flags_written_into_the_command_are_imported() -> None:
         "max_num_seqs": 4,
         "kv_cache_dtype": "fp8",
         "enable_prefix_caching": True,
+        "tool_call_parser": "qwen3_coder",  # the recipe's own field (was dropped)
     }
     assert recipe.description == ("NVIDIA Nemotron 3 Nano 30B (upstream NVFP4) -- cluster or solo")
 
@@ -326,13 +327,13 @@ def test_command_flags_without_a_field_are_listed_as_ignored() -> None:
 
     assert (
         "command: flags SparkPanel's recipe has no field for were not imported: "
-        "--enable-auto-tool-choice --tool-call-parser qwen3_coder --trust-remote-code"
+        "--enable-auto-tool-choice --trust-remote-code"
     ) in ignored
     assert (
         "env (VLLM_ALLOW_LONG_MAX_MODEL_LEN): container environment variables are not "
         "imported; SparkPanel sets the container's environment itself." in ignored
     )
-    assert any(line.startswith("defaults.tool_call_parser (qwen3_coder):") for line in ignored)
+    assert not any(line.startswith("defaults.tool_call_parser") for line in ignored)
     assert any(line.startswith("min_nodes: multi-node topology") for line in ignored)
 
 
@@ -405,3 +406,23 @@ def test_a_pinned_model_revision_becomes_the_recipes_revision() -> None:
     assert not any(line.startswith("model_revision") for line in recipe.ignored)
     doc["model_revision"] = 7
     assert "model_revision" in parse_sparkrun(doc).errors
+
+
+def test_tool_call_and_reasoning_parsers_become_the_recipes_fields() -> None:
+    """The recipe has fields for both; an import used to drop them (its note said it had
+    none), and the server ran without tool calls or reasoning parsing."""
+    from_defaults = parse_sparkrun({
+        "model": "org/m", "runtime": "vllm",
+        "defaults": {"tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1"},
+    })  # fmt: skip
+    from_command = parse_sparkrun({
+        "model": "org/m", "runtime": "vllm",
+        "defaults": {"reasoning_parser": "deepseek_r1"},
+        "command": "vllm serve {model} --tool-call-parser=qwen3_coder "
+                   "--reasoning-parser {reasoning_parser}",
+    })  # fmt: skip
+    for recipe, tool in ((from_defaults, "hermes"), (from_command, "qwen3_coder")):
+        assert recipe.errors == {}
+        assert recipe.fields["tool_call_parser"] == tool
+        assert recipe.fields["reasoning_parser"] == "deepseek_r1"
+        assert not any("parser" in line for line in recipe.ignored), recipe.ignored
