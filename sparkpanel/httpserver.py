@@ -390,13 +390,10 @@ class HttpToolsBoundedProtocol(HttpToolsProtocol):
     def _refuse_connection(self, transport, key: str, why: str) -> None:
         self.transport, self._refused = transport, True
         self._refusals.refused(self.loop, key, why)
-        message = b"Too many connections from your address; try again in a few seconds.\n"
-        transport.write(
-            STATUS_LINE[429] + b"content-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nretry-after: %d\r\nconnection: close\r\n\r\n%s"
-            % (len(message), RETRY_AFTER_S, message)
+        _answer_and_close(
+            transport, 429, b"Too many connections from your address; try again in a few "
+            b"seconds.\n", b"retry-after: %d\r\n" % RETRY_AFTER_S,
         )  # fmt: skip
-        transport.close()
 
     # --- the head -------------------------------------------------------------------------
     def _idle(self) -> bool:
@@ -427,12 +424,17 @@ class HttpToolsBoundedProtocol(HttpToolsProtocol):
         self._disarm_head_deadline()
         if self.transport.is_closing():
             return
-        message = b"Request header fields too large"
-        self.transport.write(
-            STATUS_LINE[431] + b"content-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(message), message)
-        )  # fmt: skip
-        self.transport.close()
+        _answer_and_close(self.transport, 431, b"Request header fields too large")
+
+
+def _answer_and_close(transport, status: int, message: bytes, headers: bytes = b"") -> None:
+    """A plain-text answer the protocol writes itself (the application never saw the
+    request), then the connection's end."""
+    transport.write(
+        STATUS_LINE[status] + b"content-type: text/plain; charset=utf-8\r\n"
+        b"content-length: %d\r\n%sconnection: close\r\n\r\n%s" % (len(message), headers, message)
+    )  # fmt: skip
+    transport.close()
 
 
 def _decrement(table: dict[str, int], key: str) -> None:

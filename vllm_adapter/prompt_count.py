@@ -16,20 +16,25 @@ would let anyone read a long prompt for free by closing after the first token.
 - `tokenized_count(body)`: the ``count`` of vLLM's ``TokenizeResponse``.
 - `estimate(payload)`: the fallback when the server cannot be asked (it is gone, or
   failed): the prompt's text in UTF-8 bytes divided by `BYTES_PER_TOKEN_ESTIMATE`.
+- `prompt_tokens(...)`: the whole rule — ask, add up, else estimate — with the caller's
+  own HTTP client passed in as `tokenize`.
 
-No I/O and no Django: the gateway (apps/gateway/asgi.py) and the chat
-(apps/chat/consumers.py) make the call with their own clients.
+No I/O of its own and no Django: the gateway (apps/gateway/asgi.py) and the chat
+(apps/chat/consumers.py) send the requests with their own clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = [
     "BYTES_PER_TOKEN_ESTIMATE",
     "MAX_PROMPTS",
     "estimate",
+    "prompt_tokens",
     "tokenize_request",
     "tokenized_count",
 ]
@@ -127,3 +132,33 @@ def estimate(payload: dict[str, Any]) -> int:
     size = _text_bytes(payload.get("messages")) + _text_bytes(prompt)
     size += _text_bytes(payload.get("tools"))
     return -(-size // BYTES_PER_TOKEN_ESTIMATE)
+
+
+async def prompt_tokens(
+    path: str,
+    payload: dict[str, Any],
+    served_name: str,
+    tokenize: Callable[[bytes], Awaitable[bytes | None]],
+    *,
+    timeout_s: float,
+) -> tuple[int, bool]:
+    """The prompt tokens of a request whose answer never said: vLLM counts them again
+    (`tokenize(body)` sends one /tokenize body with the caller's client and returns a 200
+    answer's bytes, or None when there was none), all within `timeout_s`; else the
+    estimate. Returns the count and whether the server counted it."""
+    asked = tokenize_request(path, payload, served_name)
+    if asked is not None:
+        bodies, total = asked
+        try:
+            async with asyncio.timeout(timeout_s):
+                for body in bodies:
+                    answer = await tokenize(body)
+                    count = tokenized_count(answer) if answer is not None else None
+                    if count is None:
+                        break
+                    total += count
+                else:
+                    return total, True
+        except TimeoutError:
+            pass
+    return estimate(payload), False

@@ -461,25 +461,23 @@ async def _prompt_tokens(prepared: dict) -> int:
     failure): the model server counts the same messages again (/tokenize), else they are
     estimated from their text (vllm_adapter/prompt_count.py) — as the gateway does."""
     body = prepared["body"]
-    bodies, total = prompt_count.tokenize_request(
-        endpoints.CHAT_COMPLETIONS, body, body["model"]
-    ) or ([], None)
     headers = {**prepared["headers"], "content-type": "application/json"}
-    try:
-        if total is None:
-            raise ValueError("no tokenize request for this body")
-        for one in bodies:
+
+    async def tokenize(one: bytes) -> bytes | None:
+        try:
             response = await upstream_client().post(
                 prepared["tokenize_url"], content=one, headers=headers,
                 timeout=settings.GATEWAY_TOKENIZE_TIMEOUT_S,
             )  # fmt: skip
-            count = prompt_count.tokenized_count(response.content)
-            if response.status_code != 200 or count is None:
-                raise ValueError(f"/tokenize answered {response.status_code}")
-            total += count
-        return total
-    except (httpx.HTTPError, ValueError):
-        return prompt_count.estimate(body)
+        except httpx.HTTPError:
+            return None
+        return response.content if response.status_code == 200 else None
+
+    count, _ = await prompt_count.prompt_tokens(
+        endpoints.CHAT_COMPLETIONS, body, body["model"], tokenize,
+        timeout_s=settings.GATEWAY_TOKENIZE_TIMEOUT_S,
+    )  # fmt: skip
+    return count
 
 
 async def _settle(

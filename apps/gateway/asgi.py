@@ -31,7 +31,7 @@ from django.conf import settings
 from apps.core.redisconn import RedisError
 from apps.gateway import keys, refusals, routing
 from apps.gateway.store import AsyncStore
-from vllm_adapter import endpoints, prompt_count, relay
+from vllm_adapter import endpoints, prompt_count, relay, sse
 from vllm_adapter.http1 import Pool, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -431,7 +431,7 @@ class Gateway:
             code = "panel_busy" if exc.kind == "busy" else "upstream_misbehaved"
             event = b"data: " + error_body(outcome.error, "upstream_error", code) + b"\n\n"
             with contextlib.suppress(Exception):
-                await send({"type": "http.response.body", "body": event + relay_done(),
+                await send({"type": "http.response.body", "body": event + sse.DONE_EVENT,
                             "more_body": True})  # fmt: skip
         except UpstreamError as exc:
             if watcher.gone:
@@ -514,35 +514,31 @@ class Gateway:
         """The prompt tokens of a request whose answer never said (cut short, failed): vLLM
         counts them again (/tokenize, the same messages through the same template), else
         they are estimated from the prompt's text (vllm_adapter/prompt_count.py)."""
-        replica, payload = outcome.replica, outcome.payload
-        asked = prompt_count.tokenize_request(outcome.path, payload, replica.served_name)
-        if asked is not None:
-            bodies, total = asked
-            headers = [(b"content-type", b"application/json")]
-            if replica.auth:
-                headers.append((b"authorization", replica.auth))
-            timeout = settings.GATEWAY_TOKENIZE_TIMEOUT_S
+        replica = outcome.replica
+        headers = [(b"content-type", b"application/json")]
+        if replica.auth:
+            headers.append((b"authorization", replica.auth))
+        timeout = settings.GATEWAY_TOKENIZE_TIMEOUT_S
+
+        async def tokenize(body: bytes) -> bytes | None:
             try:
-                async with asyncio.timeout(timeout):
-                    for body in bodies:
-                        response = await self.pool.request(
-                            replica.address, replica.port, "POST", endpoints.TOKENIZE, headers,
-                            body, head_timeout=timeout, read_timeout=timeout,
-                        )  # fmt: skip
-                        answer = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES)
-                        count = prompt_count.tokenized_count(answer)
-                        if response.status != 200 or count is None:
-                            raise UpstreamError("protocol", f"/tokenize answered {response.status}")
-                        total += count
-                return total
-            except (TimeoutError, UpstreamError) as exc:
-                log.info("gateway: run %s: prompt tokens estimated (/tokenize: %s)",
-                         replica.run_id, exc or "timed out")  # fmt: skip
-        return prompt_count.estimate(payload)
+                response = await self.pool.request(
+                    replica.address, replica.port, "POST", endpoints.TOKENIZE, headers, body,
+                    head_timeout=timeout, read_timeout=timeout,
+                )  # fmt: skip
+                answer = await response.read(settings.GATEWAY_RESPONSE_MAX_BYTES, self.budget)
+            except UpstreamError:
+                return None
+            self.budget.give(len(answer))  # read at once by the caller, before any await
+            return answer if response.status == 200 else None
 
-
-def relay_done() -> bytes:
-    return b"data: [DONE]\n\n"
+        count, counted = await prompt_count.prompt_tokens(
+            outcome.path, outcome.payload, replica.served_name, tokenize, timeout_s=timeout
+        )
+        if not counted:
+            log.info("gateway: run %s: prompt tokens estimated (/tokenize gave no count)",
+                     replica.run_id)  # fmt: skip
+        return count
 
 
 def _max_events(replica: routing.Replica, payload: dict) -> int | None:

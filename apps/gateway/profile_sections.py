@@ -19,7 +19,6 @@ from apps.gateway import store, usage
 from apps.gateway.keys import TooManyKeys, key_create, key_revoke
 from apps.gateway.limits import limits_for
 from apps.gateway.models import GatewayKey
-from apps.gateway.routing import public_name
 from apps.recipes.models import Recipe
 
 MODELS_MAX = 50
@@ -79,7 +78,7 @@ def keys_context(request: HttpRequest) -> dict:
     keys = list(GatewayKey.objects.filter(user=user))
     for key in keys:
         key.usage = per_key.get(key.pk, {})
-    names = sorted({public_name(r) for r in Recipe.objects.only("served_model_name", "model_id")})
+    names = sorted({r.public_name for r in Recipe.objects.only("served_model_name", "model_id")})
     return {
         "gateway_allowed": True,
         "gateway_keys": keys,

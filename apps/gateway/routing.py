@@ -71,10 +71,6 @@ class RouteTable:
         return best
 
 
-def public_name(recipe: Recipe) -> str:
-    return recipe.served_model_name or recipe.model_id
-
-
 def build(version: str) -> RouteTable:
     """The table as the database has it now (a few queries)."""
     table = RouteTable(version=version)
@@ -86,7 +82,7 @@ def build(version: str) -> RouteTable:
     )
     models: dict[str, set[str]] = {}  # name -> the model ids of the recipes answering to it
     for recipe in recipes:
-        for name in [public_name(recipe), *aliases.get(recipe.pk, [])]:
+        for name in [recipe.public_name, *aliases.get(recipe.pk, [])]:
             table.known.setdefault(name, Known()).recipes.append(recipe.name)
             models.setdefault(name, set()).add(recipe.model_id)
     owner = _owners(recipes, models)
@@ -96,7 +92,7 @@ def build(version: str) -> RouteTable:
         .order_by("pk")
     )
     for run in runs:
-        names = [name for name in [public_name(run.recipe), *aliases.get(run.recipe_id, [])]
+        names = [name for name in [run.recipe.public_name, *aliases.get(run.recipe_id, [])]
                  if owner.get(name, run.recipe.model_id) == run.recipe.model_id]  # fmt: skip
         if run.state != RunState.READY:
             where = f"run {run.pk} on {run.host.name} ({run.get_state_display().lower()})"

@@ -85,6 +85,12 @@ class RecipeQuerySet(models.QuerySet):
         return self.filter(is_preset=True)
 
 
+def answering_to(name: str) -> Q:
+    """The recipes whose public name (`Recipe.public_name`: the served name, else the model
+    id) is `name`, as a filter."""
+    return Q(served_model_name=name) | Q(served_model_name="", model_id=name)
+
+
 class Recipe(models.Model):
     """How to serve one model on a Spark: the model, the image, typed vLLM flags and the
     model's architecture (for the memory planner)."""
@@ -282,7 +288,7 @@ class Recipe(models.Model):
         other = (
             Recipe.objects.exclude(pk=self.pk)
             .exclude(model_id=self.model_id)
-            .filter(Q(served_model_name=name) | Q(served_model_name="", model_id=name))
+            .filter(answering_to(name))
             .first()
         )
         if other is None:
