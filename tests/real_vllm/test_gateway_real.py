@@ -103,8 +103,10 @@ def test_real_vllm_behind_the_gateway(cpu_host, operator, member, panel, tmp_pat
 
     # A stream left after its first token still counts its whole prompt, as real vLLM
     # counts it (its /tokenize, the same messages through the same chat template).
-    body = {"model": run.served_name, "messages": HI, "max_tokens": 64, "temperature": 0,
-            "stream": True}  # fmt: skip
+    # A long answer (vLLM's ignore_eos), so the client leaves while the tiny model on this
+    # CPU is still generating: 64 tokens could all be written before the disconnect lands.
+    body = {"model": run.served_name, "messages": HI, "max_tokens": 900, "temperature": 0,
+            "ignore_eos": True, "stream": True}  # fmt: skip
     with httpx.stream("POST", panel.v1 + "/chat/completions", json=body, timeout=120,
                       headers={"authorization": f"Bearer {clear}"}) as response:  # fmt: skip
         for line in response.iter_lines():
@@ -113,7 +115,7 @@ def test_real_vllm_behind_the_gateway(cpu_host, operator, member, panel, tmp_pat
             ):
                 break
     cut = None
-    for _ in range(200):
+    for _ in range(300):
         usage.drain()
         cut = UsageRecord.objects.filter(user=member, cancelled=True).first()
         if cut:
@@ -121,7 +123,7 @@ def test_real_vllm_behind_the_gateway(cpu_host, operator, member, panel, tmp_pat
         time.sleep(0.1)
     assert cut is not None, "no usage row for the stream left early"
     assert cut.prompt_tokens == whole.usage.prompt_tokens > 0
-    assert 1 <= cut.completion_tokens < 64
+    assert 1 <= cut.completion_tokens < 900
 
 
 def cpu_host_var(run) -> Path:
