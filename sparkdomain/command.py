@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Protocol
 
-from sparkdomain import option_rules, spark
+from sparkdomain import option_rules, options, spark
 from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.model_refs import model_ref_problem
 from sparkdomain.pair import tensor_parallel_problem
@@ -34,14 +34,15 @@ class RecipeLike(Protocol):
     served_model_name: str
     image: str
     gpu_memory_utilization: Decimal
-    max_model_len: int
-    max_num_seqs: int
+    max_model_len: int | None
+    max_num_seqs: int | None
     kv_cache_dtype: str
     quantization: str
     enable_prefix_caching: bool
     enforce_eager: bool
     max_num_batched_tokens: int | None
     tensor_parallel_size: int
+    pipeline_parallel_size: int
     reasoning_parser: str
     tool_call_parser: str
     extra_args: list[str]
@@ -72,9 +73,14 @@ def serve_argv(
     if port is not None:
         argv += ["--port", str(port)]
     # Always explicit: vLLM's own default (0.92) would break the Spark rule.
-    argv += ["--gpu-memory-utilization", f"{Decimal(str(recipe.gpu_memory_utilization)):.2f}"]
-    argv += ["--max-model-len", str(recipe.max_model_len)]
-    argv += ["--max-num-seqs", str(recipe.max_num_seqs)]
+    argv += ["--gpu-memory-utilization", utilization_text(recipe.gpu_memory_utilization)]
+    # Blank: vLLM's own (the model's context; its default number of sequences).
+    if recipe.max_model_len == -1:
+        argv += ["--max-model-len", "auto"]
+    elif recipe.max_model_len:
+        argv += ["--max-model-len", str(recipe.max_model_len)]
+    if recipe.max_num_seqs:
+        argv += ["--max-num-seqs", str(recipe.max_num_seqs)]
     argv += ["--kv-cache-dtype", recipe.kv_cache_dtype]
     if recipe.quantization:
         argv += ["--quantization", recipe.quantization]
@@ -87,6 +93,9 @@ def serve_argv(
         argv += ["--max-num-batched-tokens", str(recipe.max_num_batched_tokens)]
     if recipe.tensor_parallel_size and recipe.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(recipe.tensor_parallel_size)]
+    pipeline = getattr(recipe, "pipeline_parallel_size", 1)
+    if pipeline and pipeline > 1:
+        argv += ["--pipeline-parallel-size", str(pipeline)]
     if recipe.reasoning_parser:
         argv += ["--reasoning-parser", recipe.reasoning_parser]
     if recipe.tool_call_parser:
@@ -94,6 +103,14 @@ def serve_argv(
     argv += list(recipe.extra_args or [])
     assert_safe_argv(argv, model_dirs=model_dirs)
     return argv
+
+
+def utilization_text(value) -> str:
+    """The utilization as the command spells it: two decimals (0.85), three where the recipe
+    has them (0.825)."""
+    number = Decimal(str(value))
+    two = number.quantize(Decimal("0.01"))
+    return f"{two}" if two == number else f"{number.quantize(Decimal('0.001'))}"
 
 
 def docker_run_argv(
@@ -134,7 +151,7 @@ def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None
     # Every spelling every known vLLM maps to the same option: its aliases
     # (--device-memory-utilization), underscores (--gpu_memory_utilization) and, where
     # argparse allows them, abbreviations (--gpu-memory-util).
-    contracts = [vllm_contract.load(v) for v in vllm_contract.available_versions()]
+    contracts = options.contracts()
     values = []
     for i, arg in enumerate(flags):
         if not arg.startswith("-") or arg == "-" or _NEGATIVE_NUMBER.match(arg):
@@ -161,7 +178,7 @@ def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None
         raise UnsafeCommand(str(exc)) from None
     if argv[2].startswith("-"):
         raise UnsafeCommand("the model must come right after 'serve'")
-    _check_options(flags, contracts, None if model_dirs is None else tuple(model_dirs))
+    _check_options(flags, None if model_dirs is None else tuple(model_dirs))
     problem = model_ref_problem(
         argv[2], field="the model", model_dirs=None if model_dirs is None else tuple(model_dirs)
     )
@@ -169,97 +186,14 @@ def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None
         raise UnsafeCommand(problem)
 
 
-def _is_option(arg: str) -> bool:
-    return arg.startswith("-") and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
-
-
-def _options_named(spelled: str, contracts: list) -> list:
-    """The option each known vLLM reads a spelling as, exactly (its underscores read as
-    dashes). An abbreviation is refused — another vLLM may read it as another option — and
-    so is a spelling no known vLLM has."""
-    found = []
-    for contract in contracts:
-        option, how = contract.resolve(spelled)
-        if how == "abbreviation":
-            raise UnsafeCommand(
-                f"{spelled} abbreviates {option.name}: spell it out (an abbreviation can "
-                "mean another option in another vLLM)"
-            )
-        if how == "exact" and option.options:
-            found.append(option)
-    if not found:
-        raise UnsafeCommand(
-            f"{spelled} is not an option of any vLLM SparkPanel knows "
-            f"({', '.join(c.version for c in contracts)}): spell out a `vllm serve` option"
-        )
-    return found
-
-
-def _values(option, flags: list[str], at: int) -> tuple[list[str], int]:
-    """The values argparse gives a value-taking option from flags[at:], and where the next
-    argument starts (inline `=` values are the caller's)."""
-    nargs = option.nargs
-    taken: list[str] = []
-    limit = nargs if isinstance(nargs, int) else (1 if nargs in (None, "?") else len(flags))
-    while at < len(flags) and len(taken) < limit and not _is_option(flags[at]):
-        taken.append(flags[at])
-        at += 1
-    if not taken and nargs not in ("?", "*", 0):
-        raise UnsafeCommand(f"{option.name} needs a value")
-    if isinstance(nargs, int) and len(taken) < nargs:
-        raise UnsafeCommand(f"{option.name} needs {nargs} values")
-    return taken, at
-
-
-def _check_options(flags: list[str], contracts: list, model_dirs: tuple[str, ...] | None) -> None:
+def _check_options(flags: list[str], model_dirs: tuple[str, ...] | None) -> None:
     """Every option is one the rules allow (sparkdomain/option_rules.py: FIELD, PATH, DATA,
     or PANEL the panel sets itself) as every known vLLM reads it, with each of its values
-    one that vLLM's parser takes and the rules allow; nothing else is left over."""
-    i = 0
-    while i < len(flags):
-        arg = flags[i]
-        i += 1
-        if not _is_option(arg):
-            raise UnsafeCommand(
-                f"{arg!r} is a value without its option (one value per option; the model "
-                "comes right after 'serve'): vLLM would refuse it"
-            )
-        spelled, eq, inline = arg.partition("=")
-        if spelled.startswith("--"):
-            spelled = vllm_contract.Contract.normalise(spelled)
-        head, dot, keys = spelled.partition(".") if spelled.startswith("--") else (spelled, "", "")
-        options = _options_named(head, contracts)
-        for option in options:
-            rule = option_rules.classify(option)
-            if not rule.allowed and not (
-                rule.kind is option_rules.Kind.PANEL and option.dest in option_rules.PANEL_SETS
-            ):
-                raise UnsafeCommand(rule.refusal(head))
-        if len({option.takes_value for option in options}) > 1:
-            raise UnsafeCommand(f"{head} takes a value in one vLLM and none in another")
-        if not options[0].takes_value:
-            if eq or dot:
-                raise UnsafeCommand(f"{head} takes no value")
-            continue
-        if dot:  # `--compilation-config.mode 3`: one key of a JSON option
-            if not all(option_rules.is_json(o) for o in options) or not keys:
-                raise UnsafeCommand(f"{spelled}: only a JSON option takes keys")
-            if not eq:
-                if i >= len(flags) or _is_option(flags[i]):
-                    raise UnsafeCommand(f"{spelled} needs a value")
-                inline, i = flags[i], i + 1
-            problem = option_rules.json_problem(head, option_rules.nested(keys, inline), model_dirs)
-            if problem:
-                raise UnsafeCommand(problem)
-            continue
-        if eq:
-            values = [inline]
-        else:
-            values, i = _values(options[0], flags, i)
-        for value in values:
-            problem = option_rules.value_problem(options, head, value, model_dirs=model_dirs)
-            if problem:
-                raise UnsafeCommand(problem)
+    one that vLLM's parser takes and the rules allow; nothing else is left over
+    (`sparkdomain/options.py`, the reader the recipe's front door shares)."""
+    for read in options.read_options(flags, model_dirs=model_dirs, panel_sets=True):
+        if read.problem:
+            raise UnsafeCommand(read.problem)
 
 
 # The recipe field that sets each typed flag; anything else came from the extra arguments.
@@ -274,6 +208,7 @@ FIELD_OF_FLAG: dict[str, str] = {
     "--enforce-eager": "enforce_eager",
     "--max-num-batched-tokens": "max_num_batched_tokens",
     "--tensor-parallel-size": "tensor_parallel_size",
+    "--pipeline-parallel-size": "pipeline_parallel_size",
     "--reasoning-parser": "reasoning_parser",
     "--tool-call-parser": "tool_call_parser",
     "--served-model-name": "served_model_name",
@@ -296,7 +231,9 @@ def contract_problems(recipe: RecipeLike, version: str | None = None) -> list[tu
     for problem in contract.check(argv):
         field = FIELD_OF_FLAG.get(problem.flag, "extra_args" if problem.flag else "__all__")
         out.append((field, f"vLLM {contract.version}: {problem}"))
-    problem = tensor_parallel_problem(recipe.tensor_parallel_size or 1)
+    problem = tensor_parallel_problem(
+        recipe.tensor_parallel_size or 1, getattr(recipe, "pipeline_parallel_size", 1) or 1
+    )
     if problem:
         out.append(("tensor_parallel_size", problem))
     return out

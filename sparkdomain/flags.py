@@ -1,11 +1,14 @@
 """Validation of what a recipe may pass to `vllm serve`. Pure Python, no Django.
 
-A recipe's typed fields cover the flags that matter for memory; anything else goes in
-`extra_args`, which only accepts flags from the allowlist below with checked values.
-Nothing here can add mounts, devices, privileges or host namespaces: those are container
-options, never vLLM flags, and the engine builds the container from host settings alone.
-Every value is one argv element (no shell ever parses it), and no value may start with
-"-", so a value can never smuggle in another flag. A value that names a model, a tokenizer
+A recipe's typed fields cover the flags the planner and the guard need; any other option
+the recipe's vLLM accepts goes in `extra_args`, judged by the contract of every vLLM the
+panel knows and by the rules of `sparkdomain/option_rules.py` (a short denylist: the
+panel's own options, code and files from outside the image, memory outside the
+utilization — docs/recipes.md, "Options a recipe may carry"). Nothing here can add mounts,
+devices, privileges or host namespaces: those are container options, never vLLM flags, and
+the engine builds the container from host settings alone. Every value is one argv element
+(no shell ever parses it), and no value may start with "-" (but a negative number), so a
+value can never smuggle in another flag. A value that names a model, a tokenizer
 or a folder is a Hugging Face id or a path in a host's model directories
 (`sparkdomain/model_refs.py`).
 """
@@ -18,10 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from sparkdomain import spark
+from sparkdomain import option_rules, options, spark
 from sparkdomain.bounded import clip
+from sparkdomain.env_rules import env_problems  # noqa: F401 (the recipe model's validator)
 from sparkdomain.model_refs import is_hub_id, model_ref_problem
 from vllm_adapter import advice
+from vllm_adapter import contract as vllm_contract
 
 # A branch, tag or commit of a model repository (the Hub's own names: no "..", no spaces).
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
@@ -33,57 +38,66 @@ IMAGE = re.compile(
 PARSER_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+def _kv_cache_dtypes() -> tuple[str, ...]:
+    """Every KV-cache dtype of every vLLM SparkPanel knows (the host's own is checked when a
+    recipe is saved and at each start)."""
+    seen: dict[str, None] = {}
+    for version in reversed(vllm_contract.available_versions()):
+        seen.update(dict.fromkeys(vllm_contract.load(version).kv_cache_dtypes))
+    return tuple(seen) or ("auto",)
+
+
+KV_CACHE_DTYPES = _kv_cache_dtypes()
 
 
 @dataclass(frozen=True)
 class FlagSpec:
-    kind: str  # "switch", "int", "choice", "token", "model" (a Hub id or a model path)
+    """One option a recipe may carry in its extra arguments, as the newest vLLM records it
+    (kind: "switch", "int", "number", "choice", "json", "model" — a Hub id or a model path —
+    or "text")."""
+
+    kind: str
     help: str
     choices: tuple[str, ...] = ()
     minimum: int | None = None
     maximum: int | None = None
 
 
-EXTRA_FLAGS: dict[str, FlagSpec] = {
-    "--trust-remote-code": FlagSpec("switch", "run the model repository's own Python code"),
-    "--enable-auto-tool-choice": FlagSpec("switch", "let the model decide to call tools"),
-    "--enable-chunked-prefill": FlagSpec("switch", "split long prefills into chunks"),
-    "--no-enable-chunked-prefill": FlagSpec("switch", "never split prefills"),
-    "--async-scheduling": FlagSpec("switch", "overlap scheduling with execution"),
-    "--enable-expert-parallel": FlagSpec("switch", "expert parallelism for MoE layers"),
-    "--disable-log-stats": FlagSpec("switch", "no periodic stats in the log"),
-    "--enable-log-requests": FlagSpec("switch", "log every request"),
-    "--load-format": FlagSpec(
-        "choice",
-        "weight loader (fastsafetensors can shorten a 10-15 min first load)",
-        choices=("auto", "safetensors", "fastsafetensors", "runai_streamer", "pt"),
-    ),
-    "--dtype": FlagSpec(
-        "choice", "compute dtype", choices=("auto", "bfloat16", "float16", "half", "float")
-    ),
-    "--block-size": FlagSpec(
-        "choice", "KV cache block size in tokens", choices=("8", "16", "32", "64", "128")
-    ),
-    "--mamba-ssm-cache-dtype": FlagSpec(
-        "choice", "Mamba state dtype", choices=("auto", "float32", "bfloat16", "float16")
-    ),
-    "--generation-config": FlagSpec(
-        "choice", "where default sampling parameters come from", choices=("auto", "vllm")
-    ),
-    "--tokenizer-mode": FlagSpec(
-        "choice", "tokenizer implementation", choices=("auto", "slow", "mistral", "custom")
-    ),
-    "--seed": FlagSpec("int", "random seed", minimum=0, maximum=2**31 - 1),
-    "--long-prefill-token-threshold": FlagSpec(
-        "int", "a prefill longer than this is 'long'", minimum=1, maximum=1_048_576
-    ),
-    "--max-logprobs": FlagSpec(
-        "int", "most logprobs a request may ask for", minimum=0, maximum=10_000
-    ),
-    # Its folder's Python runs with --trust-remote-code: a Hub id or a model directory's path.
-    "--tokenizer": FlagSpec("model", "tokenizer repository id (or a path in a model directory)"),
-}
+def _spec(option) -> FlagSpec:
+    rule = option_rules.classify(option)
+    base = option_rules.type_base(option.type)
+    help_ = (option.help or "").strip().split("\n", 1)[0][:200]
+    if not option.takes_value:
+        return FlagSpec("switch", help_)
+    if rule.kind is option_rules.Kind.PATH:
+        return FlagSpec("model", help_)
+    if option.choices is not None:
+        return FlagSpec("choice", help_, tuple(option.choices))
+    if option_rules.is_json(option):
+        return FlagSpec("json", help_)
+    if base == "int":
+        return FlagSpec("int", help_)
+    if base in ("float", "human_readable_int", "human_readable_int_or_auto"):
+        return FlagSpec("number", help_)
+    return FlagSpec("text", help_)
+
+
+def _extra_flags() -> dict[str, FlagSpec]:
+    """Every spelling of every option the newest vLLM has that a recipe may carry beyond its
+    typed fields (option_rules: PATH and DATA; FIELD options have their own fields)."""
+    out: dict[str, FlagSpec] = {}
+    for option in vllm_contract.load().options:
+        rule = option_rules.classify(option)
+        if not option.options or rule.kind not in (option_rules.Kind.PATH, option_rules.Kind.DATA):
+            continue
+        if any(s in TYPED_FLAGS for s in option.all_strings):
+            continue
+        spec = _spec(option)
+        for string in option.options:
+            out[string] = spec
+    return out
+
 
 # Flags a recipe sets through its typed fields (or that the panel itself controls).
 TYPED_FLAGS: dict[str, str] = {
@@ -99,6 +113,8 @@ TYPED_FLAGS: dict[str, str] = {
     "--max-num-batched-tokens": "the max batched tokens field",
     "--tensor-parallel-size": "the tensor parallel size field",
     "-tp": "the tensor parallel size field",
+    "--pipeline-parallel-size": "the pipeline parallel size field",
+    "-pp": "the pipeline parallel size field",
     "--reasoning-parser": "the reasoning parser field",
     "--tool-call-parser": "the tool-call parser field",
     "--served-model-name": "the served model name field",
@@ -108,6 +124,12 @@ TYPED_FLAGS: dict[str, str] = {
     "--port": "the panel (it picks the port from the host's range)",
     "--api-key": "the panel (each run gets its own key, through the environment)",
 }
+
+
+# Every option a recipe may carry in its extra arguments, by every spelling (the newest
+# vLLM's; each start checks the host's own). Derived from the contract by the rules, never
+# a hand-written list: tests/recipes/test_allowlist_contract.py.
+EXTRA_FLAGS: dict[str, FlagSpec] = _extra_flags()
 
 
 class FlagError(ValueError):
@@ -125,61 +147,36 @@ def parse_extra_args(text: str, model_dirs: Iterable[str] = ()) -> list[str]:
 
 
 def validate_extra_args(tokens: list[str], model_dirs: Iterable[str] = ()) -> list[str]:
-    """Check argv tokens against the allowlist; returns them normalised (--flag value).
-    A path-valued flag's path must lie in `model_dirs` (none given: Hub ids only)."""
+    """Check the options a recipe carries beyond its typed fields, by the rules of
+    `sparkdomain/option_rules.py` as every vLLM SparkPanel knows reads them (any option
+    vLLM accepts, except the denylist: the panel's own, code and files from outside the
+    image, memory outside the utilization); returns them normalised (`--flag value`,
+    underscores as dashes). A path-valued option's path must lie in `model_dirs` (none
+    given: Hub ids only). Raises FlagError with every problem found, one per line."""
     model_dirs = tuple(model_dirs)
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise FlagError("extra arguments must be a list of strings")
     out: list[str] = []
     problems: list[str] = []
     seen: set[str] = set()
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        i += 1
-        flag, eq, inline = token.partition("=")
-        if not flag.startswith("-"):
-            problems.append(f"{token!r} is not a flag (flags start with --)")
+    for read in options.read_options(tokens, model_dirs=model_dirs):
+        typed = next(
+            (TYPED_FLAGS[s] for o in read.options for s in o.all_strings if s in TYPED_FLAGS),
+            None,
+        )
+        if typed is not None:
+            problems.append(f"{read.spelled} is set by {typed}, not in extra arguments")
             continue
-        if flag in TYPED_FLAGS:
-            problems.append(f"{flag} is set by {TYPED_FLAGS[flag]}, not in extra arguments")
-            if not eq and i < len(tokens) and not tokens[i].startswith("-"):
-                i += 1
+        if read.problem:
+            gone = advice.REMOVED.get(read.spelled) if not read.options else None
+            problems.append(f"{read.spelled}: {gone}" if gone else read.problem)
             continue
-        spec = EXTRA_FLAGS.get(flag)
-        if spec is None:
-            gone = advice.REMOVED.get(flag)
-            problems.append(
-                f"{flag}: {gone}"
-                if gone
-                else f"{flag} is not an allowed extra argument (allowed: "
-                + ", ".join(sorted(EXTRA_FLAGS))
-                + ")"
-            )
-            if not eq and i < len(tokens) and not tokens[i].startswith("-"):
-                i += 1
-            continue
-        if flag in seen:
-            problems.append(f"{flag} is given twice")
-        seen.add(flag)
-        if spec.kind == "switch":
-            if eq:
-                problems.append(f"{flag} takes no value")
-            out.append(flag)
-            continue
-        if eq:
-            value = inline
-        elif i < len(tokens):
-            value = tokens[i]
-            i += 1
-        else:
-            problems.append(f"{flag} needs a value")
-            continue
-        error = _check_value(flag, spec, value, model_dirs)
-        if error:
-            problems.append(error)
-        else:
-            out += [flag, value]
+        key = read.dest + (read.tokens[0].partition("=")[0] if "." in read.tokens[0] else "")
+        repeats = read.options[-1].action == "_AppendAction"
+        if key in seen and not repeats:
+            problems.append(f"{read.spelled} is given twice")
+        seen.add(key)
+        out += read.tokens
     if problems:
         # Bounded like every import's messages (sparkdomain/bounded.py): a pasted list of
         # thousands of bad tokens gets the first few, each cut short, and a count.
@@ -191,29 +188,6 @@ def validate_extra_args(tokens: list[str], model_dirs: Iterable[str] = ()) -> li
 
 
 MAX_PROBLEMS_SHOWN = 10
-
-
-def _check_value(
-    flag: str, spec: FlagSpec, value: str, model_dirs: tuple[str, ...] = ()
-) -> str | None:
-    if value.startswith("-"):
-        return f"{flag}: the value {value!r} may not start with '-'"
-    if spec.kind == "choice" and value not in spec.choices:
-        return f"{flag}: {value!r} is not one of {', '.join(spec.choices)}"
-    if spec.kind == "int":
-        try:
-            number = int(value)
-        except ValueError:
-            return f"{flag}: {value!r} is not a whole number"
-        if spec.minimum is not None and number < spec.minimum:
-            return f"{flag}: {number} is below the minimum {spec.minimum}"
-        if spec.maximum is not None and number > spec.maximum:
-            return f"{flag}: {number} is above the maximum {spec.maximum}"
-    if spec.kind == "token" and not TOKEN.match(value):
-        return f"{flag}: {value!r} may only contain letters, digits, '.', '_', '/' and '-'"
-    if spec.kind == "model":
-        return model_ref_problem(value, field=flag, model_dirs=model_dirs)
-    return None
 
 
 def format_extra_args(tokens: list[str]) -> str:

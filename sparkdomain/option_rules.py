@@ -76,6 +76,7 @@ FIELD_DESTS: dict[str, str] = {
     "enforce_eager": "enforce_eager",
     "max_num_batched_tokens": "max_num_batched_tokens",
     "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
     "reasoning_parser": "reasoning_parser",
     "tool_call_parser": "tool_call_parser",
     "served_model_name": "served_model_name",
@@ -145,7 +146,8 @@ _TEMPLATE = (
     "on every request (Jinja's sandbox has been escaped before: CVE-2024-56326, "
     "CVE-2025-27516)",
     "use the chat template in the model's repository (pick a model or revision that has "
-    "the one you need), or ask an admin",
+    "the one you need), a template file the image or an approved mod puts in the server's "
+    "working directory (--chat-template name.jinja), or ask an admin",
 )
 _MEMORY = (
     "sizes memory outside --gpu-memory-utilization: a Spark's CPU and GPU share one "
@@ -244,6 +246,23 @@ EXPLICIT: dict[str, Rule] = {
         Kind.DATA, "explicit: code from the model's repository, judged as PATH is"
     ),
 }
+
+# Denied options that one shape of value makes harmless: a chat template given as a bare
+# file name is read from the server's working directory inside the image — where the image
+# or a mod the host approved put it (docs/recipes.md, Mods) — never from the host, and vLLM
+# never reads a name without Jinja characters as an inline template (it fails to start
+# instead: vllm/entrypoints/chat_utils.py::load_chat_template).
+IMAGE_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.(?:jinja2?|j2)$")
+ALLOWED_VALUES: dict[str, tuple[re.Pattern, str]] = {
+    "chat_template": (IMAGE_FILE, "a template file in the image's working directory"),
+}
+
+
+def value_allows(dest: str, values: list[str]) -> bool:
+    """Whether these values make a denied option harmless (`ALLOWED_VALUES`)."""
+    found = ALLOWED_VALUES.get(dest)
+    return bool(values) and found is not None and all(found[0].match(v) for v in values)
+
 
 # --- the rules on the name -----------------------------------------------------------------
 

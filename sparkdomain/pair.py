@@ -31,14 +31,21 @@ PAIR_SIZE = 2  # GPUs in a pair of Sparks (one each)
 RAY_BACKEND_FLAG = "--distributed-executor-backend"
 
 
-def tensor_parallel_problem(tp: int) -> str | None:
-    """Why SparkPanel cannot serve this tensor parallel size at all (None when it can: 1 on
-    a Spark, 2 on a pair)."""
-    if tp in (1, PAIR_SIZE):
+def tensor_parallel_problem(tp: int, pp: int = 1, dp: int = 1) -> str | None:
+    """Why SparkPanel cannot serve this parallelism at all (None when it can: one GPU on a
+    Spark, two on a pair). vLLM needs tensor × pipeline × data parallel GPUs."""
+    world = tp * pp * dp
+    if world in (1, PAIR_SIZE):
         return None
+    spelled = " × ".join(
+        f"--{name}-parallel-size {n}"
+        for name, n in (("tensor", tp), ("pipeline", pp), ("data", dp))
+        if n > 1 or name == "tensor"
+    )
+    sparks = f"{world} Sparks" if world > 1 else "a Spark"
     return (
-        f"--tensor-parallel-size {tp} needs {tp} GPUs: a Spark has one and a pair of Sparks "
-        f"two; use 1 (one Spark) or {PAIR_SIZE} (a pair)"
+        f"{spelled} needs {world} GPUs ({sparks}): a Spark has one and a pair of Sparks two, "
+        f"and SparkPanel drives one Spark or a pair; use 1 (one Spark) or {PAIR_SIZE} (a pair)"
     )
 
 

@@ -17,6 +17,11 @@ MIB = 2**20
 MAX_GPU_MEMORY_UTILIZATION = Decimal("0.90")
 # vLLM's own default, which breaks the rule: the panel always passes the flag explicitly.
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = Decimal("0.92")
+# vLLM's default --max-num-seqs for its API server on a GB10 (vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults in 0.33: "GB10 (DGX Spark, cc 12.1) has the memory but not
+# the compute of a large discrete GPU, keep it on the small tier"), and its batched tokens.
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
 UTILIZATION_RULE = (
     "--gpu-memory-utilization must be above 0 and at most 0.90 on a DGX Spark: CPU and GPU "

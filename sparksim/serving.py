@@ -38,7 +38,9 @@ async def serve(args) -> int:
     profile = resolve_profile(args.model, name=args.profile, quantization=args.quantization)
     if args.jit_seconds is not None:
         profile = dataclasses.replace(profile, jit_seconds=max(args.jit_seconds, 0.0))
-    if args.max_model_len is None:
+    if args.max_model_len is None or args.max_model_len < 0:
+        # Blank (the model's own context) or auto (-1: the longest that fits): the simulator
+        # does not model the checkpoint's context or vLLM's auto-fit yet; it serves 32K.
         args.max_model_len = 32768
     names = args.served_model_name or [args.model]
     state = ServerState(

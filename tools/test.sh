@@ -97,6 +97,16 @@ if ! tools/peers_env.sh guidellm; then
   echo "!! GuideLLM is missing; the GuideLLM import tests will be skipped" >&2
 fi
 
+# The real sparkrun 0.4.2, whose renderer the recipe import and export tests compare with
+# (tests/recipes/sparkrun_real.py).
+if ! tools/sparkrun_env.sh; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "!! CI=true and sparkrun could not be installed" >&2
+    exit 1
+  fi
+  echo "!! sparkrun is missing; the tests against its renderer will be skipped" >&2
+fi
+
 echo ">> ruff check"; .venv/bin/ruff check .
 echo ">> ruff format --check"; .venv/bin/ruff format --check .
 echo ">> lint-imports (the layers in pyproject.toml)"; .venv/bin/lint-imports

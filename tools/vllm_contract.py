@@ -322,24 +322,32 @@ def contract() -> dict:
     }
 
 
-def check(vectors: list[list[str]]) -> list[dict]:
-    """Parse each vector with vLLM's own parser; never raises for a refused vector."""
+def check(vectors: list[list[str]], *, namespace: bool = False) -> list[dict]:
+    """Parse each vector with vLLM's own parser; never raises for a refused vector.
+    `namespace`: also return what the parser read (dest → value, JSON-safe)."""
     _quiet()
     parser, _ = serve_parser()
     results = []
     for argv in vectors:
         err = io.StringIO()
-        ok, error = True, ""
+        ok, error, ns = True, "", None
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                parser.parse_args(list(argv[1:]))
+                parsed = parser.parse_args(list(argv[1:]))
+            if namespace:
+                ns = {
+                    k: _jsonable(v) for k, v in vars(parsed).items()
+                    if k not in ("subparser", "dispatch_function") and not callable(v)
+                }  # fmt: skip
         except SystemExit as exc:
             ok = exc.code in (0, None)
             lines = [line for line in err.getvalue().splitlines() if "error:" in line]
             error = lines[-1] if lines else err.getvalue().strip()[-500:]
         except Exception as exc:  # a validator inside a type= callable
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        results.append({"argv": argv, "ok": ok, "error": error})
+        results.append(
+            {"argv": argv, "ok": ok, "error": error, **({"ns": ns} if namespace else {})}
+        )
     return results
 
 
@@ -350,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     write.add_argument("folder", type=Path)
     check_cmd = sub.add_parser(
         "check", help="check argument vectors (JSON on stdin) with vLLM's parser"
+    )
+    check_cmd.add_argument(
+        "--namespace", action="store_true", help="also print what the parser read, per vector"
     )
     check_cmd.add_argument(
         "--with-options",
@@ -370,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     vectors = json.load(sys.stdin)
-    results: object = check(vectors)
+    results: object = check(vectors, namespace=args.namespace)
     if args.with_options:
         import vllm
 

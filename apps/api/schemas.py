@@ -110,22 +110,32 @@ class RecipeFields(ArchitectureFields):
         **UTILIZATION,
         description="At most 0.90 on a Spark (the panel refuses more).",
     )
-    max_model_len: int | None = bounded("max_model_len")
-    max_num_seqs: int | None = bounded("max_num_seqs")
+    max_model_len: int | None = bounded(
+        "max_model_len", ge=-1,
+        description="Blank: the model's own context; -1: auto (the longest that fits).",
+    )  # fmt: skip
+    max_num_seqs: int | None = bounded("max_num_seqs", description="Blank: vLLM's default.")
     kv_cache_dtype: str | None = None
     quantization: str | None = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool | None = None
     max_num_batched_tokens: int | None = bounded("max_num_batched_tokens")
     tensor_parallel_size: int | None = bounded("tensor_parallel_size")
+    pipeline_parallel_size: int | None = bounded("pipeline_parallel_size")
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     extra_args: list[ExtraArg] | None = Field(
         None,
         max_length=100,
-        description='Further vLLM flags from the allowed list, e.g. ["--load-format", '
-        '"fastsafetensors"]. Never mounts, devices or privileges.',
+        description="Any other `vllm serve` option the recipe's vLLM accepts, e.g. "
+        '["--load-format", "fastsafetensors"], except the denylist (docs/recipes.md): never '
+        "the panel's own options, code or files from outside the image, mounts, devices or "
+        "privileges.",
     )
+    env: dict[str, str] | None = Field(
+        None, max_length=64,
+        description="Environment variables that only tune vLLM (docs/recipes.md).",
+    )  # fmt: skip
 
 
 class PlanSummary(Schema):
@@ -143,17 +153,22 @@ class RecipeOut(Schema):
     served_model_name: str
     image: str
     gpu_memory_utilization: float
-    max_model_len: int
-    max_num_seqs: int
+    max_model_len: int | None
+    max_num_seqs: int | None
     kv_cache_dtype: str
     quantization: str
     enable_prefix_caching: bool
     enforce_eager: bool
     max_num_batched_tokens: int | None
     tensor_parallel_size: int
+    pipeline_parallel_size: int
     reasoning_parser: str
     tool_call_parser: str
     extra_args: list[str]
+    env: dict
+    mods: list
+    source: dict
+    max_position_embeddings: int | None
     total_params_b: float | None
     active_params_b: float | None
     weight_format: str

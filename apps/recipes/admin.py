@@ -36,13 +36,13 @@ class RecipeAdmin(admin.ModelAdmin):
         ("vLLM flags", {"fields": [
             "gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype",
             "quantization", "enable_prefix_caching", "enforce_eager",
-            "max_num_batched_tokens", "tensor_parallel_size", "reasoning_parser",
-            "tool_call_parser", "extra_args"]}),
+            "max_num_batched_tokens", "tensor_parallel_size", "pipeline_parallel_size",
+            "reasoning_parser", "tool_call_parser", "extra_args", "env"]}),
         ("Architecture", {"fields": [
             "total_params_b", "active_params_b", "weight_format", "weight_gb", "num_layers",
             "attention_layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
             "sliding_window_layers", "sliding_window", "recurrent_state_mib",
-            "checkpoint_kv_dtype"]}),
+            "checkpoint_kv_dtype", "max_position_embeddings"]}),
         ("History", {"fields": ["created_by", "created_at", "updated_at"]}),
     ]  # fmt: skip
 

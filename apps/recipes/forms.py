@@ -9,18 +9,19 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe, WeightFormat, validate_utilization
 from sparkdomain import planner, spark
 from sparkdomain.command import contract_problems
-from sparkdomain.flags import FlagError, format_extra_args, parse_extra_args
+from sparkdomain.flags import FlagError, env_problems, format_extra_args, parse_extra_args
 from vllm_adapter import contract as vllm_contract
 
 ARCH_FIELDS = [
     "total_params_b", "active_params_b", "weight_format", "weight_gb", "num_layers",
     "attention_layers", "kv_heads", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
     "sliding_window_layers", "sliding_window", "recurrent_state_mib", "checkpoint_kv_dtype",
+    "max_position_embeddings",
 ]  # fmt: skip
 FLAG_FIELDS = [
     "gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype", "quantization",
     "enable_prefix_caching", "enforce_eager", "max_num_batched_tokens",
-    "tensor_parallel_size", "reasoning_parser", "tool_call_parser",
+    "tensor_parallel_size", "pipeline_parallel_size", "reasoning_parser", "tool_call_parser",
 ]  # fmt: skip
 IDENTITY_FIELDS = [
     "name", "slug", "description", "model_id", "revision", "served_model_name", "image",
@@ -35,6 +36,7 @@ ARCH_BOUNDS = {
     "num_layers": 10_000, "attention_layers": 10_000, "sliding_window_layers": 10_000,
     "kv_heads": 1_024, "head_dim": 16_384, "kv_lora_rank": 65_536, "qk_rope_head_dim": 16_384,
     "sliding_window": 10_000_000, "recurrent_state_mib": 1_048_576,
+    "max_position_embeddings": 100_000_000,
 }  # fmt: skip
 
 
@@ -46,7 +48,7 @@ def number_bound(name: str):
 
 
 UTILIZATION_WIDGET = forms.NumberInput(
-    attrs={"step": "0.01", "min": "0.01", "max": str(spark.MAX_GPU_MEMORY_UTILIZATION)}
+    attrs={"step": "0.001", "min": "0.001", "max": str(spark.MAX_GPU_MEMORY_UTILIZATION)}
 )
 
 
@@ -54,8 +56,8 @@ def utilization_field(**kwargs) -> forms.DecimalField:
     # The browser stops at 0.90; the validator stops a crafted POST with the same words.
     return forms.DecimalField(
         label="GPU memory utilization",
-        max_digits=3,
-        decimal_places=2,
+        max_digits=4,
+        decimal_places=3,
         validators=[validate_utilization],
         widget=UTILIZATION_WIDGET,
         help_text="At most 0.90 on a Spark: above it the whole machine can freeze.",
@@ -79,17 +81,81 @@ class ExtraArgsField(forms.CharField):
             raise forms.ValidationError(str(exc).splitlines()) from None
 
 
+class MaxModelLenField(BoundedIntegerField):
+    """A length in tokens, `auto` (-1: the longest that fits, vLLM decides), or blank (the
+    model's own context)."""
+
+    widget = forms.TextInput(attrs={"inputmode": "numeric", "placeholder": "model's own"})
+
+    def to_python(self, value):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return -1
+        return super().to_python(value)
+
+    def prepare_value(self, value):
+        return "auto" if value == -1 else value
+
+
+class EnvField(forms.CharField):
+    """NAME=value, one per line (sparkdomain/env_rules.py judges each)."""
+
+    widget = forms.Textarea(attrs={"rows": 2, "placeholder": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"})
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):
+            return "\n".join(f"{k}={v}" for k, v in value.items())
+        return value
+
+    def to_python(self, value):
+        if isinstance(value, dict):
+            return value
+        text = super().to_python(value) or ""
+        env: dict[str, str] = {}
+        problems = []
+        for line in text.splitlines()[:1000]:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, eq, item = line.partition("=")
+            if not eq:
+                problems.append(f"{line[:60]!r}: write NAME=value")
+                continue
+            env[name.strip()] = item.strip()
+        problems += env_problems(env)
+        if problems:
+            raise forms.ValidationError(problems[:10])
+        return env
+
+
 class RecipeForm(forms.ModelForm):
     gpu_memory_utilization = utilization_field()
+    max_model_len = MaxModelLenField(
+        required=False, min_value=-1, max_value=10_000_000,
+        label="Max model len (context per user, tokens)",
+        help_text="Longest prompt + answer in tokens; blank: the model's own context; auto: "
+        "the longest that fits in memory (vLLM decides at start).",
+    )  # fmt: skip
     extra_args = ExtraArgsField(
         required=False,
-        help_text="Further vLLM flags, one per line, from the allowed list (no mounts, devices "
-        "or privileges: those never come from a recipe).",
+        help_text="Any other vLLM option, one per line, that the host's vLLM accepts — except "
+        "the panel's own, code or files from outside the image, and memory outside the "
+        "utilization (docs/recipes.md lists them; each refusal says why). Never mounts, "
+        "devices or privileges.",
+    )
+    pipeline_parallel_size = BoundedIntegerField(
+        required=False, min_value=1, max_value=8, initial=1, label="Pipeline parallel size",
+        help_text="Pipeline stages; tensor × pipeline parallel is the GPUs a run needs: 1 "
+        "(one Spark) or 2 (a pair). Blank: 1.",
+    )  # fmt: skip
+    env = EnvField(
+        required=False,
+        help_text="Environment variables that only tune vLLM, NAME=value per line "
+        "(docs/recipes.md, Environment).",
     )
 
     class Meta:
         model = Recipe
-        fields = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", *ARCH_FIELDS]
+        fields = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", "env", *ARCH_FIELDS]
         formfield_callback = bounded_formfields(ARCH_BOUNDS)
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
@@ -117,6 +183,9 @@ class RecipeForm(forms.ModelForm):
         ):
             if name in self.fields:
                 self.fields[name].widget.attrs["list"] = listed
+
+    def clean_pipeline_parallel_size(self):
+        return self.cleaned_data.get("pipeline_parallel_size") or 1
 
     def vllm_registries(self) -> dict:
         """The datalists the form's text fields suggest from (templates: datalists.html)."""

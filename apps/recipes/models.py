@@ -16,6 +16,7 @@ from sparkdomain.flags import (
     SERVED_NAME,
     FlagError,
     check_utilization,
+    env_problems,
     validate_extra_args,
     validate_image,
     validate_model_id,
@@ -55,6 +56,20 @@ def validate_extra_args_field(value) -> None:
         validate_extra_args(value, Host.objects.model_dirs())
     except FlagError as exc:
         raise ValidationError(str(exc).splitlines()) from None
+
+
+def validate_max_model_len(value) -> None:
+    if value is not None and value != -1 and not 1 <= value <= 10_000_000:
+        raise ValidationError(
+            "Give a length from 1 to 10,000,000 tokens, auto (-1: the longest that fits), "
+            "or leave it blank (the model's own context)."
+        )
+
+
+def validate_env_field(value) -> None:
+    problems = env_problems(value)
+    if problems:
+        raise ValidationError(problems)
 
 
 def validate_parser(value: str) -> None:
@@ -129,21 +144,30 @@ class Recipe(models.Model):
 
     # --- vLLM flags --------------------------------------------------------------------
     gpu_memory_utilization = models.DecimalField(
-        max_digits=3,
-        decimal_places=2,
+        max_digits=4,
+        decimal_places=3,
         validators=[validate_utilization],
         help_text="Share of the memory CUDA sees that vLLM may take. At most 0.90 on a Spark.",
     )
-    max_model_len = models.PositiveIntegerField(
-        validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
-        help_text="Longest prompt + answer in tokens.",
-    )
+    max_model_len = models.IntegerField(
+        null=True, blank=True,
+        validators=[
+            MinValueValidator(-1), MaxValueValidator(10_000_000), validate_max_model_len
+        ],
+        help_text="Longest prompt + answer in tokens. Blank: the model's own context; "
+        "auto (-1): the longest that fits in memory (vLLM decides at start).",
+    )  # fmt: skip
     max_num_seqs = models.PositiveIntegerField(
-        default=4,
+        null=True, blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(1024)],
-        help_text="Sequences served at once (the seeds recommend 4–10).",
-    )
-    kv_cache_dtype = models.CharField(max_length=16, choices=KV_CACHE_DTYPE_CHOICES, default="auto")
+        help_text="Sequences served at once (the seeds recommend 4–10). Blank: vLLM's "
+        f"default ({spark.VLLM_DEFAULT_MAX_NUM_SEQS} on a Spark).",
+    )  # fmt: skip
+    kv_cache_dtype = models.CharField(
+        max_length=32, choices=KV_CACHE_DTYPE_CHOICES, default="auto",
+        help_text="Every KV-cache dtype of the vLLM versions SparkPanel knows; the host's "
+        "vLLM must have the one chosen (checked when saved and at each start).",
+    )  # fmt: skip
     quantization = models.CharField(
         max_length=32, blank=True, validators=[validate_parser],
         help_text="Blank: detected from the checkpoint (NVFP4, FP8, AWQ… checkpoints say what "
@@ -159,11 +183,33 @@ class Recipe(models.Model):
     tensor_parallel_size = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1), MaxValueValidator(8)]
     )
+    pipeline_parallel_size = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(8)],
+        help_text="Pipeline stages (vLLM's --pipeline-parallel-size). Tensor × pipeline "
+        "parallel is the GPUs a run needs: 1 (one Spark) or 2 (a pair).",
+    )  # fmt: skip
     reasoning_parser = models.CharField(max_length=64, blank=True, validators=[validate_parser])
     tool_call_parser = models.CharField(max_length=64, blank=True, validators=[validate_parser])
     extra_args = models.JSONField(
         default=list, blank=True, validators=[validate_extra_args_field],
-        help_text="Further vLLM flags from the allowed list.",
+        help_text="Any other option the recipe's vLLM accepts, except the denylist "
+        "(docs/recipes.md: the panel's own options, code or files from outside the image, "
+        "memory outside the utilization).",
+    )  # fmt: skip
+    mods = models.JSONField(
+        default=list, blank=True, editable=False,
+        help_text="Container mods and patches the recipe asks for (sparkrun `mods:`, "
+        "`patches:`): code that would run in the container. Kept and shown; a start refuses "
+        "them unless the host allows them (docs/recipes.md, Mods).",
+    )  # fmt: skip
+    env = models.JSONField(
+        default=dict, blank=True, validators=[validate_env_field],
+        help_text="Environment variables that only tune vLLM (docs/recipes.md lists which).",
+    )  # fmt: skip
+    source = models.JSONField(
+        default=dict, blank=True, editable=False,
+        help_text="Where the recipe came from: format, registry, path, commit, and the "
+        "descriptive metadata it carried (author, dates, tags, links).",
     )  # fmt: skip
 
     # --- architecture (for the planner) ----------------------------------------------------
@@ -199,6 +245,12 @@ class Recipe(models.Model):
     checkpoint_kv_dtype = models.CharField(
         "KV dtype of 'auto'", max_length=8, choices=CHECKPOINT_KV_CHOICES, blank=True
     )
+    max_position_embeddings = models.PositiveIntegerField(
+        "model's context (tokens)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000_000)],
+        help_text="The longest context the model supports (config.json); what vLLM uses "
+        "when max model len is blank.",
+    )  # fmt: skip
 
     upgrade_notes = models.JSONField(
         default=list, blank=True, editable=False,
@@ -226,7 +278,10 @@ class Recipe(models.Model):
                 violation_error_message=spark.UTILIZATION_RULE,
             ),
             models.CheckConstraint(
-                condition=Q(max_model_len__gte=1) & Q(max_num_seqs__gte=1),
+                condition=(
+                    Q(max_model_len__isnull=True) | Q(max_model_len=-1) | Q(max_model_len__gte=1)
+                )
+                & (Q(max_num_seqs__isnull=True) | Q(max_num_seqs__gte=1)),
                 name="recipe_lengths_positive",
             ),
         ]
@@ -316,15 +371,35 @@ class Recipe(models.Model):
             checkpoint_kv_dtype=self.checkpoint_kv_dtype,
         )
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The longest context a run of this recipe serves, as vLLM decides it: the max model
+        len given, else (blank, or auto) the model's own context when known."""
+        if self.max_model_len and self.max_model_len > 0:
+            return self.max_model_len
+        return self.max_position_embeddings
+
+    @property
+    def sequences(self) -> int:
+        """Sequences served at once: the field, else vLLM's default on a Spark."""
+        return self.max_num_seqs or spark.VLLM_DEFAULT_MAX_NUM_SEQS
+
+    @property
+    def world_size(self) -> int:
+        """GPUs a run needs: tensor × pipeline parallel (one per Spark)."""
+        return (self.tensor_parallel_size or 1) * (self.pipeline_parallel_size or 1)
+
     def flags(self) -> planner.Flags:
         return planner.Flags(
             gpu_memory_utilization=float(self.gpu_memory_utilization),
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.context_tokens,
+            max_num_seqs=self.sequences,
             kv_cache_dtype=self.kv_cache_dtype,
             enforce_eager=self.enforce_eager,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            tensor_parallel_size=self.tensor_parallel_size,
+            # The planner splits a model over a pair by its world size (a pipeline halves
+            # the weights and the KV per Spark as tensor parallelism does).
+            tensor_parallel_size=self.world_size,
         )
 
     def plan(self, host: planner.HostSpec | None = None) -> planner.Plan:
@@ -371,3 +446,33 @@ class HangPolicy(models.Model):
         if self.action != self.Action.RESTART or restarts_so_far >= self.max_restarts:
             return None
         return float(self.backoff_s * 2**restarts_so_far)
+
+
+class RecipeRegistry(models.Model):
+    """A sparkrun recipe registry an admin added (docs/recipes.md, Registries): a git URL or
+    a local checkout, mirrored bare under the var directory (git_adapter) and read at the
+    commit its default branch was at when last fetched."""
+
+    name = models.SlugField(max_length=60, unique=True)
+    url = models.CharField(
+        "git URL or local path", max_length=500,
+        help_text="https://…, ssh://…, git@host:path, file://… or an absolute path to a "
+        "checkout on the panel's machine.",
+    )  # fmt: skip
+    commit = models.CharField(max_length=64, blank=True, editable=False)
+    fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
+    error = models.TextField(blank=True, editable=False)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("registry-detail", args=[self.name])

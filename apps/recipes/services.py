@@ -77,8 +77,10 @@ def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[st
     fields = dict(result.fields)
     notes = list(result.notes)
     if result.max_position_embeddings:
+        fields["max_position_embeddings"] = result.max_position_embeddings
         notes.append(
             f"The model supports up to {result.max_position_embeddings:,} tokens of context "
-            "(max_position_embeddings); max_model_len may not exceed it."
+            "(max_position_embeddings): what vLLM uses when max model len is blank; it may "
+            "not exceed it."
         )
     return fields, notes, None

@@ -23,7 +23,7 @@ from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.selectors import image_note, start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
 from apps.recipes.signals import measured_checks, measured_corrections
-from apps.recipes.yaml_io import recipes_from_yaml, recipes_to_yaml
+from apps.recipes.yaml_io import recipe_to_sparkrun_yaml, recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
 from sparkdomain.command import (
     UnsafeCommand,
@@ -43,7 +43,7 @@ def _recipe(slug: str) -> Recipe:
 def _edit_page(request: HttpRequest, form: RecipeForm, **context) -> HttpResponse:
     groups = [
         ("Recipe", IDENTITY_FIELDS, ""),
-        ("vLLM flags", [*FLAG_FIELDS, "extra_args"], ""),
+        ("vLLM flags", [*FLAG_FIELDS, "extra_args", "env"], ""),
         ("Architecture (for the planner)", ARCH_FIELDS, "architecture"),
     ]
     context["groups"] = [
@@ -180,6 +180,23 @@ def recipe_export(request: HttpRequest) -> HttpResponse:
         return HttpResponse(
             f"No recipe named {', '.join(missing)}.", status=404, content_type="text/plain"
         )
+    if request.GET.get("format") == "sparkrun":
+        # A sparkrun recipe file holds one recipe (sparkdomain/sparkrun/export.py).
+        if len(slugs) != 1:
+            return HttpResponse(
+                "A sparkrun recipe is one recipe: give one slug (?slug=…&format=sparkrun).",
+                status=400, content_type="text/plain",
+            )  # fmt: skip
+        try:
+            text = recipe_to_sparkrun_yaml(recipes[0])
+        except UnsafeCommand as exc:  # a row saved before a rule: shown, never exported
+            return HttpResponse(f"This recipe cannot be exported: {exc}", status=409,
+                                content_type="text/plain")  # fmt: skip
+        response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{slugify(recipes[0].name)}.sparkrun.yaml"'
+        )
+        return response
     filename = f"{slugify(recipes[0].name)}.yaml" if len(slugs) == 1 else "sparkpanel-recipes.yaml"
     response = HttpResponse(
         recipes_to_yaml(recipes), content_type="application/yaml; charset=utf-8"

@@ -29,7 +29,7 @@ from sparkdomain.spark import DEFAULT_IMAGE
 
 STEPS = {
     1: ("Model", ["model_id", "revision", "served_model_name", *ARCH_FIELDS]),
-    2: ("Workload", [*FLAG_FIELDS, "extra_args"]),
+    2: ("Workload", [*FLAG_FIELDS, "extra_args", "env"]),
     3: ("Review and save", ["name", "slug", "description", "image"]),
 }
 ALL_FIELDS = [f for _, fields in STEPS.values() for f in fields]

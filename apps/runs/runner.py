@@ -25,7 +25,7 @@ from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
 from apps.runs.pair import PairFailed
-from apps.runs.services import RunRefused, run_start
+from apps.runs.services import RunRefused, recipe_environment, run_start
 from apps.runs.signals import host_worker_free
 from hf_adapter.transfer import DownloadStopped
 from sparkdomain.spark import GB
@@ -97,6 +97,9 @@ def start(run_id: int) -> None:
         if run.state in (S.QUEUED, S.PULLING, S.DOWNLOADING):
             _download(run, pusher)
             spec = dataclasses.replace(spec, argv=list(run.argv))  # pinned to its commit
+        # The recipe's variables that only tune vLLM (sparkdomain/env_rules.py, judged again
+        # here); the panel's own — the worker's VLLM_ENV, the key, offline mode — win.
+        spec.env.update(recipe_environment(run.recipe))
         if run.api_key:
             # vLLM's --api-key, through the environment: never in the argv, the log or
             # the page. Only the panel (the gateway, its own probes) knows it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -20,6 +21,7 @@ from apps.runs.models import ACTIVE_STATES, STARTING_STATES, InvalidTransition, 
 from apps.runs.signals import Claim, host_claims
 from sparkdomain import planner
 from sparkdomain.command import UnsafeCommand, contract_problems
+from sparkdomain.env_rules import variable_problem
 from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.pair import RAY_BACKEND_FLAG, Side, needs_pair, plan_pair
@@ -235,10 +237,38 @@ def _admit_fit(
     raise RunRefused(message, "does_not_fit")
 
 
+def recipe_environment(recipe: Recipe) -> dict[str, str]:
+    """The recipe's environment for its server: each variable judged again by the rules
+    (a row saved before a rule changed is not trusted), never one the worker sets itself."""
+    env = recipe.env if isinstance(recipe.env, dict) else {}
+    return {
+        str(name): str(value) for name, value in env.items()
+        if name not in settings.VLLM_ENV and not variable_problem(name, value)
+    }  # fmt: skip
+
+
+def mods_refusal(recipe: Recipe, host: Host) -> None:
+    """A recipe that asks for code in its container (sparkrun mods, patches, commands around
+    vLLM) does not start: no host applies mods yet (docs/recipes.md, Mods)."""
+    mods = recipe.mods if isinstance(recipe.mods, list) else []
+    if not mods:
+        return
+    shown = ", ".join(
+        f"{m.get('kind', 'mod')} {m.get('name') or (m.get('text') or '')[:60]!r}" for m in mods[:4]
+    ) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+    raise RunRefused(
+        f"“{recipe.name}” wants {shown}: code that would run in its container, and "
+        f"{host.name} does not allow it — SparkPanel applies no mods or patches yet "
+        "(docs/recipes.md, Mods). Build what the mod does into an image on the host's "
+        "allowlist and remove it from the recipe, or ask an admin.",
+        "mods_not_allowed",
+    )
+
+
 def pair_for_recipe(recipe: Recipe, host: Host) -> SparkPair | None:
     """The pair a tensor-parallel-2 recipe runs on when started on `host` (the pair it is
     in, head or worker); None for a one-Spark recipe. Refuses TP 2 off a pair."""
-    if not needs_pair(recipe.tensor_parallel_size):
+    if not needs_pair(recipe.world_size):
         return None
     found = pair_of(host)
     if found is None:
@@ -385,6 +415,7 @@ def run_create(
     of a run started with the fit override keeps it (an operator restarts it)."""
     if restart_of is not None and restart_of.fit_override_at and not fit_confirmation:
         fit_confirmation = recipe.name
+    mods_refusal(recipe, host)
     pair = pair_for_recipe(recipe, host)
     if pair is not None:
         host = pair.head  # a pair run lives on its head: the Ray head and the API server

@@ -34,7 +34,11 @@ def flag_warnings(
             Severity.WARNING,
             f"Utilization {util:g} is above the {rec} recommended for {rec_reason}.",
         )
-    if kv_element_bytes >= 2 and flags.max_model_len >= FP8_KV_SUGGESTED_FROM and kv_per_sequence:
+    if (
+        kv_element_bytes >= 2
+        and (flags.max_model_len or 0) >= FP8_KV_SUGGESTED_FROM
+        and kv_per_sequence
+    ):
         warn(
             "fp16-kv-long-context",
             Severity.WARNING,
@@ -68,5 +72,5 @@ def flag_warnings(
     return warnings
 
 
-def _kv_name(element: int) -> str:
-    return {1: "fp8", 2: "16-bit", 4: "fp32"}[element]
+def _kv_name(element: float) -> str:
+    return {1: "fp8", 2: "16-bit", 4: "fp32"}.get(element, f"{element * 8:g}-bit")

@@ -41,7 +41,7 @@ class Architecture:
 @dataclass(frozen=True)
 class Flags:
     gpu_memory_utilization: float
-    max_model_len: int
+    max_model_len: int | None  # None: unknown (the model's own context, not given)
     max_num_seqs: int = 1
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False

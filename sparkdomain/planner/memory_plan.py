@@ -75,12 +75,12 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
         decode_ceiling_batch_tps=ceiling_batch,
         physical_bytes=memory.physical,
         warnings=warnings,
-        unknowns=_unknowns(weights, active, kv.per_sequence),
+        unknowns=_unknowns(weights, active, kv.per_sequence, flags),
     )
 
 
 def _unknowns(
-    weights: float | None, active: float | None, kv_per_sequence: float | None
+    weights: float | None, active: float | None, kv_per_sequence: float | None, flags: Flags
 ) -> list[str]:
     """What the planner cannot compute, in sentences that say which input is missing."""
     unknowns = []
@@ -92,7 +92,12 @@ def _unknowns(
         unknowns.append(
             "Decode ceiling: needs the active parameters (or the total for a dense model)."
         )
-    if kv_per_sequence is None:
+    if kv_per_sequence is None and flags.max_model_len is None:
+        unknowns.append(
+            "Context: max model len is blank (or auto), so vLLM uses the model's own context; "
+            "enter it (config.json's max_position_embeddings) or a max model len."
+        )
+    elif kv_per_sequence is None:
         unknowns.append(
             "KV cache: needs the number of layers (or attention layers), KV heads and head "
             "dim — or kv_lora_rank and qk_rope_head_dim for an MLA model."
@@ -103,5 +108,5 @@ def _unknowns(
 def _check_inputs(flags: Flags) -> None:
     if not 0 < flags.gpu_memory_utilization <= float(spark.MAX_GPU_MEMORY_UTILIZATION):
         raise ValueError(spark.UTILIZATION_RULE)
-    if flags.max_model_len < 1 or flags.max_num_seqs < 1:
+    if (flags.max_model_len is not None and flags.max_model_len < 1) or flags.max_num_seqs < 1:
         raise ValueError("max_model_len and max_num_seqs must be at least 1")

@@ -4,6 +4,8 @@ these same formulas."""
 
 from __future__ import annotations
 
+import re
+
 from sparkdomain.planner.inputs import Architecture
 from sparkdomain.spark import GB
 
@@ -49,11 +51,37 @@ def active_weight_bytes(arch: Architecture) -> float | None:
     return weight_bytes(arch)
 
 
-def kv_element_bytes(arch: Architecture, kv_cache_dtype: str) -> int:
-    if kv_cache_dtype.startswith("fp8"):
-        return 1
-    if kv_cache_dtype in KV_ELEMENT_BYTES:
-        return KV_ELEMENT_BYTES[kv_cache_dtype]
+# vLLM's KV-cache dtypes by the bits they store per element (vllm/config/cache.py's
+# CacheDType: the quantized ones name their width — k8v4 keeps keys in 8 bits and values in
+# 4, nvfp4 is 4-bit values plus an fp8 scale per 16 like the weights).
+_KV_NAMED = {"float16": 2, "bfloat16": 2, "fp16": 2, "bf16": 2, "float32": 4, "fp32": 4}
+_KV_KV_BITS = re.compile(r"k(\d)v(\d)")
+_KV_BITS = re.compile(r"(\d)bit")
+
+
+def kv_cache_element_bytes(kv_cache_dtype: str) -> float | None:
+    """Bytes per cached element of an explicit KV-cache dtype; None for "auto" (the
+    checkpoint decides) or a name no rule knows."""
+    name = kv_cache_dtype.lower()
+    if name in _KV_NAMED:
+        return float(_KV_NAMED[name])
+    if name.startswith(("fp8", "int8")):
+        return 1.0
+    if name.startswith("nvfp4"):
+        return 4.5 / 8
+    found = _KV_KV_BITS.search(name)
+    if found:
+        return (int(found.group(1)) + int(found.group(2))) / 16
+    found = _KV_BITS.search(name)
+    if found or name.startswith("int4"):
+        return (int(found.group(1)) if found else 4) / 8
+    return None
+
+
+def kv_element_bytes(arch: Architecture, kv_cache_dtype: str) -> float:
+    explicit = kv_cache_element_bytes(kv_cache_dtype)
+    if explicit is not None:
+        return explicit
     # "auto": the checkpoint's KV dtype if it declares one, else the model's dtype
     # (quantized weights still compute and cache in bf16).
     if arch.checkpoint_kv_dtype in KV_ELEMENT_BYTES:
@@ -90,9 +118,11 @@ def kv_bytes_per_token_split(arch: Architecture, element_bytes: int) -> tuple[fl
     return float(full * per_layer), float(sliding * per_layer)
 
 
-def kv_bytes_per_sequence(arch: Architecture, element_bytes: int, context: int) -> float | None:
+def kv_bytes_per_sequence(
+    arch: Architecture, element_bytes: float, context: int | None
+) -> float | None:
     split = kv_bytes_per_token_split(arch, element_bytes)
-    if split is None:
+    if split is None or context is None:
         return None
     full, sliding = split
     window = arch.sliding_window or context

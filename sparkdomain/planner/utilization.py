@@ -25,7 +25,7 @@ def _ceil2(value: float) -> Decimal:
 
 def recommended_utilization(arch: Architecture, flags: Flags) -> tuple[Decimal, str]:
     """Seed 004's starting values by model size (SPEC §1)."""
-    if flags.max_model_len > LONG_CONTEXT_TOKENS:
+    if (flags.max_model_len or 0) > LONG_CONTEXT_TOKENS:
         return Decimal("0.80"), "long context (extra margin for a large KV cache)"
     total = arch.total_params_b
     if total is None and arch.weight_gb is not None:

@@ -30,11 +30,6 @@ command), ``placeholders`` (the bounded ``{placeholder}`` rendering) and ``recip
 result and its errors). Every public name is importable from here.
 """
 
-from sparkdomain.sparkrun.command_flags import (
-    COMMAND_FLAGS,
-    COMMAND_PANEL_OWNED,
-    COMMAND_SWITCHES,
-)
 from sparkdomain.sparkrun.importer import (
     TOP_LEVEL_IGNORED,
     TOP_LEVEL_MAPPED,
@@ -55,6 +50,7 @@ from sparkdomain.sparkrun.sections import (
     METADATA_IGNORED,
     METADATA_SPECIAL,
 )
+from sparkdomain.sparkrun.structured import VLLM_FLAG_MAP, structured_argv
 from sparkdomain.sparkrun.values import (
     CHECKPOINT_DETECTED,
     CHECKPOINT_KV_DTYPES,
@@ -67,9 +63,6 @@ from sparkdomain.sparkrun.values import (
 __all__ = [
     "CHECKPOINT_DETECTED",
     "CHECKPOINT_KV_DTYPES",
-    "COMMAND_FLAGS",
-    "COMMAND_PANEL_OWNED",
-    "COMMAND_SWITCHES",
     "DEFAULTS_FIELDS",
     "DEFAULTS_IGNORED",
     "KV_CACHE_DTYPES",
@@ -81,6 +74,7 @@ __all__ = [
     "QUANTIZATION_ALIASES",
     "TOP_LEVEL_IGNORED",
     "TOP_LEVEL_MAPPED",
+    "VLLM_FLAG_MAP",
     "VLLM_RUNTIMES",
     "WEIGHT_FORMATS",
     "PlaceholderError",
@@ -89,4 +83,5 @@ __all__ = [
     "SparkrunRecipe",
     "looks_like_sparkrun",
     "parse_sparkrun",
+    "structured_argv",
 ]

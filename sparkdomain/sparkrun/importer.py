@@ -1,27 +1,47 @@
 """parse_sparkrun(): one sparkrun recipe (YAML, already parsed) onto SparkPanel recipe
 fields, every problem collected at once; looks_like_sparkrun() tells it from SparkPanel's
-own YAML. Refuses recipes for another engine than vLLM."""
+own YAML. Refuses recipes for another engine than vLLM.
+
+What the recipe runs is what sparkrun 0.4 would pass to vLLM: its `command:` rendered with
+the defaults (sparkdomain/sparkrun/placeholders.py), or — without a command — the command
+sparkrun builds from the defaults (structured.py). That vector is read option by option
+(vector.py): typed fields, any other option vLLM accepts as data, the panel's own options
+dropped, the denylist refused with its reason. Every other key is understood, kept or
+noted — never fatal (sparkrun itself only suggests on unknown keys): metadata and
+`maintainer` are kept as provenance, `mods`, `patches` and commands around vLLM are kept as
+the code they are (a start refuses them unless the host allows them), `volumes` and
+`executor_config` never become mounts or privileges, `overrides:` are applied as on a
+Spark, and a community `variants:` block gives one recipe per variant. docs/recipes.md has
+the key-by-key mapping.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Mapping
 
 from sparkdomain.bounded import clip
-from sparkdomain.sparkrun.command_flags import read_command
+from sparkdomain.sparkrun.overrides import apply_overrides
+from sparkdomain.sparkrun.placeholders import PlaceholderError, render
 from sparkdomain.sparkrun.recipe import SparkrunImportError, SparkrunRecipe
 from sparkdomain.sparkrun.sections import (
-    DEFAULTS_FIELDS,
-    DEFAULTS_IGNORED,
-    METADATA_FIELDS,
-    METADATA_IGNORED,
+    kept,
     read_env,
-    read_section,
+    read_metadata,
     recipe_description,
     recipe_name,
     section_mapping,
 )
+from sparkdomain.sparkrun.structured import (
+    CONSUMED_KEYS,
+    FLAG_OF_KEY,
+    structured_argv,
+    unmapped_keys,
+)
 from sparkdomain.sparkrun.values import read_text, shown_value
+from sparkdomain.sparkrun.vector import read_vector, split_command
 
 # sparkrun's runtimes that start vLLM (the last three are its multi-node and
 # custom-build flavours); sglang, llama-cpp and trtllm are other engines.
@@ -32,84 +52,150 @@ _OTHER_ENGINE_COMMANDS = (
     (re.compile(r"^llama-server\b"), "llama-cpp"),
     (re.compile(r"^(?:trtllm-serve|mpirun\b.*trtllm)"), "trtllm"),
 )
+# sparkrun's platform default on a GB10 fills the gap when a recipe gives none
+# (sparkrun/platforms/dgx_spark.py::default_runtime_flags).
+GB10_DEFAULT_UTILIZATION = "0.8"
 
+# Keys read onto the recipe.
 TOP_LEVEL_MAPPED = (
     "model", "model_revision", "container", "runtime", "name", "description", "defaults",
-    "metadata",
+    "metadata", "command", "env", "mods", "patches", "pre_exec", "post_exec", "post_commands",
+    "overrides", "variants", "maintainer", "draft_model", "volumes", "executor_config",
 )  # fmt: skip
+_TOPOLOGY = "SparkPanel places a run by its parallelism (one Spark, or a pair for 2)."
+_BUILD = "SparkPanel runs the container image as it is; a build is an admin's to make."
+# Keys understood and deliberately not used, each with its sentence (noted on import).
 TOP_LEVEL_IGNORED: dict[str, str] = {
-    "command": "",  # read for its flags below
-    "env": "",  # its sentence names the variables
-    "sparkrun_version": "sparkrun's format version; nothing to import.",
-    "recipe_version": "sparkrun's format version; nothing to import.",
+    "sparkrun_version": "",
+    "recipe_version": "",
+    "min_sparkrun_version": "",
     "runtime_version": "sparkrun's runtime version; the container image decides it here.",
-    "mode": "multi-node topology is not imported: SparkPanel starts a recipe on the host "
-    "you choose.",
-    "min_nodes": "multi-node topology is not imported: SparkPanel starts a recipe on the "
-    "host you choose.",
-    "max_nodes": "multi-node topology is not imported: SparkPanel starts a recipe on the "
-    "host you choose.",
-    "solo_only": "multi-node topology is not imported: SparkPanel starts a recipe on the "
-    "host you choose.",
-    "cluster_only": "multi-node topology is not imported: SparkPanel starts a recipe on the "
-    "host you choose.",
-    "runtime_config": "sparkrun's runtime-specific settings (container builds, mods) are "
-    "not imported.",
-    "builder": "sparkrun's container builder is not imported.",
-    "builder_config": "sparkrun's container builder is not imported.",
+    "mode": _TOPOLOGY,
+    "min_nodes": _TOPOLOGY,
+    "max_nodes": _TOPOLOGY,
+    "solo_only": _TOPOLOGY,
+    "cluster_only": _TOPOLOGY,
+    "layout": _TOPOLOGY,
+    "scheduler": _TOPOLOGY,
+    "target_host": "SparkPanel starts a recipe on the Spark you choose.",
+    "containers": "per-host images are not imported: the recipe's container is used.",
+    "runtime_config": "sparkrun's runtime-specific settings are not imported.",
+    "builder": _BUILD,
+    "builder_config": _BUILD,
+    "build_args": _BUILD,
+    "executor": "SparkPanel's engine runs each container itself.",
+    "distribution_config": "SparkPanel downloads the model (and any draft model) itself.",
+    "cluster_config": "sparkrun's cache paths are not imported.",
+    "runtime_cache": "sparkrun's cache settings are not imported.",
+    "readiness": "SparkPanel watches a run's health itself.",
+    "capabilities": "",
+    "unsupported_capabilities": "",
     "benchmark": "sparkrun's benchmark settings are not imported: queue benchmarks in SparkPanel.",
-    "pre_exec": "commands sparkrun runs around the container are not imported.",
-    "post_exec": "commands sparkrun runs around the container are not imported.",
-    "post_commands": "commands sparkrun runs around the container are not imported.",
-    "stop_after_post": "commands sparkrun runs around the container are not imported.",
+    "stop_after_post": "",
 }
+_CODE_KEYS = {"mods": "mod", "patches": "patch", "pre_exec": "pre_exec",
+              "post_exec": "post_exec", "post_commands": "post_exec"}  # fmt: skip
+MAX_CODE_ITEMS = 32
+MAX_VARIANTS = 16
+_VARIANT_OWN = {"description", "container", "env", "mods", "patches"}
 
 
 def looks_like_sparkrun(doc: object) -> bool:
-    """Tell a sparkrun recipe from SparkPanel's own YAML so one upload box takes both."""
+    """Tell a sparkrun (or eugr run-recipe) recipe from SparkPanel's own YAML."""
     if not isinstance(doc, Mapping):
-        return False
-    model = doc.get("model")
-    if not isinstance(model, str) or not model.strip():
         return False
     if "recipes" in doc or "sparkpanel" in doc:
         return False
-    return any(key in doc for key in ("container", "defaults", "metadata", "runtime"))
+    model = doc.get("model")
+    if isinstance(model, str) and model.strip():
+        return any(key in doc for key in ("container", "defaults", "metadata", "runtime",
+                                          "command", "recipe_version"))  # fmt: skip
+    # eugr's run-recipe format names the model only inside its command.
+    command = doc.get("command")
+    return (
+        model is None and isinstance(command, str) and "vllm serve" in command
+        and any(key in doc for key in ("container", "recipe_version"))
+    )  # fmt: skip
 
 
 def parse_sparkrun(doc: Mapping[str, object], *, name_hint: str = "") -> SparkrunRecipe:
     """Map one sparkrun recipe onto recipe fields, collecting every problem at once.
 
-    Raises SparkrunImportError only when nothing sensible can be imported; everything
-    else is reported in `errors` or `ignored` so the user sees the whole picture.
-    """
+    Raises SparkrunImportError only when nothing sensible can be imported (not a mapping,
+    no model, another engine); everything else is in `errors` or `ignored`."""
     if not isinstance(doc, Mapping):
         raise SparkrunImportError(
             f"A sparkrun recipe is a YAML mapping (model:, container:, defaults:, ...), "
             f"got a {type(doc).__name__}."
         )
-    model = doc.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise SparkrunImportError("The sparkrun recipe has no 'model' (a Hugging Face model id).")
-    model = model.strip()
     command = doc.get("command")
     _check_runtime(doc.get("runtime"), command if isinstance(command, str) else "")
+    model = _model(doc, command)
+    recipe = _parse(doc, model, name_hint)
+    variants = doc.get("variants")
+    if isinstance(variants, Mapping):
+        for name, layer in list(variants.items())[:MAX_VARIANTS]:
+            if not isinstance(layer, Mapping):
+                recipe.ignored.append(f"variants.{clip(name, 40)}: expected a mapping; skipped.")
+                continue
+            variant_doc = _variant(doc, layer)
+            base = recipe.fields.get("name", "")
+            recipe.variants.append(
+                (str(name), _parse(variant_doc, model, f"{base} ({clip(name, 40)})", variant=True))
+            )
+        if len(variants) > MAX_VARIANTS:
+            recipe.ignored.append(f"variants: only the first {MAX_VARIANTS} were read.")
+    elif variants is not None:
+        recipe._error("variants", f"expected a mapping of variants, got {shown_value(variants)}")
+    return recipe
 
+
+def _model(doc: Mapping, command: object) -> str:
+    model = doc.get("model")
+    if isinstance(model, str) and model.strip():
+        return model.strip()
+    if model is None and isinstance(command, str):
+        # eugr's format: the model is the command's own (`vllm serve org/name ...`).
+        try:
+            serve, _ = split_command(render(command, {}))
+        except (ValueError, PlaceholderError):
+            serve = None
+        if serve and len(serve) > 2 and not serve[2].startswith(("-", "{")):
+            return serve[2]
+    raise SparkrunImportError("The sparkrun recipe has no 'model' (a Hugging Face model id).")
+
+
+def _variant(doc: Mapping, layer: Mapping) -> dict:
+    """A community variant: its own description, container, env, mods and patches; every
+    other key is a default."""
+    out = {k: v for k, v in doc.items() if k != "variants"}
+    defaults = dict(out.get("defaults") or {}) if isinstance(out.get("defaults"), Mapping) else {}
+    defaults.update({str(k): v for k, v in layer.items() if k not in _VARIANT_OWN})
+    out["defaults"] = defaults
+    for key in ("description", "container", "mods", "patches"):
+        if key in layer:
+            out[key] = layer[key]
+    if isinstance(layer.get("env"), Mapping):
+        env = dict(out.get("env") or {}) if isinstance(out.get("env"), Mapping) else {}
+        env.update(layer["env"])
+        out["env"] = env
+    return out
+
+
+def _parse(doc: Mapping, model: str, name_hint: str, *, variant: bool = False) -> SparkrunRecipe:
     recipe = SparkrunRecipe()
     fields_ = recipe.fields
     metadata = section_mapping(doc, "metadata", recipe)
     defaults = section_mapping(doc, "defaults", recipe)
+    command = doc.get("command")
 
-    fields_["name"] = recipe_name(doc, metadata, name_hint, model, recipe)
+    fields_["name"] = name_hint if variant else recipe_name(doc, metadata, name_hint, model, recipe)
     fields_["model_id"] = model
+    revision = ""
     if doc.get("model_revision") not in (None, ""):
-        revision = read_text(doc["model_revision"], "model_revision", recipe)
+        revision = read_text(doc["model_revision"], "model_revision", recipe) or ""
         if revision:
             fields_["revision"] = revision
-    if "container" in doc:
-        image = read_text(doc["container"], "container", recipe)
-        if image:
-            fields_["image"] = image
     recipe.description = recipe_description(doc, metadata, recipe)
 
     for key in doc:
@@ -120,20 +206,223 @@ def parse_sparkrun(doc: Mapping[str, object], *, name_hint: str = "") -> Sparkru
             if sentence:
                 recipe.ignored.append(f"{key}: {sentence}")
             continue
-        recipe._error(
-            clip(str(key), 60),
-            f"unknown top-level key '{clip(str(key), 60)}': expected one of "
-            + ", ".join((*TOP_LEVEL_MAPPED, *TOP_LEVEL_IGNORED)),
+        if key == "include":
+            recipe._error(
+                "include",
+                f"this recipe is a change to the recipe {clip(doc[key], 60)!s}, which is not "
+                "here: import it from its registry (Recipes → Registries), or paste the "
+                "whole recipe",
+            )
+            continue
+        recipe.ignored.append(
+            f"{clip(str(key), 60)}: a key sparkrun does not know; kept with the recipe's "
+            "source, not used."
         )
 
-    read_section(defaults, "defaults", DEFAULTS_FIELDS, DEFAULTS_IGNORED, recipe)
-    read_section(metadata, "metadata", METADATA_FIELDS, METADATA_IGNORED, recipe)
-    read_env(doc.get("env"), recipe)
+    env = read_env(doc.get("env"), recipe)
+    container = apply_overrides(doc.get("overrides"), defaults, env, recipe)
+    image = container if container is not None else doc.get("container")
+    if image is not None:
+        text = read_text(image, "container", recipe)
+        if text:
+            fields_["image"] = text
+    if env:
+        fields_["env"] = env
+    fields_["mods"] = _code(doc, recipe)
+    _noted_mounts(doc, recipe)
+    read_metadata(metadata, recipe)
+
+    chain = {**defaults, "model": model}
+    if revision:
+        chain.setdefault("model_revision", revision)
+    chain.setdefault("gpu_memory_utilization", GB10_DEFAULT_UTILIZATION)
     if isinstance(command, str) and command.strip():
-        read_command(command, defaults, model, recipe)
+        argv = _rendered(command, chain, recipe)
+        used = set(re.findall(r"\{(\w+)\}", command))
+        unused = [k for k in defaults if k not in used and k not in ("host", "port")
+                  and k not in CONSUMED_KEYS]  # fmt: skip
+        if unused:
+            recipe.ignored.append(
+                "defaults not named in the command (sparkrun passes only the command): "
+                + ", ".join(clip(k, 40) for k in unused[:20])
+            )
     elif command is not None and not isinstance(command, str):
         recipe._error("command", f"expected text, got {shown_value(command)}")
+        return recipe
+    else:
+        argv = structured_argv(model, revision, chain)
+        unmapped = unmapped_keys(defaults)
+        if unmapped:
+            recipe.ignored.append(
+                "defaults sparkrun does not pass to vLLM without a command (not in its flag "
+                "map): " + ", ".join(clip(k, 40) for k in unmapped[:20])
+            )
+    if argv is None:
+        return recipe
+    if not any(a.split("=", 1)[0] == "--served-model-name" for a in argv):
+        # sparkrun appends the served name when the command has none.
+        served = defaults.get("served_model_name")
+        if isinstance(served, str) and served.strip():
+            argv += ["--served-model-name", served.strip()]
+    argv = _unmounted(argv, doc, recipe)
+    read_vector(argv, model, recipe, "command" if isinstance(command, str) else "defaults")
+    if "gpu_memory_utilization" not in fields_:
+        fields_["gpu_memory_utilization"] = GB10_DEFAULT_UTILIZATION
+        recipe.ignored.append(
+            "gpu_memory_utilization: the command gives none (vLLM would take its 0.92, above "
+            f"the Spark rule); the recipe uses {GB10_DEFAULT_UTILIZATION}, sparkrun's GB10 "
+            "default."
+        )
+    draft = doc.get("draft_model")
+    if draft is not None:
+        recipe.ignored.append(
+            f"draft_model ({clip(draft, 80)}): the speculative decoding vLLM runs is the "
+            "command's --speculative-config (its `model` is the draft)"
+            + ("." if "--speculative-config" in (fields_.get("extra_args") or []) else
+               "; this recipe's command has none, so sparkrun runs without one too.")
+        )  # fmt: skip
+    fields_["source"] = {
+        "format": "eugr" if str(doc.get("recipe_version", "")) == "1" else "sparkrun",
+        "metadata": kept(metadata),
+        **({"maintainer": kept(doc["maintainer"])} if "maintainer" in doc else {}),
+        **({"unknown_keys": [clip(str(k), 60) for k in doc if k not in TOP_LEVEL_MAPPED
+                             and k not in TOP_LEVEL_IGNORED][:20]} if any(
+            k not in TOP_LEVEL_MAPPED and k not in TOP_LEVEL_IGNORED for k in doc) else {}),
+    }  # fmt: skip
     return recipe
+
+
+def _mount_targets(doc: Mapping) -> dict[str, str]:
+    """Container path → host folder, for the recipe's `volumes` (and executor_config's)."""
+    volumes = doc.get("volumes")
+    executor = doc.get("executor_config")
+    items = list(volumes) if isinstance(volumes, list) else []
+    if isinstance(executor, Mapping) and isinstance(executor.get("volumes"), list):
+        items += executor["volumes"]
+    out = {}
+    for item in items[:64]:
+        if isinstance(item, str) and ":" in item:
+            source, _, rest = item.partition(":")
+            out[rest.split(":", 1)[0].rstrip("/") or "/"] = source
+    return out
+
+
+def _unmounted(argv: list[str], doc: Mapping, recipe: SparkrunRecipe) -> list[str]:
+    """A draft model the recipe reads from a folder it mounts (`volumes`: never mounted
+    here) becomes the recipe's `draft_model`, the Hub id that folder holds — downloaded
+    like the model itself. Without a draft_model the folder stays, and the front door
+    says why it cannot be used."""
+    targets = _mount_targets(doc)
+    draft = doc.get("draft_model")
+    if not targets:
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg.split("=", 1)[0] != "--speculative-config":
+            continue
+        try:
+            config = json.loads(out[i + 1])
+        except ValueError:
+            return out
+        path = config.get("model") if isinstance(config, dict) else None
+        if not isinstance(path, str) or path.rstrip("/") not in targets:
+            continue
+        if not isinstance(draft, str) or not draft.strip():
+            continue
+        config["model"] = draft.strip()
+        out[i + 1] = json.dumps(config, separators=(",", ":"))
+        recipe.ignored.append(
+            f"--speculative-config: the draft model is {path}, the recipe's mount of "
+            f"{clip(targets[path.rstrip('/')], 80)}; SparkPanel never mounts a recipe's "
+            f"volumes and serves the recipe's draft_model {clip(draft, 80)} instead (downloaded "
+            "like the model)."
+        )
+    return out
+
+
+def _rendered(command: str, chain: dict, recipe: SparkrunRecipe) -> list[str] | None:
+    try:
+        rendered = render(command, chain)
+    except PlaceholderError as exc:
+        recipe._error("command", f"{exc}; the command was not read.")
+        return None
+    try:
+        serve, others = split_command(rendered)
+    except ValueError as exc:
+        recipe._error("command", str(exc))
+        return None
+    for step in others[:MAX_CODE_ITEMS]:
+        recipe.fields["mods"] = [
+            *recipe.fields.get("mods", []),  # type: ignore[misc]
+            {"kind": "command", "text": clip(step, 2000)},
+        ]
+    if serve is None:
+        recipe._error("command", "the command starts no `vllm serve`: SparkPanel runs vLLM only.")
+        return None
+    return serve
+
+
+def _code(doc: Mapping, recipe: SparkrunRecipe) -> list[dict]:
+    """mods, patches and commands around the container: kept as the code they are."""
+    out: list[dict] = []
+    for key, kind in _CODE_KEYS.items():
+        value = doc.get(key)
+        if value in (None, "", []):
+            continue
+        items = value if isinstance(value, list) else [value]
+        for item in items[:MAX_CODE_ITEMS]:
+            if kind in ("mod", "patch"):
+                if not isinstance(item, str) or not item.strip():
+                    recipe._error(key, f"expected names of {kind}s, got {shown_value(item)}")
+                    continue
+                out.append({"kind": kind, "name": clip(item.strip(), 200)})
+            else:
+                text = (
+                    item
+                    if isinstance(item, str)
+                    else shlex.join(
+                        str(v) for v in (item.values() if isinstance(item, Mapping) else [item])
+                    )
+                )
+                out.append({"kind": kind, "text": clip(text, 2000)})
+        if len(items) > MAX_CODE_ITEMS:
+            recipe._error(key, f"more than {MAX_CODE_ITEMS} entries")
+    if out:
+        names = ", ".join(m.get("name") or m["kind"] for m in out[:6])
+        recipe.ignored.append(
+            f"mods and commands kept ({names}{', …' if len(out) > 6 else ''}): code that would "
+            "run in the container; a start refuses it unless the host allows it "
+            "(docs/recipes.md, Mods)."
+        )
+    return out
+
+
+def _noted_mounts(doc: Mapping, recipe: SparkrunRecipe) -> None:
+    """`volumes` and `executor_config` (its volumes, devices, privileges, user…) never become
+    container options: the engine builds every container from the host's settings alone."""
+    volumes = doc.get("volumes")
+    executor = doc.get("executor_config")
+    if isinstance(executor, Mapping) and executor.get("volumes"):
+        volumes = [*(volumes if isinstance(volumes, list) else [volumes] if volumes else []),
+                   *(executor["volumes"] if isinstance(executor["volumes"], list)
+                     else [executor["volumes"]])]  # fmt: skip
+    if volumes:
+        shown = ", ".join(
+            clip(v, 60) for v in (volumes if isinstance(volumes, list) else [volumes])[:5]
+        )
+        recipe.ignored.append(
+            f"volumes ({shown}): never mounted — a recipe adds no mounts; put the model in the "
+            "host's Hugging Face cache."
+        )
+    if isinstance(executor, Mapping):
+        keys = [clip(str(k), 30) for k in executor if k != "volumes"]
+        if keys:
+            recipe.ignored.append(
+                f"executor_config ({', '.join(keys[:10])}): container settings never come from "
+                "a recipe; the host's engine sets them."
+            )
+    elif executor is not None:
+        recipe.ignored.append("executor_config: not a mapping; ignored.")
 
 
 def _check_runtime(runtime: object, command: str) -> None:
@@ -151,6 +440,15 @@ def _check_runtime(runtime: object, command: str) -> None:
     if runtime.strip().lower() not in VLLM_RUNTIMES:
         raise SparkrunImportError(
             f"This sparkrun recipe uses the '{clip(runtime.strip(), 60)}' runtime: SparkPanel "
-            "runs vLLM "
-            "only (runtime: vllm)."
+            "runs vLLM only (runtime: vllm)."
         )
+
+
+__all__ = [
+    "FLAG_OF_KEY",
+    "TOP_LEVEL_IGNORED",
+    "TOP_LEVEL_MAPPED",
+    "VLLM_RUNTIMES",
+    "looks_like_sparkrun",
+    "parse_sparkrun",
+]

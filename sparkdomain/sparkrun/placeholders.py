@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from sparkdomain.bounded import clip
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_SPAN = re.compile(r"\{[^{}]*\}")
 # A filled-in vLLM command is a few hundred characters; placeholders that fill in values
 # which fill in others stop at these bounds (a cycle is refused outright).
 MAX_COMMAND_CHARS = 16_384
@@ -42,7 +43,8 @@ def render(command: str, values: Mapping[str, object]) -> str:
             name = match.group(1)
             parts.append(text[position : match.start()])
             position = match.end()
-            if name not in values:
+            if name not in values or values[name] is None:
+                # sparkrun leaves a placeholder without a value as it is.
                 parts.append(match.group(0))
             elif name in chain:
                 loop = [*chain[chain.index(name) :], name]
@@ -68,11 +70,48 @@ def render(command: str, values: Mapping[str, object]) -> str:
             )
         return result
 
-    return _CONTINUATION.sub(" ", fill(command, ()))
+    return _CONTINUATION.sub(" ", _unmask(fill(_mask(command, escapes="{{" in command), ())))
+
+
+_LEFT, _RIGHT = "\x00", "\x01"
+
+
+def _mask(text: str, *, escapes: bool) -> str:
+    """sparkrun 0.4's brace masking (utils/text.py::mask_non_placeholder_braces), scanning
+    left to right: `{{`/`}}` are escapes — one literal brace when the command uses `{{`
+    (eugr's run-recipe format, JSON in a command), else two — a `{key}` span is a
+    placeholder, and any other brace is literal."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "{}" and text.startswith(ch * 2, i):
+            sentinel = _LEFT if ch == "{" else _RIGHT
+            out.append(sentinel if escapes else sentinel * 2)
+            i += 2
+            continue
+        if ch == "{":
+            found = _SPAN.match(text, i)
+            if found:
+                out.append(found.group())
+                i = found.end()
+                continue
+            out.append(_LEFT)
+        elif ch == "}":
+            out.append(_RIGHT)
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _unmask(text: str) -> str:
+    return text.replace(_LEFT, "{").replace(_RIGHT, "}")
 
 
 def _placeholder_text(value: object) -> str:
     # A mapping or list in a placeholder is not a command-line value; its text is bounded
     # by what the document may hold, and cut to the command's own bound.
+    # str() as sparkrun does: True, a mapping's Python repr (real recipes keep JSON as text).
     text = value if isinstance(value, str) else str(value)
     return text[: MAX_COMMAND_CHARS + 1]

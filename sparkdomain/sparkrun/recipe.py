@@ -23,6 +23,8 @@ class SparkrunRecipe:
     errors: dict[str, list[str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     description: str = ""
+    # A community `variants:` block: each variant as a recipe of its own (name, recipe).
+    variants: list[tuple[str, SparkrunRecipe]] = field(default_factory=list)
 
     def error_messages(self) -> list[str]:
         """Every error as one "path: message" line, for a form's non-field errors."""

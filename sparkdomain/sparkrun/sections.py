@@ -1,67 +1,30 @@
-"""The recipe file's sections: which keys of defaults and metadata map onto which recipe
-field (and which are deliberately not used), how a section is read, the recipe's name and
-description, and the env section."""
+"""The recipe file's descriptive sections: metadata (kept whole as provenance; the keys the
+planner reads map onto the architecture fields), the recipe's name and description, and
+the env section (kept where it only tunes vLLM, `sparkdomain/env_rules.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from sparkdomain.bounded import clip
+from sparkdomain.env_rules import MAX_VARIABLES, variable_problem
 from sparkdomain.sparkrun.recipe import SparkrunRecipe
 from sparkdomain.sparkrun.values import (
     Reader,
     read_billions,
-    read_boolean,
     read_checkpoint_kv_dtype,
     read_count,
-    read_decimal_text,
     read_gigabytes,
-    read_kv_cache_dtype,
-    read_metadata_quantization,
+    read_params,
     read_positive_whole,
-    read_quantization,
     read_text,
     read_weight_format,
-    removed_flag_reader,
     shown_value,
 )
 
-# Flags a vLLM recipe in SparkPanel has no field for: sparkrun substitutes them into its
-# own command template, so they are legitimate but cannot be carried over.
-_TEMPLATE_ONLY = "a flag sparkrun puts into its command; SparkPanel's recipe has no field for it."
-DEFAULTS_IGNORED: dict[str, str] = {
-    "port": "SparkPanel chooses the port of each run itself.",
-    "host": "SparkPanel chooses the address the server listens on itself.",
-    "chat_template": _TEMPLATE_ONLY,
-    "attention_backend": _TEMPLATE_ONLY,
-    "distributed_executor_backend": _TEMPLATE_ONLY,
-    "load_format": _TEMPLATE_ONLY,
-    "pipeline_parallel": _TEMPLATE_ONLY,
-    "trust_remote_code": _TEMPLATE_ONLY,
-}
-METADATA_IGNORED: dict[str, str] = {
-    "maintainer": "who maintains the sparkrun recipe; not imported.",
-    "kv_vram_per_token": "SparkPanel computes KV memory per token from the architecture.",
-}
-
-# key -> (recipe field, reader)
-DEFAULTS_FIELDS: dict[str, tuple[str, Reader]] = {
-    "tensor_parallel": ("tensor_parallel_size", read_positive_whole),
-    "gpu_memory_utilization": ("gpu_memory_utilization", read_decimal_text),
-    "max_model_len": ("max_model_len", read_positive_whole),
-    "max_num_seqs": ("max_num_seqs", read_positive_whole),
-    "kv_cache_dtype": ("kv_cache_dtype", read_kv_cache_dtype),
-    "served_model_name": ("served_model_name", read_text),
-    "max_num_batched_tokens": ("max_num_batched_tokens", read_positive_whole),
-    "enable_prefix_caching": ("enable_prefix_caching", read_boolean),
-    "enforce_eager": ("enforce_eager", read_boolean),
-    "swap_space": ("", removed_flag_reader("--swap-space")),
-    "quantization": ("quantization", read_quantization),
-    # The recipe's own fields; the name is checked against the host's vLLM (its registry of
-    # parsers) when the recipe is saved, in vLLM's words.
-    "tool_call_parser": ("tool_call_parser", read_text),
-    "reasoning_parser": ("reasoning_parser", read_text),
-}
+# metadata keys the planner reads → (recipe field, reader). Metadata never changes what
+# vLLM is given (sparkrun passes none of it), so a value the planner cannot read is noted,
+# never an error.
 METADATA_FIELDS: dict[str, tuple[str, Reader]] = {
     "model_params": ("total_params_b", read_billions),
     "active_params": ("active_params_b", read_billions),
@@ -71,12 +34,41 @@ METADATA_FIELDS: dict[str, tuple[str, Reader]] = {
     "attention_layers": ("attention_layers", read_count),
     "num_kv_heads": ("kv_heads", read_positive_whole),
     "head_dim": ("head_dim", read_positive_whole),
-    "quantization": ("quantization", read_metadata_quantization),
     # sparkrun's override for the weight size; mixed-precision checkpoints need it.
     "model_vram": ("weight_gb", read_gigabytes),
 }
-# Read elsewhere (name, description) but valid in metadata.
+# Kept as provenance and shown on the recipe's page (any other key is kept too).
+METADATA_IGNORED: dict[str, str] = {
+    "maintainer": "who maintains the recipe",
+    "kv_vram_per_token": "SparkPanel computes KV memory per token from the architecture.",
+    "quantization": "the checkpoint's format; vLLM detects it (sparkrun passes no metadata)",
+}
+# Read elsewhere (name, description).
 METADATA_SPECIAL = ("name", "description")
+# Kept for the check's what-if and older callers: `defaults` are read through the command
+# vLLM is given now (sparkdomain/sparkrun/vector.py), so no defaults key is mapped here.
+DEFAULTS_FIELDS: dict[str, tuple[str, Reader]] = {}
+DEFAULTS_IGNORED: dict[str, str] = {}
+
+MAX_KEPT_ITEMS = 50
+MAX_KEPT_DEPTH = 4
+
+
+def kept(value: object, depth: int = 0) -> object:
+    """A JSON-safe, bounded copy of a descriptive value (metadata, notes) to keep."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= 2000 else value[:2000] + "…"
+    if depth >= MAX_KEPT_DEPTH:
+        return clip(value, 200)
+    if isinstance(value, Mapping):
+        return {
+            clip(str(k), 80): kept(v, depth + 1) for k, v in list(value.items())[:MAX_KEPT_ITEMS]
+        }
+    if isinstance(value, list | tuple):
+        return [kept(v, depth + 1) for v in list(value)[:MAX_KEPT_ITEMS]]
+    return clip(value, 200)
 
 
 def section_mapping(
@@ -91,37 +83,26 @@ def section_mapping(
     return {str(k): v for k, v in value.items()}
 
 
-def read_section(
-    section: dict[str, object],
-    name: str,
-    mapped: dict[str, tuple[str, Reader]],
-    ignored: dict[str, str],
-    recipe: SparkrunRecipe,
-) -> None:
-    special = METADATA_SPECIAL if name == "metadata" else ()
-    for key, value in section.items():
-        path = f"{name}.{clip(key, 60)}"
-        if key in mapped:
-            field_name, reader = mapped[key]
-            result = reader(value, path, recipe)
-            before = recipe.fields.get(field_name)
-            if result is None:
+def read_metadata(metadata: dict[str, object], recipe: SparkrunRecipe) -> None:
+    """Every metadata key is kept (`source["metadata"]`); the planner's are mapped."""
+    for key, value in metadata.items():
+        if key not in METADATA_FIELDS:
+            continue
+        path = f"metadata.{clip(key, 60)}"
+        if key == "model_params":
+            pair = read_params(value, path, recipe)
+            if pair is not None:
+                recipe.fields["total_params_b"], active = pair
+                recipe.fields.setdefault("active_params_b", active)
                 continue
-            if name == "metadata" and before is not None and before != result:
-                # Only quantization is in both sections; defaults are what the server gets.
-                recipe.ignored.append(
-                    f"{path} ({clip(value, 60)}): differs from defaults.{key}; used the defaults "
-                    "value, which is what the server is started with."
-                )
-                continue
-            recipe.fields[field_name] = result
-        elif key in ignored:
-            recipe.ignored.append(f"{path} ({clip(value, 60)}): {ignored[key]}")
-        elif key not in special:
-            expected = ", ".join((*mapped, *ignored, *special))
-            recipe._error(
-                path, f"unknown key '{clip(key, 60)}' in {name}: expected one of {expected}"
-            )
+        field_name, reader = METADATA_FIELDS[key]
+        scratch = SparkrunRecipe()
+        result = reader(value, path, scratch)
+        if result is None:
+            message = "; ".join(scratch.errors.get(path, []))
+            recipe.ignored.append(f"{path}: {message}; kept as written, not used by the planner.")
+            continue
+        recipe.fields[field_name] = result
 
 
 def recipe_name(
@@ -156,19 +137,26 @@ def recipe_description(
     return ""
 
 
-def read_env(env: object, recipe: SparkrunRecipe) -> None:
+def read_env(env: object, recipe: SparkrunRecipe) -> dict[str, str]:
+    """The variables that only tune vLLM; every other one is noted with its reason."""
     if env is None:
-        return
+        return {}
     if not isinstance(env, Mapping):
         recipe._error("env", f"expected a mapping of variables, got {shown_value(env)}")
-        return
-    if env:
-        names = [clip(str(name), 40) for name in list(env)[:10]]
-        if len(env) > 10:
-            names.append(f"{len(env) - 10:,} more")
-        recipe.ignored.append(
-            "env ("
-            + ", ".join(names)
-            + "): container environment variables are not imported; SparkPanel sets the "
-            "container's environment itself."
-        )
+        return {}
+    out: dict[str, str] = {}
+    refused: list[str] = []
+    for name, value in list(env.items())[: MAX_VARIABLES * 4]:
+        problem = variable_problem(name, value)
+        if problem:
+            refused.append(problem)
+        else:
+            out[str(name)] = str(value)
+    if len(out) > MAX_VARIABLES:
+        refused.append(f"more than {MAX_VARIABLES} variables: the rest were not kept")
+        out = dict(list(out.items())[:MAX_VARIABLES])
+    for problem in refused[:10]:
+        recipe.ignored.append(f"env: not kept — {problem}")
+    if len(refused) > 10:
+        recipe.ignored.append(f"env: {len(refused) - 10:,} more variables not kept")
+    return out

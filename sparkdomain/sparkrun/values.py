@@ -191,6 +191,21 @@ def removed_flag_reader(flag: str) -> Reader:
     return read
 
 
+def read_params(value: object, path: str, recipe: SparkrunRecipe) -> tuple[float, float] | None:
+    """A mixture-of-experts count written "75B-A9B" (total, then active): both in billions;
+    None when the value is not written that way (no error recorded)."""
+    if not isinstance(value, str) or "-" not in value:
+        return None
+    total, _, active = value.strip().partition("-")
+    if not active.upper().startswith("A"):
+        return None
+    scratch = SparkrunRecipe()
+    pair = (read_billions(total, path, scratch), read_billions(active[1:], path, scratch))
+    if scratch.errors or None in pair:
+        return None
+    return pair  # type: ignore[return-value]
+
+
 def read_billions(value: object, path: str, recipe: SparkrunRecipe) -> float | None:
     """sparkrun writes parameter counts as "120B", "1.5T", 120e9 or a bare number."""
     billions: float | None = None

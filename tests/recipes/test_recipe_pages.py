@@ -126,19 +126,21 @@ def test_plan_preview_is_a_partial_with_the_verdict(client_as, member):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        ("--privileged", "not an allowed extra argument"),
-        ("--device /dev/mem", "not an allowed extra argument"),
-        ("--download-dir /etc", "not an allowed extra argument"),
+        ("--privileged", "is not an option of any vLLM"),
+        ("--device /dev/mem", "is not an option of any vLLM"),
+        ("--download-dir /etc", "reads or writes files outside the model directories"),
+        ("--worker-extension-cls evil.Mod", "loads code from outside the image"),
+        ("--cpu-offload-gb 64", "sizes memory outside --gpu-memory-utilization"),
+        ("--compilation-config.backend evil.mod:fn", "reads as a Python name to import"),
         ("--host 0.0.0.0", "set by the panel"),
         ("--gpu-memory-utilization 0.95", "GPU memory utilization field"),
-        ("--load-format --privileged", "may not start with '-'"),
+        ("--load-format --privileged", "--load-format needs a value"),
         ("--load-format nonsense", "not one of"),
-        ("--seed -1", "may not start with '-'"),
-        ("--seed lots", "not a whole number"),
+        ("--seed lots", "invalid int value: 'lots'"),
         ("--tokenizer 'org/t; rm -rf /'", "may only contain"),
         ("--revision main", "the revision field"),
         ("--trust-remote-code --trust-remote-code", "given twice"),
-        ("plain words", "is not a flag"),
+        ("plain words", "is a value without its option"),
         ("--load-format 'unterminated", "could not read"),
     ],
 )
@@ -183,6 +185,17 @@ def test_yaml_round_trips_every_field():
         active_params_b=3.0, weight_gb=20.5, attention_layers=16, sliding_window_layers=4, sliding_window=512,
         recurrent_state_mib=61.4, checkpoint_kv_dtype="fp8", quantization="fp8", kv_lora_rank=None,
     )  # fmt: skip
+    # What issue 39 added: any option as data, three decimals, auto, blank seqs, pipeline
+    # parallel, every KV dtype, the environment, the mods and the provenance.
+    make_recipe(
+        name="Community", gpu_memory_utilization=Decimal("0.825"), max_model_len=-1,
+        max_num_seqs=None, kv_cache_dtype="fp8_ds_mla", pipeline_parallel_size=2,
+        extra_args=["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}',
+                    "--default-chat-template-kwargs.enable_thinking=false"],
+        env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}, mods=[{"kind": "mod", "name": "mods/x"}],
+        source={"format": "sparkrun", "metadata": {"tags": ["a", "b"]}},
+        max_position_embeddings=262144,
+    )  # fmt: skip
     before = {r.slug: recipe_to_dict(r) for r in Recipe.objects.all()}
     text = recipes_to_yaml(Recipe.objects.all())
     Recipe.objects.all().delete()
@@ -191,6 +204,11 @@ def test_yaml_round_trips_every_field():
     after = {r.slug: recipe_to_dict(r) for r in Recipe.objects.all()}
     assert after == before
     assert after["everything"]["extra_args"] == ["--load-format", "fastsafetensors"]
+    community = Recipe.objects.get(slug="community")
+    assert (community.gpu_memory_utilization, community.max_model_len) == (Decimal("0.825"), -1)
+    assert community.max_num_seqs is None and community.pipeline_parallel_size == 2
+    assert community.mods == [{"kind": "mod", "name": "mods/x"}]
+    assert community.source["metadata"]["tags"] == ["a", "b"]
 
 
 def test_malformed_yaml_says_where():

@@ -36,7 +36,7 @@ def test_a_corrupted_recipe_row_cannot_be_started(sim_host, qwen, operator):
         )
         cursor.execute("PRAGMA ignore_check_constraints = OFF")
     qwen.refresh_from_db()
-    assert str(qwen.gpu_memory_utilization) == "0.95"
+    assert float(qwen.gpu_memory_utilization) == 0.95
     with pytest.raises(RunRefused, match="cannot be started"):
         run_start(recipe=qwen, host=sim_host, user=operator)
     assert not Run.objects.exists()

@@ -502,8 +502,9 @@ def test_each_hostile_extra_argument_is_refused_by_the_recipe_form():
         "--seed 1; rm -rf /", "--seed 1 && id", "--revision $(id)", "--tokenizer `id`",
         "--seed 1\x00", f"{UTILIZATION} 0.95", "--gpu_memory_utilization 0.95",
         "--gpu-memory-util 0.95", "--config /tmp/c.yaml", "--host 0.0.0.0", "--port 22",
-        "--model evil/model", "-O3", "--revision ../../etc", "--seed=-1",
+        "--model evil/model", "-O3", "--revision ../../etc",
     ]  # fmt: skip
+    # (`--seed=-1` is a negative number vLLM takes: no longer refused since issue 39.)
     for line in hostile_lines:
         form = RecipeForm(data=recipe_data(extra_args=line))
         assert not form.is_valid() and "extra_args" in form.errors, line

@@ -101,7 +101,6 @@ DENIED = [
     ("--master-port", Kind.PANEL, "network endpoints"),
     ("--data-parallel-address", Kind.PANEL, "network endpoints"),
     ("--data-parallel-size", Kind.PANEL, "places each run"),
-    ("--pipeline-parallel-size", Kind.PANEL, "places each run"),
     ("--distributed-executor-backend", Kind.PANEL, "places each run"),
     ("--api-server-count", Kind.PANEL, "one API server"),
     ("--grpc", Kind.PANEL, "HTTP"),

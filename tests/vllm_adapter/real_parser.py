@@ -19,7 +19,11 @@ def venv_python(version: str) -> Path:
 
 
 def real_check(
-    vectors: list[list[str]], version: str = "0.33.0", *, with_options: bool = False
+    vectors: list[list[str]],
+    version: str = "0.33.0",
+    *,
+    with_options: bool = False,
+    namespace: bool = False,
 ) -> list[dict] | dict:
     python = venv_python(version)
     require_service(
@@ -28,7 +32,8 @@ def real_check(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO")}
     result = subprocess.run(
         [str(python), str(ROOT / "tools" / "vllm_contract.py"), "check"]
-        + (["--with-options"] if with_options else []),
+        + (["--with-options"] if with_options else [])
+        + (["--namespace"] if namespace else []),
         input=json.dumps(vectors), capture_output=True, text=True, timeout=300, env=env,
         cwd=ROOT,
     )  # fmt: skip
