@@ -41,7 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "sparkpanel/tiny-llama"
 SEED = 20261201
 MERGES = 400  # BPE merges learnt on top of the 256 byte symbols
-SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
+# <think>…</think> and <tool_call>…</tool_call>: what vLLM's reasoning parsers (deepseek_r1,
+# qwen3) and the hermes tool parser look up in the vocabulary when they start (issue 39's
+# tools and reasoning tests); a snapshot without them is rebuilt (snapshot_path).
+SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>",
+                  "<think>", "</think>", "<tool_call>", "</tool_call>"]  # fmt: skip
 BOS, EOS = "<|begin_of_text|>", "<|im_end|>"
 MAX_POSITIONS = 2048
 # What a snapshot must hold to be complete (transformers 5 writes the chat template into
@@ -101,6 +105,13 @@ def snapshot_path(hf_home: Path) -> Path | None:
         if not target.is_symlink() or not target.resolve().is_file():
             return None
     if not _chat_template_ok(snapshot):
+        return None
+    try:  # an older build, without the reasoning and tool-call tokens
+        if not all(
+            json.dumps(t) in (snapshot / "tokenizer.json").read_text() for t in SPECIAL_TOKENS
+        ):
+            return None
+    except OSError:
         return None
     return snapshot
 

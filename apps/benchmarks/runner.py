@@ -176,14 +176,14 @@ def _server_version(run: Run) -> str:
 
 
 def _levels(job: Job, run: Run) -> list[tuple[str, LevelSpec]]:
-    return plan_levels(job.plan, job.recipe.max_num_seqs)
+    return plan_levels(job.plan, job.recipe.sequences)
 
 
 def check_plan(job: Job) -> None:
     """The queue refuses a suite its recipe cannot run; a job queued before that check
     (or whose recipe changed since) fails here, before a run is started or a prompt built."""
     refusal = plan_refusal(
-        job.plan, max_num_seqs=job.recipe.max_num_seqs, max_model_len=job.recipe.max_model_len
+        job.plan, max_num_seqs=job.recipe.sequences, max_model_len=job.recipe.context_tokens
     )
     if refusal is not None:
         raise JobFailed(f"Not run: {refusal}")

@@ -63,7 +63,7 @@ def job_queue(*, suite: Suite, recipe: Recipe, host: Host, user, note: str = "")
     # Bounded by the recipe (apps/benchmarks/models.py): prompt + answer within its
     # max_model_len, and what each level builds within the harness's bounds.
     refusal = plan_refusal(
-        suite.plan(), max_num_seqs=recipe.max_num_seqs, max_model_len=recipe.max_model_len
+        suite.plan(), max_num_seqs=recipe.sequences, max_model_len=recipe.context_tokens
     )
     if refusal is not None:
         raise JobRefused(f"{suite.name}: {refusal}", "prompt_too_long")

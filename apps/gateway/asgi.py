@@ -1,7 +1,8 @@
 """The panel's OpenAI-compatible endpoint: a bare ASGI app in front of Django (docs/gateway.md).
 
 ``GET /v1/models``, ``GET /v1/models/<name>``, ``POST /v1/chat/completions``,
-``POST /v1/completions``, ``POST /v1/embeddings``, ``POST /tokenize``, ``POST /detokenize``.
+``POST /v1/completions``, ``POST /v1/embeddings``, ``POST /v1/score``, ``POST /v1/rerank``,
+``POST /tokenize``, ``POST /detokenize``.
 Each request: the key and the limits in one Redis round trip (apps/gateway/store.py), the
 route from the in-memory table (apps/gateway/routing.py), the body rewritten once
 (vllm_adapter/relay.py), the upstream over a kept-alive connection (vllm_adapter/http1.py),
@@ -41,6 +42,9 @@ POST_ROUTES = {
     endpoints.CHAT_COMPLETIONS: ("chat", True),
     endpoints.COMPLETIONS: ("completions", True),
     "/v1/embeddings": ("embeddings", False),
+    # Pooling models (a recipe with --runner pooling): vLLM's own score and rerank APIs.
+    "/v1/score": ("score", False),
+    "/v1/rerank": ("rerank", False),
     endpoints.TOKENIZE: ("tokenize", False),
     endpoints.DETOKENIZE: ("detokenize", False),
 }

@@ -108,7 +108,7 @@ def build(version: str) -> RouteTable:
             port=endpoint.port or run.port,
             served_name=run.served_name,
             auth=f"Bearer {key}".encode() if key else b"",
-            max_model_len=run.recipe.max_model_len or 0,
+            max_model_len=run.recipe.context_tokens or 0,
         )
         ready_at = run.timings.get(RunState.READY, {}).get("start")
         for name in names:

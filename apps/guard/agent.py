@@ -591,7 +591,7 @@ def _max_model_len(run: Run) -> int | None:
     try:
         value = int(found)
     except (TypeError, ValueError):
-        value = run.recipe.max_model_len
+        value = run.recipe.context_tokens
     return value if value and value > 0 else None
 
 

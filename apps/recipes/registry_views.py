@@ -19,6 +19,15 @@ from apps.recipes.models import Recipe, RecipeRegistry
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,59}$")
 
 
+def _refused(request: HttpRequest, result) -> None:
+    """An import's problems as the page's messages (nothing was imported)."""
+    for problem in result.problems:
+        for field, errors in problem.errors.items():
+            for error in errors:
+                shown = error if field == "__all__" else f"{field}: {error}"
+                messages.error(request, f"{problem.label}: {shown}")
+
+
 def _registry(name: str) -> RecipeRegistry:
     return get_object_or_404(RecipeRegistry, name=name)
 
@@ -90,11 +99,7 @@ def registry_import(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, str(exc))
         return redirect(registry)
     if not result.ok:
-        for problem in result.problems:
-            for field, errors in problem.errors.items():
-                for error in errors:
-                    shown = error if field == "__all__" else f"{field}: {error}"
-                    messages.error(request, f"{problem.label}: {shown}")
+        _refused(request, result)
         return redirect(registry)
     created = [*result.created, *result.updated]
     messages.success(
@@ -123,10 +128,7 @@ def registry_update(request: HttpRequest, name: str, slug: str) -> HttpResponse:
         if result.ok:
             messages.success(request, f"Updated “{recipe.name}” to {registry.commit[:12]}.")
             return redirect(recipe)
-        for problem in result.problems:
-            for errors in problem.errors.values():
-                for error in errors:
-                    messages.error(request, f"{problem.label}: {error}")
+        _refused(request, result)
     diff = svc.update_diff(registry, recipe)
     return render(
         request,

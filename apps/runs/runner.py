@@ -318,10 +318,30 @@ def _models_ready(run: Run) -> bool:
         return False
 
 
+def _pooling(argv: list[str]) -> bool:
+    """A server vLLM runs as a pooling model (embeddings, scores): `--runner pooling`, or a
+    generative checkpoint converted with `--convert embed|classify`. It has no chat API."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if (flag == "--runner" and value == "pooling") or (
+            flag == "--convert" and value in ("embed", "classify")
+        ):
+            return True
+    return False
+
+
 def _warm_up(run: Run, pusher: RunPusher) -> None:
     """Tiny requests until the time to first token settles: the first after a start pays
-    the JIT compile (~25 s on Nemotron-3-Super), so a run is ready only after it."""
-    body = endpoints.chat_body(run.served_name, [{"role": "user", "content": "Hi"}], max_tokens=2)
+    the JIT compile (~25 s on Nemotron-3-Super), so a run is ready only after it. A pooling
+    model is warmed up with an embedding (it has no chat API)."""
+    if _pooling(list(run.argv or [])):
+        path, body = "/v1/embeddings", {"model": run.served_name, "input": "Hi"}
+    else:
+        path = endpoints.CHAT_COMPLETIONS
+        body = endpoints.chat_body(
+            run.served_name, [{"role": "user", "content": "Hi"}], max_tokens=2
+        )
     ttfts: list[float] = []
     clock = run_clock(run)
     deadline = time.monotonic() + _scaled(run, PHASE_TIMEOUT_S[S.WARMING])
@@ -332,7 +352,7 @@ def _warm_up(run: Run, pusher: RunPusher) -> None:
         for i in range(WARMUP_MAX_REQUESTS):
             _check_stop(run)
             t0 = time.monotonic()
-            client.post(endpoints.CHAT_COMPLETIONS, json=body).raise_for_status()
+            client.post(path, json=body).raise_for_status()
             ttfts.append(clock.host_seconds(time.monotonic() - t0))  # host time, like its log
             _save(
                 run,
