@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -10,6 +13,7 @@ from django.utils.text import slugify
 
 from apps.hosts.models import Host
 from sparkdomain import planner, spark
+from sparkdomain.command import utilization_text
 from sparkdomain.flags import (
     KV_CACHE_DTYPES,
     PARSER_NAME,
@@ -292,6 +296,12 @@ class Recipe(models.Model):
     def save(self, *args, **kwargs) -> None:
         if not self.slug:
             self.slug = slugify(self.name)[:100] or "recipe"
+        if self.gpu_memory_utilization is not None:
+            # As the database keeps it (three places): 0.85 saved twice is no change.
+            with contextlib.suppress(ArithmeticError, ValueError):
+                self.gpu_memory_utilization = Decimal(str(self.gpu_memory_utilization)).quantize(
+                    Decimal("0.001")
+                )
         super().save(*args, **kwargs)
 
     def get_absolute_url(self) -> str:
@@ -370,6 +380,11 @@ class Recipe(models.Model):
             recurrent_state_mib=self.recurrent_state_mib,
             checkpoint_kv_dtype=self.checkpoint_kv_dtype,
         )
+
+    @property
+    def utilization_text(self) -> str:
+        """The utilization as the command spells it: 0.85, or 0.825 (never 0.850)."""
+        return utilization_text(self.gpu_memory_utilization)
 
     @property
     def context_tokens(self) -> int | None:

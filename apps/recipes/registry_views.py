@@ -8,6 +8,7 @@ import re
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -37,7 +38,7 @@ def registry_list(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if not request.user.has_perm(MANAGE_HOSTS):
-            return HttpResponse("Only an admin adds registries.", status=403)
+            raise PermissionDenied("Only an admin adds registries.")
         name = (request.POST.get("name") or "").strip()
         url = (request.POST.get("url") or "").strip()
         if not _NAME.match(name):

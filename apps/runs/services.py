@@ -338,7 +338,7 @@ def _memory_refusal(host: Host, recipe: Recipe) -> None:
     if memory.available_bytes < needed:
         raise RunRefused(
             f"{host.name} has {memory.available_bytes / GB:.1f} GB available; this recipe's vLLM "
-            f"pool takes {pool / GB:.1f} GB ({recipe.gpu_memory_utilization} × "
+            f"pool takes {pool / GB:.1f} GB ({recipe.utilization_text} × "
             f"{spec.cuda_visible_gib} GiB) and {spec.freeze_margin_gb:g} GB must stay free, so it "
             f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization.",
             "not_enough_memory",

@@ -44,10 +44,10 @@ def ready_run(recipe, host, user):
 
 @pytest.mark.timeout(600)
 def test_a_pooling_recipe_serves_embeddings_scores_and_reranks_through_the_gateway(
-    cpu_host,
+    cpu_host,  # noqa: F811
     operator,
     member,
-    panel,  # noqa: F811
+    panel,
 ) -> None:
     recipe = tiny_recipe(name="Tiny embedder", extra_args="--runner pooling\n--convert embed")
     run = ready_run(recipe, cpu_host, operator)  # warmed up with an embedding: no chat API
@@ -78,10 +78,10 @@ def test_a_pooling_recipe_serves_embeddings_scores_and_reranks_through_the_gatew
 
 @pytest.mark.timeout(600)
 def test_a_tool_call_parser_recipe_answers_tool_choice_required_with_a_call(
-    cpu_host,
+    cpu_host,  # noqa: F811
     operator,
     member,
-    panel,  # noqa: F811
+    panel,
 ) -> None:
     # Options a recipe carries as data (issue 39): the auto tool choice, and one key of the
     # structured-outputs config (JSON without free whitespace: a random model would
@@ -114,10 +114,10 @@ def test_a_tool_call_parser_recipe_answers_tool_choice_required_with_a_call(
 
 @pytest.mark.timeout(600)
 def test_a_reasoning_parser_recipe_sends_its_reasoning_to_the_sdk_and_the_chat(
-    cpu_host,
+    cpu_host,  # noqa: F811
     operator,
     member,
-    panel,  # noqa: F811
+    panel,
 ) -> None:
     recipe = tiny_recipe(name="Tiny thinker", reasoning_parser="deepseek_r1")
     run = ready_run(recipe, cpu_host, operator)
