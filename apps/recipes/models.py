@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from decimal import Decimal
 
 from django.conf import settings
@@ -380,6 +381,27 @@ class Recipe(models.Model):
             recurrent_state_mib=self.recurrent_state_mib,
             checkpoint_kv_dtype=self.checkpoint_kv_dtype,
         )
+
+    @property
+    def speculative_config(self) -> dict | None:
+        """The speculative decoding the recipe asks vLLM for (`--speculative-config`, its JSON
+        and its `--speculative-config.<key>` forms, as vLLM merges them), or None."""
+        config: dict | None = None
+        args = list(self.extra_args or [])
+        for i, arg in enumerate(args):
+            head, eq, inline = arg.partition("=")
+            if head == "--speculative-config":
+                value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+                with contextlib.suppress(ValueError):
+                    loaded = json.loads(value)
+                    if isinstance(loaded, dict):
+                        config = {**(config or {}), **loaded}
+            elif head.startswith("--speculative-config."):
+                value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+                with contextlib.suppress(ValueError):
+                    value = json.loads(value)
+                config = {**(config or {}), head.partition(".")[2]: value}
+        return config
 
     @property
     def utilization_text(self) -> str:

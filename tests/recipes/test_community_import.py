@@ -160,3 +160,12 @@ def test_an_export_of_the_import_is_loaded_by_yaml() -> None:
 
     doc = yaml.safe_load(recipe_to_sparkrun_yaml(Recipe.objects.get(name="Plain")))
     assert doc["runtime"] == "vllm" and doc["command"].startswith("vllm serve {model}")
+
+
+def test_the_speculative_decoding_a_recipe_asks_for_is_read_as_vllm_merges_it() -> None:
+    recipe = make_recipe(name="Spec", extra_args=[
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}',
+        "--speculative-config.num_speculative_tokens=3",
+    ])  # fmt: skip
+    assert recipe.speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
+    assert make_recipe(name="None").speculative_config is None
