@@ -41,11 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "sparkpanel/tiny-llama"
 SEED = 20261201
 MERGES = 400  # BPE merges learnt on top of the 256 byte symbols
+SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>"]
 # <think>…</think> and <tool_call>…</tool_call>: what vLLM's reasoning parsers (deepseek_r1,
 # qwen3) and the hermes tool parser look up in the vocabulary when they start (issue 39's
-# tools and reasoning tests); a snapshot without them is rebuilt (snapshot_path).
-SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>",
-                  "<think>", "</think>", "<tool_call>", "</tool_call>"]  # fmt: skip
+# tools and reasoning tests). Added after the BPE is trained, at the end of the vocabulary,
+# and to the model by resizing its embeddings after the seeded init: every other token id
+# and weight stays what it was, so the model answers as before. A snapshot without them is
+# rebuilt (snapshot_path).
+ADDED_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 BOS, EOS = "<|begin_of_text|>", "<|im_end|>"
 MAX_POSITIONS = 2048
 # What a snapshot must hold to be complete (transformers 5 writes the chat template into
@@ -108,7 +111,7 @@ def snapshot_path(hf_home: Path) -> Path | None:
         return None
     try:  # an older build, without the reasoning and tool-call tokens
         if not all(
-            json.dumps(t) in (snapshot / "tokenizer.json").read_text() for t in SPECIAL_TOKENS
+            json.dumps(t) in (snapshot / "tokenizer.json").read_text() for t in ADDED_TOKENS
         ):
             return None
     except OSError:
@@ -164,6 +167,7 @@ def build_tokenizer(workdir: Path):
         model_max_length=MAX_POSITIONS,
         clean_up_tokenization_spaces=False,
     )
+    fast.add_special_tokens({"additional_special_tokens": ADDED_TOKENS})
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(workdir)
     return fast
@@ -174,7 +178,7 @@ def build_model(workdir: Path, tokenizer) -> None:
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
-    vocab = len(tokenizer)
+    vocab = len(tokenizer) - len(ADDED_TOKENS)  # the trained vocabulary: the seeded init
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=256,
@@ -192,7 +196,9 @@ def build_model(workdir: Path, tokenizer) -> None:
         pad_token_id=tokenizer.convert_tokens_to_ids("<|end_of_text|>"),
         torch_dtype="bfloat16",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config)
+    model.resize_token_embeddings(len(tokenizer))  # the added tokens' rows, at the end
+    model = model.to(torch.bfloat16)
     model.save_pretrained(workdir, safe_serialization=True)
     GenerationConfig(
         bos_token_id=config.bos_token_id,
