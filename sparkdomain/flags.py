@@ -23,7 +23,6 @@ from decimal import Decimal, InvalidOperation
 
 from sparkdomain import option_rules, options, spark
 from sparkdomain.bounded import clip
-from sparkdomain.env_rules import env_problems  # noqa: F401 (the recipe model's validator)
 from sparkdomain.model_refs import is_hub_id, model_ref_problem
 from vllm_adapter import advice
 from vllm_adapter import contract as vllm_contract

@@ -29,6 +29,20 @@ def is_option(arg: str) -> bool:
     return arg.startswith("-") and arg != "-" and not _NEGATIVE_NUMBER.match(arg)
 
 
+def given(tokens: Sequence[str]) -> list[tuple[str, str]]:
+    """(option, value) for each option in a vector, in order, as written (`--flag value` or
+    `--flag=value`; "" for a switch). A quick look for callers that know the option they
+    want; `read_options` is what judges a vector."""
+    out = []
+    for i, arg in enumerate(tokens):
+        if not is_option(arg):
+            continue
+        flag, eq, inline = arg.partition("=")
+        following = tokens[i + 1] if i + 1 < len(tokens) and not is_option(tokens[i + 1]) else ""
+        out.append((flag, inline if eq else following))
+    return out
+
+
 @dataclass
 class Read:
     """One option of a vector as read: its spelling (underscores as dashes), the option as
@@ -81,10 +95,6 @@ def _values(option, flags: Sequence[str], at: int) -> tuple[list[str], int, str 
     if isinstance(nargs, int) and len(taken) < nargs:
         return taken, at, f"{option.name} needs {nargs} values"
     return taken, at, None
-
-
-def short_of(read: Read, values: list[str]) -> bool:
-    return not values or (read.problem or "").endswith(("needs a value", "values"))
 
 
 def read_options(
@@ -163,6 +173,7 @@ def read_options(
                 continue
             read.problem = option_rules.json_problem(head, option_rules.nested(keys, inline), dirs)
             continue
+        short = None
         if eq:
             values = [inline]
         else:
@@ -170,7 +181,7 @@ def read_options(
             read.problem = read.problem or short
         read.tokens = [head, *values]
         denied = read.rule is not None and not read.rule.allowed
-        if denied and not short_of(read, values) and option_rules.value_allows(read.dest, values):
+        if denied and not short and option_rules.value_allows(read.dest, values):
             read.problem = None  # a value that makes the option harmless (ALLOWED_VALUES)
             continue
         if read.problem:

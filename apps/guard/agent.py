@@ -53,6 +53,7 @@ from apps.runs.services import run_restart
 from apps.telemetry.groups import host_group, run_group
 from apps.telemetry.models import HostSample, Incident
 from apps.telemetry.signals import incident_recorded
+from sparkdomain import options
 from sparkdomain.meminfo import MeminfoError
 from vllm_adapter import endpoints
 from vllm_adapter import metrics as scrape
@@ -582,12 +583,8 @@ def _max_model_len(run: Run) -> int | None:
     its recipe's."""
     found = (run.facts or {}).get("max_model_len")
     if not found:
-        argv = list(run.argv or [])
-        for i, arg in enumerate(argv):
-            if arg == "--max-model-len" and i + 1 < len(argv):
-                found = argv[i + 1]
-            elif arg.startswith("--max-model-len="):
-                found = arg.partition("=")[2]
+        given = [v for f, v in options.given(list(run.argv or [])) if f == "--max-model-len"]
+        found = given[-1] if given else None
     try:
         value = int(found)
     except (TypeError, ValueError):

@@ -9,7 +9,8 @@ from apps.hosts.models import Host
 from apps.recipes.models import Recipe, WeightFormat, validate_utilization
 from sparkdomain import planner, spark
 from sparkdomain.command import contract_problems
-from sparkdomain.flags import FlagError, env_problems, format_extra_args, parse_extra_args
+from sparkdomain.env_rules import env_problems
+from sparkdomain.flags import FlagError, format_extra_args, parse_extra_args
 from vllm_adapter import contract as vllm_contract
 
 ARCH_FIELDS = [

@@ -13,15 +13,15 @@ from django.urls import reverse
 from django.utils.text import slugify
 
 from apps.hosts.models import Host
-from sparkdomain import planner, spark
+from sparkdomain import options, planner, spark
 from sparkdomain.command import utilization_text
+from sparkdomain.env_rules import env_problems
 from sparkdomain.flags import (
     KV_CACHE_DTYPES,
     PARSER_NAME,
     SERVED_NAME,
     FlagError,
     check_utilization,
-    env_problems,
     validate_extra_args,
     validate_image,
     validate_model_id,
@@ -387,20 +387,17 @@ class Recipe(models.Model):
         """The speculative decoding the recipe asks vLLM for (`--speculative-config`, its JSON
         and its `--speculative-config.<key>` forms, as vLLM merges them), or None."""
         config: dict | None = None
-        args = list(self.extra_args or [])
-        for i, arg in enumerate(args):
-            head, eq, inline = arg.partition("=")
+        for head, value in options.given(list(self.extra_args or [])):
             if head == "--speculative-config":
-                value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
                 with contextlib.suppress(ValueError):
                     loaded = json.loads(value)
                     if isinstance(loaded, dict):
                         config = {**(config or {}), **loaded}
             elif head.startswith("--speculative-config."):
-                value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+                parsed: object = value
                 with contextlib.suppress(ValueError):
-                    value = json.loads(value)
-                config = {**(config or {}), head.partition(".")[2]: value}
+                    parsed = json.loads(value)
+                config = {**(config or {}), head.partition(".")[2]: parsed}
         return config
 
     @property

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import yaml
 from django.conf import settings
@@ -21,6 +20,7 @@ from apps.recipes.yaml_io import ImportResult, recipes_from_yaml
 from git_adapter import GitError, Mirror, url_problem
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.command import UnsafeCommand, serve_argv
+from sparkdomain.flags import format_extra_args
 from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
 from sparkdomain.sparkrun import registry as layout
 
@@ -177,41 +177,18 @@ def registry_import(
 
 
 def _vector(fields: dict) -> list[str]:
-    """The vector a parsed recipe's fields give (the form's defaults for what it leaves)."""
-    values = {
-        "model_id": "",
-        "revision": "",
-        "served_model_name": "",
-        "image": "",
-        "gpu_memory_utilization": "0.8",
-        "max_model_len": None,
-        "max_num_seqs": None,
-        "kv_cache_dtype": "auto",
-        "quantization": "",
-        "enable_prefix_caching": True,
-        "enforce_eager": False,
-        "max_num_batched_tokens": None,
-        "tensor_parallel_size": 1,
-        "pipeline_parallel_size": 1,
-        "reasoning_parser": "",
-        "tool_call_parser": "",
-        "extra_args": [],
-    }
-    values.update({k: v for k, v in fields.items() if k in values})
+    """The vector a parsed recipe's fields give: an unsaved recipe (the model's defaults for
+    what the file leaves), as a start would build it."""
+    names = {f.name for f in Recipe._meta.get_fields()}
     try:
-        return serve_argv(SimpleNamespace(**values))
+        return serve_argv(Recipe(**{k: v for k, v in fields.items() if k in names}))
     except (UnsafeCommand, ValueError, ArithmeticError) as exc:
         return [f"(cannot be built: {exc})"]
 
 
 def _lines(argv: list[str]) -> list[str]:
-    lines: list[str] = []
-    for token in argv:
-        if token.startswith("-") or not lines:
-            lines.append(token)
-        else:
-            lines[-1] += " " + token
-    return lines
+    """One option per line, as the recipe form's extra arguments show them."""
+    return format_extra_args(argv).splitlines()
 
 
 def update_diff(registry: RecipeRegistry, recipe: Recipe) -> list[str]:

@@ -28,6 +28,7 @@ from apps.runs.pair import PairFailed
 from apps.runs.services import RunRefused, recipe_environment, run_start
 from apps.runs.signals import host_worker_free
 from hf_adapter.transfer import DownloadStopped
+from sparkdomain import options
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
 from vllm_adapter.logparse import LogFollower, Phase
@@ -321,14 +322,11 @@ def _models_ready(run: Run) -> bool:
 def _pooling(argv: list[str]) -> bool:
     """A server vLLM runs as a pooling model (embeddings, scores): `--runner pooling`, or a
     generative checkpoint converted with `--convert embed|classify`. It has no chat API."""
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        if (flag == "--runner" and value == "pooling") or (
-            flag == "--convert" and value in ("embed", "classify")
-        ):
-            return True
-    return False
+    return any(
+        (flag == "--runner" and value == "pooling")
+        or (flag == "--convert" and value in ("embed", "classify"))
+        for flag, value in options.given(argv)
+    )
 
 
 def _warm_up(run: Run, pusher: RunPusher) -> None:

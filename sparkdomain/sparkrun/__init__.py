@@ -15,19 +15,23 @@ documented in sparkrun's RECIPES.md:
     command: |
       vllm serve {model} --max-model-len {max_model_len} ... --max-num-seqs 4
 
-`defaults` only fill `{placeholders}` in `command`, and real recipes often write flags
-such as `--max-num-seqs` straight into the command, so the command is read too: it is
-what sparkrun actually runs, and where it disagrees with a default it wins.
+What the recipe runs is the `vllm serve` command sparkrun 0.4 would run: `command:` with
+its `{placeholders}` filled from `defaults`, or, without one, the command sparkrun builds
+from `defaults`; that vector is read option by option onto the recipe (docs/recipes.md,
+"sparkrun and eugr recipes, key by key").
 
 Pure Python, no Django. Nothing here enforces the ≤ 0.90 utilization rule: the caller's
-form validates every field, so this package only checks that values have the right type
-and reports each problem against its key path.
+form validates every field, so this package only reads values and reports each problem
+against its key path.
 
-By concern: ``importer`` (``parse_sparkrun``, ``looks_like_sparkrun``, the top-level keys
-and the runtime check), ``sections`` (defaults, metadata and env onto recipe fields),
-``values`` (the typed readers and vocabularies), ``command_flags`` (the flags in the
-command), ``placeholders`` (the bounded ``{placeholder}`` rendering) and ``recipe`` (the
-result and its errors). Every public name is importable from here.
+By concern: ``importer`` (``parse_sparkrun``, ``looks_like_sparkrun``, the top-level keys,
+variants, mods and mounts), ``placeholders`` (sparkrun's bounded ``{placeholder}``
+rendering), ``structured`` (the command sparkrun builds from defaults), ``vector`` (the
+command's options onto recipe fields), ``overrides`` (sparkrun's conditional layers),
+``sections`` (metadata, name, description, env), ``values`` (the typed readers),
+``recipe`` (the result and its errors), ``export`` (a recipe as sparkrun YAML) and
+``registry`` (a registry's layout and includes). The importer's public names are
+importable from here.
 """
 
 from sparkdomain.sparkrun.importer import (
@@ -52,26 +56,20 @@ from sparkdomain.sparkrun.sections import (
 )
 from sparkdomain.sparkrun.structured import VLLM_FLAG_MAP, structured_argv
 from sparkdomain.sparkrun.values import (
-    CHECKPOINT_DETECTED,
     CHECKPOINT_KV_DTYPES,
-    KV_CACHE_DTYPES,
-    QUANTIZATION_ALIASES,
     WEIGHT_FORMATS,
     Reader,
 )
 
 __all__ = [
-    "CHECKPOINT_DETECTED",
     "CHECKPOINT_KV_DTYPES",
     "DEFAULTS_FIELDS",
     "DEFAULTS_IGNORED",
-    "KV_CACHE_DTYPES",
     "MAX_COMMAND_CHARS",
     "MAX_PLACEHOLDER_DEPTH",
     "METADATA_FIELDS",
     "METADATA_IGNORED",
     "METADATA_SPECIAL",
-    "QUANTIZATION_ALIASES",
     "TOP_LEVEL_IGNORED",
     "TOP_LEVEL_MAPPED",
     "VLLM_FLAG_MAP",

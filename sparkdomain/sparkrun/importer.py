@@ -198,6 +198,7 @@ def _parse(doc: Mapping, model: str, name_hint: str, *, variant: bool = False) -
             fields_["revision"] = revision
     recipe.description = recipe_description(doc, metadata, recipe)
 
+    unknown: list[str] = []
     for key in doc:
         if key in TOP_LEVEL_MAPPED:
             continue
@@ -214,9 +215,9 @@ def _parse(doc: Mapping, model: str, name_hint: str, *, variant: bool = False) -
                 "whole recipe",
             )
             continue
+        unknown.append(clip(str(key), 60))
         recipe.ignored.append(
-            f"{clip(str(key), 60)}: a key sparkrun does not know; kept with the recipe's "
-            "source, not used."
+            f"{unknown[-1]}: a key sparkrun does not know; kept with the recipe's source, not used."
         )
 
     env = read_env(doc.get("env"), recipe)
@@ -285,22 +286,27 @@ def _parse(doc: Mapping, model: str, name_hint: str, *, variant: bool = False) -
         "format": "eugr" if str(doc.get("recipe_version", "")) == "1" else "sparkrun",
         "metadata": kept(metadata),
         **({"maintainer": kept(doc["maintainer"])} if "maintainer" in doc else {}),
-        **({"unknown_keys": [clip(str(k), 60) for k in doc if k not in TOP_LEVEL_MAPPED
-                             and k not in TOP_LEVEL_IGNORED][:20]} if any(
-            k not in TOP_LEVEL_MAPPED and k not in TOP_LEVEL_IGNORED for k in doc) else {}),
-    }  # fmt: skip
+        **({"unknown_keys": unknown[:20]} if unknown else {}),
+    }
     return recipe
 
 
-def _mount_targets(doc: Mapping) -> dict[str, str]:
-    """Container path → host folder, for the recipe's `volumes` (and executor_config's)."""
-    volumes = doc.get("volumes")
+def _volumes(doc: Mapping) -> list:
+    """The recipe's `volumes` and executor_config's (a bare string is a one-item list, as
+    sparkrun reads it)."""
+    out: list = []
     executor = doc.get("executor_config")
-    items = list(volumes) if isinstance(volumes, list) else []
-    if isinstance(executor, Mapping) and isinstance(executor.get("volumes"), list):
-        items += executor["volumes"]
+    for value in (doc.get("volumes"), executor.get("volumes") if isinstance(executor, Mapping)
+                  else None):  # fmt: skip
+        if value:
+            out += value if isinstance(value, list) else [value]
+    return out
+
+
+def _mount_targets(doc: Mapping) -> dict[str, str]:
+    """Container path → host folder, for the recipe's volumes."""
     out = {}
-    for item in items[:64]:
+    for item in _volumes(doc)[:64]:
         if isinstance(item, str) and ":" in item:
             source, _, rest = item.partition(":")
             out[rest.split(":", 1)[0].rstrip("/") or "/"] = source
@@ -400,16 +406,10 @@ def _code(doc: Mapping, recipe: SparkrunRecipe) -> list[dict]:
 def _noted_mounts(doc: Mapping, recipe: SparkrunRecipe) -> None:
     """`volumes` and `executor_config` (its volumes, devices, privileges, user…) never become
     container options: the engine builds every container from the host's settings alone."""
-    volumes = doc.get("volumes")
+    volumes = _volumes(doc)
     executor = doc.get("executor_config")
-    if isinstance(executor, Mapping) and executor.get("volumes"):
-        volumes = [*(volumes if isinstance(volumes, list) else [volumes] if volumes else []),
-                   *(executor["volumes"] if isinstance(executor["volumes"], list)
-                     else [executor["volumes"]])]  # fmt: skip
     if volumes:
-        shown = ", ".join(
-            clip(v, 60) for v in (volumes if isinstance(volumes, list) else [volumes])[:5]
-        )
+        shown = ", ".join(clip(v, 60) for v in volumes[:5])
         recipe.ignored.append(
             f"volumes ({shown}): never mounted — a recipe adds no mounts; put the model in the "
             "host's Hugging Face cache."

@@ -28,7 +28,6 @@ _SNAPSHOT = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/([0-9a-f]{40})/?$"
 # What vLLM reads each typed field as → the field (option_rules.FIELD_DESTS), and how.
 _WHOLE = {"max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
           "pipeline_parallel_size"}  # fmt: skip
-_TEXT = {"kv_cache_dtype", "quantization", "reasoning_parser", "tool_call_parser", "revision"}
 _SWITCH = {"enable_prefix_caching", "enforce_eager"}
 
 
@@ -114,7 +113,7 @@ def read_vector(argv: list[str], model: str, recipe: SparkrunRecipe, where: str)
                 continue
             recipe._error(where, _vllm_words(read, newest))
             continue
-        if dest in ("host", "port") or dest == "distributed_executor_backend":
+        if dest in option_rules.PANEL_SETS:  # the address, the port, the executor
             if dest == "distributed_executor_backend":
                 recipe.ignored.append(
                     f"{where}: {shlex.join(read.tokens)} — SparkPanel sets the executor of each "
@@ -206,9 +205,7 @@ def _field(read: options.Read, values: list[str], recipe: SparkrunRecipe, where:
         value = -1 if text in ("auto", "-1") else vllm_contract._human_int(values[0])
     elif field in _WHOLE:
         value = int(values[0])
-    elif field in _TEXT:
-        value = values[0]
-    else:
+    else:  # text: the KV dtype, quantization, the parsers, the revision
         value = values[0]
     if before is not None and before != value and field != "revision":
         recipe.ignored.append(
