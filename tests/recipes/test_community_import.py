@@ -169,3 +169,24 @@ def test_the_speculative_decoding_a_recipe_asks_for_is_read_as_vllm_merges_it() 
     ])  # fmt: skip
     assert recipe.speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
     assert make_recipe(name="None").speculative_config is None
+
+
+@pytest.mark.parametrize("written", ["0", "-5", "lots", "10000001"])
+def test_a_max_model_len_that_is_no_length_auto_or_blank_is_refused(written) -> None:
+    from apps.recipes.forms import RecipeForm
+    from tests.recipes.factories import recipe_data
+
+    form = RecipeForm(recipe_data(max_model_len=written))
+    assert not form.is_valid() and "max_model_len" in form.errors
+    for good, stored in (("auto", -1), ("", None), ("4096", 4096)):
+        form = RecipeForm(recipe_data(name=f"ok {good}", max_model_len=good))
+        assert form.is_valid(), form.errors
+        assert form.cleaned_data["max_model_len"] == stored
+
+
+def test_the_recipe_page_shows_the_speculative_decoding(client, operator) -> None:
+    recipe = make_recipe(name="Spec page", extra_args=[
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'])  # fmt: skip
+    client.force_login(operator)
+    page = client.get(recipe.get_absolute_url()).content.decode()
+    assert 'id="recipe-speculative"' in page and "num_speculative_tokens 2" in page

@@ -165,3 +165,22 @@ def test_the_mirror_reads_only_paths_inside_the_registry(repo, tmp_path) -> None
         mirror.read("HEAD; id", "x")
     assert url_problem("git@github.com:org/repo.git") is None
     assert url_problem("https://github.com/org/repo.git") is None
+
+
+def test_an_import_of_a_path_the_registry_does_not_have_says_so_and_saves_nothing(
+    client, admin_user, repo, settings, tmp_path
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    add(client, admin_user, repo)
+    before = Recipe.objects.count()
+    for path, said in (
+        (
+            "official-recipes/nope.yaml",
+            "path &#x27;official-recipes/nope.yaml&#x27; does not exist",
+        ),
+        ("../../etc/passwd", "not a path in the registry"),
+    ):
+        response = client.post("/recipes/registries/team/import/", {"path": path}, follow=True)
+        assert response.status_code == 200
+        assert said in response.content.decode(), path
+    assert Recipe.objects.count() == before
