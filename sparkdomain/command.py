@@ -66,8 +66,8 @@ def serve_argv(
     revision = getattr(recipe, "revision", "")  # a run pins the commit it downloaded
     if revision:
         argv += ["--revision", revision]
-    if recipe.served_model_name:
-        argv += ["--served-model-name", recipe.served_model_name]
+    if recipe.served_model_name:  # one name or several (vLLM: nargs="+")
+        argv += ["--served-model-name", *recipe.served_model_name.split()]
     if host is not None:
         argv += ["--host", host]
     if port is not None:

@@ -30,6 +30,28 @@ from vllm_adapter import contract as vllm_contract
 # A branch, tag or commit of a model repository (the Hub's own names: no "..", no spaces).
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
+# `--served-model-name` takes one name or several (vLLM: nargs="+"; the server answers to
+# each, its /v1/models lists the first): a recipe keeps them space-separated.
+MAX_SERVED_NAMES = 8
+
+
+def served_names(value: str) -> list[str]:
+    """The names of a space-separated served-model-name field, in order."""
+    return value.split()
+
+
+def served_names_problem(value: str) -> str:
+    """Why `value` is not a list of served names, or ""."""
+    names = served_names(value)
+    if len(names) > MAX_SERVED_NAMES:
+        return f"At most {MAX_SERVED_NAMES} names."
+    bad = [n for n in names if not SERVED_NAME.match(n)]
+    if bad:
+        return (f"{bad[0][:60]!r}: use letters, digits and . _ / : - (starting with a letter or "
+                "digit); separate several names with spaces.")  # fmt: skip
+    if len(set(names)) != len(names):
+        return "A name is given twice."
+    return ""
 IMAGE = re.compile(
     r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"

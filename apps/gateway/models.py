@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.roles import ROLE_ORDER
-from apps.recipes.models import Recipe, answering_to
+from apps.recipes.models import recipes_answering_to
 
 
 class GatewayKeyQuerySet(models.QuerySet):
@@ -83,7 +83,7 @@ def alias_name_problem(name: str, exclude: int | None = None) -> str:
     to another alias) would make one name stand for two recipes, maybe two models."""
     if ModelAlias.objects.filter(name=name).exclude(pk=exclude).exists():
         return f"The alias {name!r} exists already."
-    if Recipe.objects.filter(answering_to(name)).exists():
+    if recipes_answering_to(name):
         return f"{name!r} is a recipe's own served name already."
     return ""
 

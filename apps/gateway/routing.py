@@ -82,7 +82,7 @@ def build(version: str) -> RouteTable:
     )
     models: dict[str, set[str]] = {}  # name -> the model ids of the recipes answering to it
     for recipe in recipes:
-        for name in [recipe.public_name, *aliases.get(recipe.pk, [])]:
+        for name in [*recipe.served_names, *aliases.get(recipe.pk, [])]:
             table.known.setdefault(name, Known()).recipes.append(recipe.name)
             models.setdefault(name, set()).add(recipe.model_id)
     owner = _owners(recipes, models)
@@ -92,7 +92,7 @@ def build(version: str) -> RouteTable:
         .order_by("pk")
     )
     for run in runs:
-        names = [name for name in [run.recipe.public_name, *aliases.get(run.recipe_id, [])]
+        names = [name for name in [*run.recipe.served_names, *aliases.get(run.recipe_id, [])]
                  if owner.get(name, run.recipe.model_id) == run.recipe.model_id]  # fmt: skip
         if run.state != RunState.READY:
             where = f"run {run.pk} on {run.host.name} ({run.get_state_display().lower()})"

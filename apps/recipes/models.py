@@ -19,9 +19,10 @@ from sparkdomain.env_rules import env_problems
 from sparkdomain.flags import (
     KV_CACHE_DTYPES,
     PARSER_NAME,
-    SERVED_NAME,
     FlagError,
     check_utilization,
+    served_names,
+    served_names_problem,
     validate_extra_args,
     validate_image,
     validate_model_id,
@@ -83,10 +84,9 @@ def validate_parser(value: str) -> None:
 
 
 def validate_served_name(value: str) -> None:
-    if value and not SERVED_NAME.match(value):
-        raise ValidationError(
-            "Use letters, digits and . _ / : - (starting with a letter or digit)."
-        )
+    problem = served_names_problem(value) if value else ""
+    if problem:
+        raise ValidationError(problem)
 
 
 class WeightFormat(models.TextChoices):
@@ -106,9 +106,22 @@ class RecipeQuerySet(models.QuerySet):
 
 
 def answering_to(name: str) -> Q:
-    """The recipes whose public name (`Recipe.public_name`: the served name, else the model
-    id) is `name`, as a filter."""
-    return Q(served_model_name=name) | Q(served_model_name="", model_id=name)
+    """The recipes that may answer to `name` (one of their served names, else their model
+    id), as a filter; `recipes_answering_to` keeps the exact ones (SQLite's LIKE ignores
+    case)."""
+    return (
+        Q(served_model_name=name)
+        | Q(served_model_name__startswith=f"{name} ")
+        | Q(served_model_name__endswith=f" {name}")
+        | Q(served_model_name__contains=f" {name} ")
+        | Q(served_model_name="", model_id=name)
+    )
+
+
+def recipes_answering_to(name: str, queryset=None) -> list[Recipe]:
+    """The recipes clients reach by `name`: one of its served names, else its model id."""
+    queryset = Recipe.objects.all() if queryset is None else queryset
+    return [r for r in queryset.filter(answering_to(name))[:50] if name in r.served_names]
 
 
 class Recipe(models.Model):
@@ -139,8 +152,9 @@ class Recipe(models.Model):
         "branch. Each run downloads and records the commit this resolves to, and serves that.",
     )  # fmt: skip
     served_model_name = models.CharField(
-        max_length=128, blank=True, validators=[validate_served_name],
-        help_text="Name clients use in requests; blank = the model id.",
+        max_length=512, blank=True, validators=[validate_served_name],
+        help_text="Name clients use in requests; blank = the model id. Several names, "
+        "separated by spaces, are all answered to; the first is the one the panel lists.",
     )  # fmt: skip
     image = models.CharField(
         "container image", max_length=255, default=spark.DEFAULT_IMAGE,
@@ -339,25 +353,29 @@ class Recipe(models.Model):
             raise ValidationError(errors)
 
     @property
+    def served_names(self) -> list[str]:
+        """Every name the server answers to: its served names, else its model id."""
+        return served_names(self.served_model_name) or [self.model_id]
+
+    @property
     def public_name(self) -> str:
-        """The name clients ask the gateway for (its served name, else its model id)."""
-        return self.served_model_name or self.model_id
+        """The name the panel lists (its first served name, else its model id)."""
+        return self.served_names[0]
 
     def public_name_clash(self) -> str:
         """Why this recipe's public name would be wrong, or "": every ready run of a recipe
         with a public name is a replica of it (apps/gateway/routing.py), so two recipes that
         answer to one name must serve one model — a served name equal to another recipe's
         model id would merge two different models and answer with either."""
-        name = self.public_name
-        if not name:
+        if not self.model_id and not self.served_model_name:
             return ""
-        other = (
-            Recipe.objects.exclude(pk=self.pk)
-            .exclude(model_id=self.model_id)
-            .filter(answering_to(name))
-            .first()
-        )
-        if other is None:
+        others = Recipe.objects.exclude(pk=self.pk).exclude(model_id=self.model_id)
+        for name in self.served_names:
+            found = recipes_answering_to(name, others)
+            if found:
+                other = found[0]
+                break
+        else:
             return ""
         return (f"Clients already reach the recipe “{other.name}” ({other.model_id}) by the "
                 f"name “{name}”; two different models cannot share one name (requests would "

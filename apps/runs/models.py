@@ -216,7 +216,8 @@ class Run(models.Model):
 
     @property
     def served_name(self) -> str:
-        return self.recipe.served_model_name or self.recipe.model_id
+        """The name the panel asks this run's server for (its first served name)."""
+        return self.recipe.public_name
 
     @property
     def is_pair(self) -> bool:

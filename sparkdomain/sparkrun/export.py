@@ -96,8 +96,8 @@ def to_sparkrun(recipe: Any, argv: list[str]) -> dict:
     if (getattr(recipe, "pipeline_parallel_size", 1) or 1) > 1:
         defaults["pipeline_parallel"] = recipe.pipeline_parallel_size
     defaults["gpu_memory_utilization"] = _number(recipe.gpu_memory_utilization)
-    if recipe.served_model_name:
-        defaults["served_model_name"] = recipe.served_model_name
+    if recipe.served_model_name:  # the first name; the command carries them all
+        defaults["served_model_name"] = recipe.served_model_name.split()[0]
     doc["defaults"] = defaults
     if getattr(recipe, "env", None):
         doc["env"] = {str(k): str(v) for k, v in recipe.env.items()}

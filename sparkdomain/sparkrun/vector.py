@@ -187,12 +187,7 @@ def _field(read: options.Read, values: list[str], recipe: SparkrunRecipe, where:
     if field in _SWITCH:
         value: object = not read.options[-1].negative(read.spelled)
     elif field == "served_model_name":
-        value = values[0]
-        if len(values) > 1:
-            recipe.ignored.append(
-                f"{where}: --served-model-name also names {', '.join(values[1:4])}; clients "
-                f"reach the recipe as {values[0]} (one name per recipe)."
-            )
+        value = " ".join(values)  # every name, in order (the first is the one listed)
     elif field == "gpu_memory_utilization":
         try:
             Decimal(values[0])

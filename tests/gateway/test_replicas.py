@@ -116,3 +116,42 @@ def test_two_models_never_share_a_public_name(panel, replica, member, gateway_ke
         client.chat.completions.create(model=qwen.model_id, messages=HI, max_tokens=2)
     assert set(_hosts(member)) == {run.host.name}
     assert impostor.recipe.public_name == qwen.model_id
+
+
+def test_every_served_name_of_a_recipe_reaches_its_run(panel, keyed_sim, member, gateway_key,
+                                                       qwen):  # fmt: skip
+    """`--served-model-name a b`: vLLM answers to both names, and so does the team endpoint;
+    a name another model's recipe answers to by any of its names is refused."""
+    from django.core.exceptions import ValidationError
+
+    from apps.recipes.models import Recipe
+
+    recipe = Recipe.objects.get(pk=qwen.pk)
+    recipe.served_model_name = "team-qwen qwen/alt"
+    recipe.full_clean()
+    recipe.save()
+    from tests.gateway.conftest import SIM_ARGS
+
+    served = ["--served-model-name", *recipe.served_names]  # as the runner starts it
+    sim, run = keyed_sim(recipe, *SIM_ARGS, *served, time_scale=2, prefix="gw")
+    assert run.served_name == "team-qwen"
+    assert run.recipe.served_names == ["team-qwen", "qwen/alt"]
+    client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(member), max_retries=0)
+    assert {m.id for m in client.models.list().data} >= {"team-qwen", "qwen/alt"}
+    for name in ("team-qwen", "qwen/alt"):
+        answer = client.chat.completions.create(model=name, messages=HI, max_tokens=2)
+        assert answer.model == name  # the name asked for, whichever the server was asked
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="Team-Qwen", messages=HI, max_tokens=2)
+
+    other = Recipe(name="Other", slug="other", model_id="someone/else",
+                   served_model_name="mine qwen/alt")  # fmt: skip
+    with pytest.raises(ValidationError) as refused:
+        other.full_clean()
+    assert "qwen/alt" in str(refused.value) and "two different models" in str(refused.value)
+    for bad, why in (("a a", "twice"), ("ok bad!name", "bad!name"),
+                     (" ".join(f"n{i}" for i in range(9)), "At most 8")):  # fmt: skip
+        recipe.served_model_name = bad
+        with pytest.raises(ValidationError) as refused:
+            recipe.full_clean()
+        assert why in str(refused.value)

@@ -238,6 +238,15 @@ def test_a_snapshot_path_serves_the_model_at_that_commit() -> None:
     assert recipe.fields["served_model_name"] == "org/big"
 
 
+def test_every_served_model_name_is_kept_in_order() -> None:
+    recipe = parse_sparkrun(minimal(
+        model="org/big", command="vllm serve {model} --served-model-name Big org/big",
+    ))  # fmt: skip
+    assert recipe.errors == {}
+    assert recipe.fields["served_model_name"] == "Big org/big"
+    assert not any("served" in note for note in recipe.ignored)
+
+
 def test_a_draft_read_from_a_mounted_folder_becomes_the_recipes_draft_model() -> None:
     recipe = parse_sparkrun(minimal(
         draft_model="org/draft-dflash",

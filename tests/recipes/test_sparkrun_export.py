@@ -23,7 +23,7 @@ SPEC = '{"method":"mtp","num_speculative_tokens":2}'
 
 def community_recipe() -> Recipe:
     return make_recipe(
-        name="Exported", description="a recipe to export", served_model_name="moe",
+        name="Exported", description="a recipe to export", served_model_name="moe org/moe-nvfp4",
         gpu_memory_utilization=Decimal("0.825"), max_model_len=-1, max_num_seqs=None,
         kv_cache_dtype="fp8_ds_mla", tensor_parallel_size=2, tool_call_parser="hermes",
         reasoning_parser="qwen3", revision="0123456789abcdef0123456789abcdef01234567",
