@@ -156,6 +156,14 @@ class Mirror:
             raise GitError(f"{path} is {size:,} bytes; a recipe is at most {MAX_FILE_BYTES:,}")
         return _git(["show", f"{commit}:{path}"], cwd=self.path).decode("utf-8", "replace")
 
+    def read_bytes(self, commit: str, path: str, limit: int) -> bytes:
+        """The file's bytes at `commit`, refused over `limit` bytes."""
+        self._check(commit, path)
+        size = int(_git(["cat-file", "-s", f"{commit}:{path}"], cwd=self.path).decode().strip())
+        if size > limit:
+            raise GitError(f"{path} is {size:,} bytes; at most {limit:,}")
+        return _git(["cat-file", "blob", f"{commit}:{path}"], cwd=self.path)
+
     @staticmethod
     def _check(commit: str, path: str) -> None:
         if not _COMMIT.match(commit or ""):

@@ -38,7 +38,7 @@ class RecipeLike(Protocol):
     max_num_seqs: int | None
     kv_cache_dtype: str
     quantization: str
-    enable_prefix_caching: bool
+    enable_prefix_caching: bool | None
     enforce_eager: bool
     max_num_batched_tokens: int | None
     tensor_parallel_size: int
@@ -84,9 +84,12 @@ def serve_argv(
     argv += ["--kv-cache-dtype", recipe.kv_cache_dtype]
     if recipe.quantization:
         argv += ["--quantization", recipe.quantization]
-    argv.append(
-        "--enable-prefix-caching" if recipe.enable_prefix_caching else "--no-enable-prefix-caching"
-    )
+    if recipe.enable_prefix_caching is not None:  # None: vLLM's own choice
+        argv.append(
+            "--enable-prefix-caching"
+            if recipe.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
     if recipe.enforce_eager:
         argv.append("--enforce-eager")
     if recipe.max_num_batched_tokens:

@@ -52,6 +52,8 @@ def served_names_problem(value: str) -> str:
     if len(set(names)) != len(names):
         return "A name is given twice."
     return ""
+
+
 IMAGE = re.compile(
     r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"

@@ -413,3 +413,9 @@ LOGGING = {
         "django.request": {"filters": ["client_errors"]},
     },
 }
+
+# Where an admin may add a container mod from a folder (apps/runs/mods.py): only below these
+# folders of the panel's machine (colon-separated), never anywhere else it can read.
+MOD_FOLDERS = [
+    Path(p) for p in env_str("SPARKPANEL_MOD_FOLDERS", str(VAR_DIR / "mods")).split(":") if p
+]

@@ -81,6 +81,7 @@ XDIST_GROUPS = {
         "tests/real_vllm/test_panel_docker.py",
         "tests/runs/test_docker_pull.py",
         "tests/runs/test_image_digest.py",
+        "tests/runs/test_mods_docker.py",
         "tests/runs/test_pair_runs.py",
         "tests/sparksim/test_tensor_parallel.py",
         "tests/ray_adapter/test_nodes.py",
@@ -285,6 +286,45 @@ def docker_sim_host(db, docker_url, settings, tmp_path):
     ):
         container.remove(force=True)
     client.close()
+
+
+SHELL_IMAGE = "sparkpanel-test/busybox:1"
+
+
+@pytest.fixture
+def shell_image(docker_url) -> str:
+    """An image with a shell on the test Docker engine, made here (no image can be pulled):
+    Debian's static busybox (busybox-static, installed by make test) and a few applets,
+    working directory /app. Kept per machine."""
+    import io
+    import tarfile
+
+    import docker
+
+    client = docker.DockerClient(base_url=docker_url)
+    try:
+        client.images.get(SHELL_IMAGE)
+        return SHELL_IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    busybox = Path("/bin/busybox")
+    require_service(busybox.exists(), "Debian's busybox-static (/bin/busybox)")
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(busybox.resolve(), arcname="bin/busybox")
+        for applet in ("sh", "cp", "cat", "echo", "mkdir", "ls", "chmod", "sed", "env", "sleep"):
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+        for folder in ("app", "tmp"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777
+            tar.addfile(info)
+    repo, tag = SHELL_IMAGE.rsplit(":", 1)
+    client.api.import_image_from_data(data.getvalue(), repository=repo, tag=tag,
+                                      changes=["WORKDIR /app"])  # fmt: skip
+    client.close()
+    return SHELL_IMAGE
 
 
 @pytest.fixture(scope="session")

@@ -157,7 +157,7 @@ class RecipeOut(Schema):
     max_num_seqs: int | None
     kv_cache_dtype: str
     quantization: str
-    enable_prefix_caching: bool
+    enable_prefix_caching: bool | None
     enforce_eager: bool
     max_num_batched_tokens: int | None
     tensor_parallel_size: int
@@ -167,6 +167,9 @@ class RecipeOut(Schema):
     extra_args: list[str]
     env: dict
     mods: list
+    folders: list = Field(
+        description="container folders the recipe reads; a host needs a model folder at each path"
+    )
     source: dict
     max_position_embeddings: int | None
     total_params_b: float | None

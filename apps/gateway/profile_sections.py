@@ -78,11 +78,13 @@ def keys_context(request: HttpRequest) -> dict:
     keys = list(GatewayKey.objects.filter(user=user))
     for key in keys:
         key.usage = per_key.get(key.pk, {})
-    names = sorted({
-        name
-        for r in Recipe.objects.only("served_model_name", "model_id")
-        for name in r.served_names
-    })
+    names = sorted(
+        {
+            name
+            for r in Recipe.objects.only("served_model_name", "model_id")
+            for name in r.served_names
+        }
+    )
     return {
         "gateway_allowed": True,
         "gateway_keys": keys,

@@ -17,7 +17,7 @@ class HostAdmin(admin.ModelAdmin):
             "description": "The container template is fixed; these are the only choices. "
             "Recipes can never add mounts, devices or privileges.",
             "fields": ["docker_url", "gpus", "docker_network", "shm_size_gib", "hf_cache_path",
-                       "image_allowlist"],
+                       "model_folders", "image_allowlist"],
         }),
         ("Simulation (sparksim instead of vLLM)", {
             "fields": ["simulated", "sim_time_scale", "sim_image", "sim_faults"],

@@ -17,7 +17,7 @@ from sparkdomain import planner, spark
 from sparkdomain.flags import IMAGE, is_hub_model
 from sparkdomain.images import OFFICIAL_IMAGES_TEXT
 from sparkdomain.meminfo import Memory, read_meminfo
-from sparkdomain.model_refs import server_model_dirs
+from sparkdomain.model_refs import model_folders_problem, server_model_dirs, split_model_folder
 from sparkdomain.spark import GB, GIB
 from sparksim.faults import FaultSpecError, parse_faults
 from vllm_adapter import contract as vllm_contract
@@ -37,6 +37,12 @@ def validate_image_patterns(value) -> None:
     for pattern in value:
         if not IMAGE.match(pattern.rstrip("*").rstrip(":") or "x"):
             raise ValidationError(f"{pattern!r} is not an image reference pattern.")
+
+
+def validate_model_folders(value) -> None:
+    problem = model_folders_problem(value)
+    if problem:
+        raise ValidationError(f"Model folders: {problem}.")
 
 
 class HostQuerySet(models.QuerySet):
@@ -133,6 +139,14 @@ class Host(models.Model):
         "Blank: vLLM downloads them itself, inside the load. Set by an admin; recipes can "
         "never add mounts.",
     )  # fmt: skip
+    model_folders = models.JSONField(
+        default=list, blank=True, validators=[validate_model_folders],
+        help_text='Folders of models on this Spark that containers see, read-only, e.g. '
+        '["/home/me/models/Laguna-S-2.1-DFlash:/drafter"] (HOST_FOLDER:CONTAINER_PATH; one '
+        "path for both on a local server). A recipe may then read a model, draft or tokenizer "
+        "there — sparkrun recipes mount such folders with `volumes`, which SparkPanel never "
+        "takes from a recipe. Set by an admin; never a system directory.",
+    )  # fmt: skip
     image_allowlist = models.JSONField(
         default=list, blank=True, validators=[validate_image_patterns],
         help_text='Images runs may use, e.g. ["vllm/vllm-openai:*", '
@@ -207,6 +221,13 @@ class Host(models.Model):
                 raise ValidationError({"sim_faults": str(exc)}) from None
         if self.watchdog_act_gb >= self.watchdog_warn_gb:
             raise ValidationError({"watchdog_act_gb": "Act below a lower level than the warning."})
+        if self.engine == self.Engine.PROCESS and not model_folders_problem(self.model_folders):
+            moved = [e for e in self.model_folders if len(set(split_model_folder(e))) > 1]
+            if moved:
+                raise ValidationError({"model_folders": (
+                    f"{moved[0]}: a local server has no container; it reads the folder where "
+                    "it lies — give one path."
+                )})  # fmt: skip
 
     @property
     def watchdog_warn_bytes(self) -> int:
@@ -337,8 +358,22 @@ class Host(models.Model):
     def model_dirs(self) -> tuple[str, ...]:
         """Where a recipe's local model or tokenizer may lie on this host, as its server
         sees it: the Hugging Face cache an admin set (a container's mount of it, or a local
-        server's HF_HOME). Blank: Hub ids only. The engines judge the same directories."""
-        return server_model_dirs(self.hf_cache_path, in_container=self.engine == self.Engine.DOCKER)
+        server's HF_HOME) and its model folders. None set: Hub ids only. The engines judge
+        the same directories."""
+        return server_model_dirs(
+            self.hf_cache_path, in_container=self.engine == self.Engine.DOCKER,
+            folders=self.model_folders or (),
+        )  # fmt: skip
+
+    def model_folder_at(self, path: str) -> str | None:
+        """The model folder that holds `path` as the server sees it, or None."""
+        in_container = self.engine == self.Engine.DOCKER
+        for entry in self.model_folders or ():
+            source, target = split_model_folder(entry)
+            where = target if in_container else source
+            if path == where or path.startswith(where + "/"):
+                return where
+        return None
 
     def sim_state_dir(self) -> Path:
         """Where sparksim writes this simulated host's memory (mounted into its container)."""

@@ -66,6 +66,14 @@ def utilization_field(**kwargs) -> forms.DecimalField:
     )
 
 
+class DefaultOnOffSelect(forms.NullBooleanSelect):
+    """A switch vLLM decides unless the recipe says: vLLM's default, on, off."""
+
+    def __init__(self, attrs=None):
+        super().__init__(attrs)
+        self.choices = [("unknown", "vLLM's default"), ("true", "On"), ("false", "Off")]
+
+
 class ExtraArgsField(forms.CharField):
     widget = forms.Textarea(attrs={"rows": 3, "placeholder": "--load-format fastsafetensors"})
 
@@ -74,10 +82,14 @@ class ExtraArgsField(forms.CharField):
             return format_extra_args(value)
         return value
 
+    # The recipe's own folders (Recipe.folders): a path may lie there too; each start checks
+    # that its host has them.
+    extra_dirs: tuple[str, ...] = ()
+
     def to_python(self, value):
         text = super().to_python(value) or ""
         try:  # a --tokenizer path: inside some host's model directory (apps/recipes/models.py)
-            return parse_extra_args(text, Host.objects.model_dirs())
+            return parse_extra_args(text, (*Host.objects.model_dirs(), *self.extra_dirs))
         except FlagError as exc:
             raise forms.ValidationError(str(exc).splitlines()) from None
 
@@ -160,6 +172,7 @@ class RecipeForm(forms.ModelForm):
         formfield_callback = bounded_formfields(ARCH_BOUNDS)
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
+            "enable_prefix_caching": DefaultOnOffSelect(),
         }
         labels = {
             "max_model_len": "Max model len (context per user, tokens)",
@@ -171,9 +184,16 @@ class RecipeForm(forms.ModelForm):
             "enable_prefix_caching": "Prefix caching",
         }
 
-    def __init__(self, *args, vllm_version: str | None = None, **kwargs):
+    def __init__(self, *args, vllm_version: str | None = None, kept: dict | None = None,
+                 **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
+        # What a recipe keeps but the form does not edit (yaml_io.KEPT: mods, folders,
+        # source), as an import brings it: judged with the rest (a path in the extra
+        # arguments may lie in the recipe's own folders).
+        for name, value in (kept or {}).items():
+            setattr(self.instance, name, value)
         self.fields["slug"].required = False
+        self.fields["extra_args"].extra_dirs = tuple(self.instance.folder_dirs)
         self.fields["slug"].help_text = "Blank: made from the name."
         self.vllm_version = vllm_version
         # Suggestions from the checked vLLM's own registries; any value is still checked.

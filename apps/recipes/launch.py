@@ -29,9 +29,16 @@ def argv_on(recipe: Recipe, host: Host, port: int | None = None) -> list[str]:
 
 def default_argv(recipe: Recipe) -> list[str]:
     """The vector for the default host (what the API and the YAML export show); without
-    any host, the vector an engine would complete with its own address and port."""
+    any host, the vector an engine would complete with its own address and port. A path in
+    one of the recipe's own folders is shown as it is: each start checks that its host has
+    the folder (apps/runs/services.py::folders_refusal)."""
     host = Host.objects.default()
     try:
-        return argv_on(recipe, host) if host is not None else serve_argv(recipe)
+        if host is None:
+            return serve_argv(recipe)
+        return serve_argv(
+            recipe, host=bind_address(host), port=host.port_min,
+            model_dirs=(*host.model_dirs(), *recipe.folder_dirs),
+        )  # fmt: skip
     except UnsafeCommand:
         return []

@@ -28,6 +28,7 @@ from sparkdomain.flags import (
     validate_model_id,
     validate_revision,
 )
+from sparkdomain.model_refs import recipe_folders_problem
 
 
 def validate_utilization(value) -> None:
@@ -55,6 +56,12 @@ def validate_image_field(value: str) -> None:
     message = validate_image(value)
     if message:
         raise ValidationError(message)
+
+
+def validate_folders_field(value) -> None:
+    problem = recipe_folders_problem(value)
+    if problem:
+        raise ValidationError(f"Folders: {problem}.")
 
 
 def validate_extra_args_field(value) -> None:
@@ -192,7 +199,11 @@ class Recipe(models.Model):
         help_text="Blank: detected from the checkpoint (NVFP4, FP8, AWQ… checkpoints say what "
         "they are). Otherwise a method name of the image's vLLM (e.g. modelopt_fp4).",
     )  # fmt: skip
-    enable_prefix_caching = models.BooleanField(default=True)
+    enable_prefix_caching = models.BooleanField(
+        null=True, blank=True, default=None,
+        help_text="Blank: vLLM's own choice (on for most models, off where the model cannot "
+        "use it); on or off adds --enable-prefix-caching or --no-enable-prefix-caching.",
+    )  # fmt: skip
     enforce_eager = models.BooleanField(
         default=False, help_text="No CUDA graphs: saves 3–5 GB, slower decode."
     )
@@ -224,6 +235,13 @@ class Recipe(models.Model):
     env = models.JSONField(
         default=dict, blank=True, validators=[validate_env_field],
         help_text="Environment variables that only tune vLLM (docs/recipes.md lists which).",
+    )  # fmt: skip
+    folders = models.JSONField(
+        default=list, blank=True, editable=False, validators=[validate_folders_field],
+        help_text="Folders the recipe reads a model, draft or tokenizer from, as the container "
+        'sees them, with where its source mounted them from ([{"path": "/drafter", "source": '
+        '"~/models/x"}]). SparkPanel never mounts a recipe\'s folders: a host runs the recipe '
+        "when an admin gave it a model folder at that path (Host model folders).",
     )  # fmt: skip
     source = models.JSONField(
         default=dict, blank=True, editable=False,
@@ -321,6 +339,43 @@ class Recipe(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("recipe-detail", args=[self.slug])
+
+    @property
+    def folder_dirs(self) -> list[str]:
+        """The recipe's folders as model directories (each one a model itself too: the
+        trailing '/', sparkdomain/model_refs.py)."""
+        return [f["path"].rstrip("/") + "/" for f in self.folders or ()
+                if isinstance(f, dict) and f.get("path")]  # fmt: skip
+
+    def folder_hosts(self) -> list[tuple[dict, list[str]]]:
+        """Each folder the recipe reads, with the hosts whose admin gave them a model
+        folder there (where the recipe can start)."""
+        hosts = list(Host.objects.exclude(model_folders=[]).only("name", "engine", "model_folders"))
+        return [
+            (f, [h.name for h in hosts if h.model_folder_at(f["path"]) is not None])
+            for f in self.folders or ()
+            if isinstance(f, dict) and f.get("path")
+        ]
+
+    def clean_fields(self, exclude=None) -> None:
+        """As Django's, except that a path in the extra arguments may also lie in one of
+        the recipe's own folders (which each start checks on its host)."""
+        exclude = set(exclude or ())
+        errors: dict = {}
+        try:
+            super().clean_fields(exclude=exclude | {"extra_args"})
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        if "extra_args" not in exclude:
+            dirs = (*Host.objects.model_dirs(), *self.folder_dirs)
+            if "folders" in errors:
+                dirs = Host.objects.model_dirs()
+            try:
+                validate_extra_args(self.extra_args, dirs)
+            except FlagError as exc:
+                errors.setdefault("extra_args", []).extend(str(exc).splitlines())
+        if errors:
+            raise ValidationError(errors)
 
     def clean(self) -> None:
         errors: dict[str, str] = {}

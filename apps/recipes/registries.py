@@ -18,6 +18,7 @@ from apps.audit import services as audit
 from apps.recipes.models import Recipe, RecipeRegistry
 from apps.recipes.yaml_io import ImportResult, recipes_from_yaml
 from git_adapter import GitError, Mirror, url_problem
+from sparkdomain import mods
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.command import UnsafeCommand, serve_argv
 from sparkdomain.flags import format_extra_args
@@ -234,3 +235,42 @@ def update_keep(registry: RecipeRegistry, recipe: Recipe, *, user) -> None:
     }
     recipe.save(update_fields=["source", "updated_at"])
     audit.record("recipe.keep", recipe, user=user, after={"commit": registry.commit})
+
+
+def registry_mod(registry: RecipeRegistry, ref: str) -> tuple[str, dict[str, bytes], str]:
+    """The files of one mod in the registry at its mirrored commit — `<mods folder>/<name>/`
+    of each registry the repository declares (sparkrun's `mods_subpath`, default `mods`) —
+    as (name, files, where it was read). RegistryError when there is none or it is too big."""
+    name = mods.mod_name(ref)
+    problem = mods.name_problem(name)
+    if problem:
+        raise RegistryError(problem)
+    if not registry.commit:
+        raise RegistryError(f"{registry.name} has not been fetched yet")
+    mirror = mirror_of(registry)
+    try:
+        files = mirror.files(registry.commit)
+        manifest = (
+            mirror.read(registry.commit, layout.MANIFEST) if layout.MANIFEST in files else None
+        )
+        folders = list(dict.fromkeys(s.mods for s in layout.sections(manifest)))
+        for folder in folders:
+            under = f"{folder}/{name}" if folder else name
+            paths = mirror.files(registry.commit, under)
+            if f"{under}/run.sh" not in paths:
+                continue
+            if len(paths) > mods.MAX_FILES:
+                raise RegistryError(f"{name}: more than {mods.MAX_FILES} files")
+            read = {
+                p[len(under) + 1 :]: mirror.read_bytes(registry.commit, p, mods.MAX_FILE_BYTES)
+                for p in paths
+            }
+            where = f"registry {registry.name} at {registry.commit[:12]}: {under}/"
+            return name, read, where
+    except (GitError, ValueError) as exc:
+        raise RegistryError(str(exc)) from None
+    looked = ", ".join(f"{folder or '.'}/{name}/" for folder in folders)
+    raise RegistryError(
+        f"{registry.name} has no mod {name} (looked for run.sh in {looked} at "
+        f"{registry.commit[:12]})"
+    )

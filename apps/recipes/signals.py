@@ -8,7 +8,9 @@ recorded; with no receiver connected the pages simply show no measurements.
   with measured starts of ``image``, the plan for these inputs corrected by what vLLM
   measured there (``apps.runs.calibration.HostCorrection`` items);
 - ``plan_checks(sender=Recipe, recipe, limit)``: the recipe's latest measured starts,
-  one row (a dict) per run.
+  one row (a dict) per run;
+- ``mod_approvals(sender=Recipe, recipe)``: for each of the recipe's mods, a dict
+  ``{name, hosts, state}`` — the hosts where an admin approved it (apps/runs/mods.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from apps.recipes.models import Recipe
 
 plan_corrections = Signal()
 plan_checks = Signal()
+mod_approvals = Signal()
 
 
 def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
@@ -32,3 +35,8 @@ def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
 def measured_checks(recipe, limit: int = 10) -> list[dict]:
     """The recipe's latest measured starts (see ``plan_checks``)."""
     return gathered(plan_checks, sender=Recipe, recipe=recipe, limit=limit)
+
+
+def approved_mods(recipe) -> list[dict]:
+    """Where each of the recipe's mods may run (see ``mod_approvals``)."""
+    return gathered(mod_approvals, sender=Recipe, recipe=recipe)

@@ -39,7 +39,7 @@ DEFAULTS = {
     "max_model_len": "8192",
     "max_num_seqs": "4",
     "kv_cache_dtype": "auto",
-    "enable_prefix_caching": "on",
+    "enable_prefix_caching": "unknown",  # vLLM's own choice
     "tensor_parallel_size": "1",
     "image": DEFAULT_IMAGE,
 }

@@ -19,6 +19,7 @@ from apps.recipes.selectors import image_note
 from sparkdomain.bounded import DocumentError, clip, load_yaml
 from sparkdomain.command import serve_argv
 from sparkdomain.flags import format_extra_args
+from sparkdomain.model_refs import recipe_folders_problem
 from sparkdomain.sparkrun import SparkrunImportError, looks_like_sparkrun, parse_sparkrun
 from sparkdomain.sparkrun.export import sparkrun_yaml, to_sparkrun
 
@@ -33,7 +34,7 @@ FIELDS = [*IDENTITY_FIELDS, *FLAG_FIELDS, "extra_args", "env", *ARCH_FIELDS]
 # Kept with a recipe but not edited in the form: the code it asks for (sparkrun mods,
 # patches, commands around vLLM: a start refuses them unless the host allows them) and
 # where it came from.
-KEPT = ("mods", "source")
+KEPT = ("mods", "folders", "source")
 READ_ONLY = ("argv",)
 
 
@@ -203,7 +204,7 @@ def recipe_form_data(entry: dict) -> dict:
 
 
 def kept_problems(entry: dict) -> dict[str, list[str]]:
-    """What is wrong with the kept keys of an entry (mods, source)."""
+    """What is wrong with the kept keys of an entry (mods, folders, source)."""
     errors: dict[str, list[str]] = {}
     mods = entry.get("mods", [])
     if not isinstance(mods, list) or len(mods) > 64 or not all(
@@ -213,6 +214,9 @@ def kept_problems(entry: dict) -> dict[str, list[str]]:
         for m in mods
     ):  # fmt: skip
         errors["mods"] = ["a list of at most 64 {kind, name or text} entries"]
+    problem = recipe_folders_problem(entry.get("folders", []))
+    if problem:
+        errors["folders"] = [problem]
     if not isinstance(entry.get("source", {}), dict):
         errors["source"] = ["a mapping"]
     return errors
@@ -268,8 +272,9 @@ def _recipes_from_yaml(
             message = f"a recipe {instance.slug!r} already exists; tick 'replace' to overwrite it"
             result.problems.append(_problem(label, message, "slug"))
             continue
-        form = RecipeForm(data=recipe_form_data(entry), instance=instance)
         kept_errors = kept_problems(entry)
+        kept = {k: entry[k] for k in KEPT if k in entry} if not kept_errors else {}
+        form = RecipeForm(data=recipe_form_data(entry), instance=instance, kept=kept)
         if kept_errors:
             result.problems.append(EntryErrors(label, kept_errors))
         elif not form.is_valid():

@@ -17,6 +17,7 @@ class RunsConfig(AppConfig):
             _plan_corrections, dispatch_uid="runs.calibration.plan_corrections"
         )
         recipe_signals.plan_checks.connect(_plan_checks, dispatch_uid="runs.calibration.checks")
+        recipe_signals.mod_approvals.connect(_mod_approvals, dispatch_uid="runs.mods.approvals")
 
 
 def _plan_corrections(sender, *, image, arch, flags, recipe=None, **kwargs) -> list:
@@ -29,3 +30,9 @@ def _plan_checks(sender, *, recipe, limit, **kwargs) -> list[dict]:
     from apps.runs.calibration import recipe_check_rows
 
     return recipe_check_rows(recipe, limit)
+
+
+def _mod_approvals(sender, *, recipe, **kwargs) -> list[dict]:
+    from apps.runs.mods import approvals
+
+    return approvals(recipe)

@@ -425,3 +425,46 @@ class PlanCheck(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} {self.quantity}: {self.measured:g} vs {self.predicted:g}"
+
+
+class ApprovedMod(models.Model):
+    """A container mod (sparkdomain/mods.py) an admin reviewed and allowed on some hosts.
+
+    The files are a snapshot taken when the mod was added (from a registry's mirror at its
+    commit, or a folder on the panel's machine): what a start applies is exactly what was
+    reviewed, whatever the source does later. A start applies a recipe's mod only when the
+    mod is approved and the host is one of `hosts` (apps/runs/mods.py)."""
+
+    name = models.CharField(
+        max_length=100, unique=True,
+        help_text="The mod's folder name, as recipes name it (`mods/fix-x` is `fix-x`).",
+    )  # fmt: skip
+    files = models.JSONField(default=dict, editable=False)  # path -> base64 of the bytes
+    digest = models.CharField(max_length=64, editable=False)
+    source = models.CharField(max_length=500, editable=False)
+    approved = models.BooleanField(
+        default=False,
+        help_text="Reviewed: starts on the hosts below may run this mod's run.sh in the "
+        "recipe's image before vLLM starts.",
+    )
+    hosts = models.ManyToManyField(
+        Host, blank=True, related_name="approved_mods",
+        help_text="The Sparks where a start may apply it.",
+    )  # fmt: skip
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+", editable=False,
+    )  # fmt: skip
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+", editable=False,
+    )  # fmt: skip
+    approved_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "approved mod"
+
+    def __str__(self) -> str:
+        return self.name

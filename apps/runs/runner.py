@@ -24,11 +24,13 @@ from apps.runs import pair, weights
 from apps.runs.calibration import plan_check_record
 from apps.runs.live import PUSH_EVERY_S, RunPusher
 from apps.runs.models import STARTING_STATES, TRANSITIONS, InvalidTransition, Run, RunState
+from apps.runs.mods import ModRefused, bundles_for
 from apps.runs.pair import PairFailed
 from apps.runs.services import RunRefused, recipe_environment, run_start
 from apps.runs.signals import host_worker_free
 from hf_adapter.transfer import DownloadStopped
 from sparkdomain import options
+from sparkdomain.bounded import clip
 from sparkdomain.spark import GB
 from vllm_adapter import endpoints
 from vllm_adapter.logparse import LogFollower, Phase
@@ -124,6 +126,8 @@ def start(run_id: int) -> None:
                 ray_node_ref=pair.head_node_ref(run),
             )
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
+        if not run.handle:
+            spec = _with_mods(run, spec, pusher)
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))
         if run.state != S.WARMING:
@@ -155,6 +159,22 @@ def start(run_id: int) -> None:
             _fail(run, str(exc), pusher, log_lines=log_lines)
     except InvalidTransition as exc:
         log.warning("%s", exc)
+
+
+def _with_mods(run: Run, spec: LaunchSpec, pusher: RunPusher) -> LaunchSpec:
+    """The recipe's reviewed mods, judged again now (an approval taken back since the
+    admission stops the start), recorded on the run, and shown while they are applied."""
+    try:
+        bundles = bundles_for(run.recipe, run.host, pair=run.is_pair)
+    except ModRefused as exc:
+        raise StartFailed(str(exc)) from None
+    if not bundles:
+        return spec
+    names = ", ".join(b.name for b in bundles)
+    facts = {**run.facts, "mods": [{"name": b.name, "digest": b.digest} for b in bundles]}
+    _save(run, facts=facts, step=clip(f"Applying mods to the image: {names} (once per image)", 200))
+    pusher.push(force=True)
+    return dataclasses.replace(spec, mods=tuple(bundles))
 
 
 def _size(n: int) -> str:

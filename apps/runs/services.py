@@ -18,6 +18,7 @@ from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
 from apps.runs import live
 from apps.runs.models import ACTIVE_STATES, STARTING_STATES, InvalidTransition, Run, RunState
+from apps.runs.mods import ModRefused, bundles_for
 from apps.runs.signals import Claim, host_claims
 from sparkdomain import planner
 from sparkdomain.command import UnsafeCommand, contract_problems
@@ -247,21 +248,32 @@ def recipe_environment(recipe: Recipe) -> dict[str, str]:
     }  # fmt: skip
 
 
-def mods_refusal(recipe: Recipe, host: Host) -> None:
+def mods_refusal(recipe: Recipe, host: Host, *, pair: bool = False) -> None:
     """A recipe that asks for code in its container (sparkrun mods, patches, commands around
-    vLLM) does not start: no host applies mods yet (docs/recipes.md, Mods)."""
-    mods = recipe.mods if isinstance(recipe.mods, list) else []
-    if not mods:
+    vLLM) starts only where every mod is reviewed and approved for the host
+    (apps/runs/mods.py; docs/recipes.md, Mods)."""
+    try:
+        bundles_for(recipe, host, pair=pair)
+    except ModRefused as exc:
+        raise RunRefused(str(exc), exc.code) from None
+
+
+def folders_refusal(recipe: Recipe, host: Host) -> None:
+    """A recipe that reads a folder (a draft model at /drafter…) starts only on a host whose
+    admin gave it a model folder there: SparkPanel never mounts a recipe's own volumes."""
+    missing = [f for f in recipe.folders or () if isinstance(f, dict)
+               and f.get("path") and host.model_folder_at(f["path"]) is None]  # fmt: skip
+    if not missing:
         return
-    shown = ", ".join(
-        f"{m.get('kind', 'mod')} {m.get('name') or (m.get('text') or '')[:60]!r}" for m in mods[:4]
-    ) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+    first = missing[0]
+    source = f" (its source mounted {first['source']} there)" if first.get("source") else ""
+    more = f", and {len(missing) - 1} more folder(s)" if len(missing) > 1 else ""
     raise RunRefused(
-        f"“{recipe.name}” wants {shown}: code that would run in its container, and "
-        f"{host.name} does not allow it — SparkPanel applies no mods or patches yet "
-        "(docs/recipes.md, Mods). Build what the mod does into an image on the host's "
-        "allowlist and remove it from the recipe, or ask an admin.",
-        "mods_not_allowed",
+        f"“{recipe.name}” reads {first['path']}{source}{more}, and {host.name} has no model "
+        f"folder there. An admin adds one — “HOST_FOLDER:{first['path']}”, read-only — to "
+        f"{host.name}'s model folders (Django admin → Hosts); or change the recipe to read "
+        "that model from the Hugging Face Hub (docs/recipes.md, Folders).",
+        "folder_missing",
     )
 
 
@@ -415,8 +427,10 @@ def run_create(
     of a run started with the fit override keeps it (an operator restarts it)."""
     if restart_of is not None and restart_of.fit_override_at and not fit_confirmation:
         fit_confirmation = recipe.name
-    mods_refusal(recipe, host)
     pair = pair_for_recipe(recipe, host)
+    mods_refusal(recipe, host, pair=pair is not None)
+    for spark in (pair.head, pair.worker) if pair is not None else (host,):
+        folders_refusal(recipe, spark)  # each rank reads the folder on its own Spark
     if pair is not None:
         host = pair.head  # a pair run lives on its head: the Ray head and the API server
     admission = admission_check(

@@ -83,6 +83,11 @@ def to_sparkrun(recipe: Any, argv: list[str]) -> dict:
         names = [m["name"] for m in mods if m.get("kind") in kinds and m.get("name")]
         if names:
             doc[key] = names
+    # The folders the command reads, mounted from where the recipe's source had them.
+    folders = getattr(recipe, "folders", None) or []
+    volumes = [f"{f['source']}:{f['path']}:ro" for f in folders if f.get("source")]
+    if volumes:
+        doc["volumes"] = volumes
     steps = [m["text"] for m in mods if m.get("kind") == "pre_exec" and m.get("text")]
     if steps:
         doc["pre_exec"] = steps

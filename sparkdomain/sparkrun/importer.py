@@ -17,7 +17,6 @@ the key-by-key mapping.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -265,8 +264,8 @@ def _parse(doc: Mapping, model: str, name_hint: str, *, variant: bool = False) -
         served = defaults.get("served_model_name")
         if isinstance(served, str) and served.strip():
             argv += ["--served-model-name", served.strip()]
-    argv = _unmounted(argv, doc, recipe)
     read_vector(argv, model, recipe, "command" if isinstance(command, str) else "defaults")
+    _folders(argv, doc, recipe)
     if "gpu_memory_utilization" not in fields_:
         fields_["gpu_memory_utilization"] = GB10_DEFAULT_UTILIZATION
         recipe.ignored.append(
@@ -313,37 +312,32 @@ def _mount_targets(doc: Mapping) -> dict[str, str]:
     return out
 
 
-def _unmounted(argv: list[str], doc: Mapping, recipe: SparkrunRecipe) -> list[str]:
-    """A draft model the recipe reads from a folder it mounts (`volumes`: never mounted
-    here) becomes the recipe's `draft_model`, the Hub id that folder holds — downloaded
-    like the model itself. Without a draft_model the folder stays, and the front door
-    says why it cannot be used."""
+def _folders(argv: list[str], doc: Mapping, recipe: SparkrunRecipe) -> None:
+    """The recipe's mounted folders its vLLM options read (a draft model at `/drafter`, a
+    tokenizer…): kept as they are, as the recipe's `folders` — SparkPanel never mounts a
+    recipe's volumes; a host runs the recipe once an admin gave it a model folder there."""
     targets = _mount_targets(doc)
+    used = []
+    for target, source in targets.items():
+        if target == "/" or not any(
+            arg == target or arg.startswith(target + "/") or f'"{target}"' in arg
+            or f'"{target}/' in arg
+            for arg in argv[3:]
+        ):  # fmt: skip
+            continue
+        used.append({"path": target, "source": str(source)[:300]})
+    if not used:
+        return
+    recipe.fields["folders"] = used[:16]
+    shown = ", ".join(f"{f['path']} ({clip(f['source'], 60)})" for f in used[:4])
     draft = doc.get("draft_model")
-    if not targets:
-        return argv
-    out = list(argv)
-    for i, arg in enumerate(out[:-1]):
-        if arg.split("=", 1)[0] != "--speculative-config":
-            continue
-        try:
-            config = json.loads(out[i + 1])
-        except ValueError:
-            return out
-        path = config.get("model") if isinstance(config, dict) else None
-        if not isinstance(path, str) or path.rstrip("/") not in targets:
-            continue
-        if not isinstance(draft, str) or not draft.strip():
-            continue
-        config["model"] = draft.strip()
-        out[i + 1] = json.dumps(config, separators=(",", ":"))
-        recipe.ignored.append(
-            f"--speculative-config: the draft model is {path}, the recipe's mount of "
-            f"{clip(targets[path.rstrip('/')], 80)}; SparkPanel never mounts a recipe's "
-            f"volumes and serves the recipe's draft_model {clip(draft, 80)} instead (downloaded "
-            "like the model)."
-        )
-    return out
+    hint = (f" — or read the draft from the Hub: set the speculative config's model to "
+            f"{clip(draft, 80)}" if isinstance(draft, str) and draft.strip() else "")  # fmt: skip
+    recipe.ignored.append(
+        f"folders {shown}: the command reads them where the recipe mounts them; SparkPanel "
+        "never mounts a recipe's volumes, so a host runs this recipe once an admin gives it "
+        f"a model folder at that path (Host → model folders){hint}."
+    )
 
 
 def _rendered(command: str, chain: dict, recipe: SparkrunRecipe) -> list[str] | None:
@@ -411,8 +405,9 @@ def _noted_mounts(doc: Mapping, recipe: SparkrunRecipe) -> None:
     if volumes:
         shown = ", ".join(clip(v, 60) for v in volumes[:5])
         recipe.ignored.append(
-            f"volumes ({shown}): never mounted — a recipe adds no mounts; put the model in the "
-            "host's Hugging Face cache."
+            f"volumes ({shown}): never mounted — a recipe adds no mounts; the model comes "
+            "into the host's Hugging Face cache, and a folder the command reads needs a host "
+            "model folder an admin sets."
         )
     if isinstance(executor, Mapping):
         keys = [clip(str(k), 30) for k in executor if k != "volumes"]

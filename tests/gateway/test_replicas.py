@@ -133,7 +133,7 @@ def test_every_served_name_of_a_recipe_reaches_its_run(panel, keyed_sim, member,
     from tests.gateway.conftest import SIM_ARGS
 
     served = ["--served-model-name", *recipe.served_names]  # as the runner starts it
-    sim, run = keyed_sim(recipe, *SIM_ARGS, *served, time_scale=2, prefix="gw")
+    _sim, run = keyed_sim(recipe, *SIM_ARGS, *served, time_scale=2, prefix="gw")
     assert run.served_name == "team-qwen"
     assert run.recipe.served_names == ["team-qwen", "qwen/alt"]
     client = openai.OpenAI(base_url=panel.v1, api_key=gateway_key(member), max_retries=0)

@@ -155,6 +155,76 @@ def test_start_follow_logs_serve_stop_and_remove_in_a_real_container(engine):
 
 
 @pytest.mark.services
+def test_a_hosts_model_folder_is_mounted_read_only_and_a_missing_one_is_a_clear_error(
+    engine, tmp_path
+):
+    """An admin's model folder (Host.model_folders) is the one kind of mount beside the
+    cache: read-only at its container path; a folder missing on the Spark fails the start
+    with Docker's reason instead of an empty folder Docker would create."""
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    engine.model_folders = [f"{draft}:/drafter"]
+    port = free_port()
+    handle = engine.start(_spec(port, run_id=5))
+    attrs = engine.client.containers.get(handle.ref).attrs
+    [mount] = [m for m in attrs["Mounts"] if m["Destination"] == "/drafter"]
+    assert mount["Source"] == str(draft) and mount["RW"] is False and mount["Type"] == "bind"
+    engine.stop(handle, timeout=10)
+    engine.remove(handle)
+
+    engine.model_folders = [f"{tmp_path / 'absent'}:/drafter"]
+    with pytest.raises(EngineError, match="does not exist"):
+        engine.start(_spec(free_port(), run_id=6))
+    assert not (tmp_path / "absent").exists()
+
+
+MOD_RUN = b'#!/bin/sh\nset -e\ncp chat_template.jinja "$WORKSPACE_DIR/team.jinja"\necho patched\n'
+
+
+@pytest.mark.services
+def test_reviewed_mods_make_a_derived_image_once_and_a_failing_mod_stops_the_start(
+    engine, shell_image
+):
+    """sparkrun's way — the files at /workspace/mods/<name>, ./run.sh there with
+    WORKSPACE_DIR the image's working directory — committed into an image the run uses."""
+    from apps.hosts.engines.docker_mods import LABEL_MOD, derived_repository, modded_image
+    from sparkdomain.mods import ModBundle, derived_tag
+
+    bundle = ModBundle("fix-template", {"run.sh": MOD_RUN, "chat_template.jinja": b"{{ m }}"})
+    base_id = engine.client.images.get(shell_image).id
+    built_before = f"{derived_repository('engine-test')}:{derived_tag(base_id, [bundle])}"
+    if engine.has_image(built_before):  # images stay per machine: build it in this test
+        engine.client.images.remove(built_before, force=True)
+    said: list[str] = []
+    ref = modded_image(engine, shell_image, [bundle], say=said.append)
+    assert ref.startswith("sparkpanel-mods/engine-test:")
+    out = engine.client.containers.run(ref, ["cat", "team.jinja"], network_mode="host",
+                                       remove=True, entrypoint=[])  # fmt: skip
+    assert out == b"{{ m }}"
+    assert engine.client.images.get(ref).attrs["Config"]["WorkingDir"] == "/app"
+    assert "Applying mod fix-template (1 of 1)" in said
+    assert modded_image(engine, shell_image, [bundle], say=said.append) == ref  # built once
+    assert said[-1].startswith("Mods already applied")
+
+    broken = ModBundle("broken", {"run.sh": b"#!/bin/sh\necho cannot patch this vLLM\nexit 3\n"})
+    with pytest.raises(EngineError, match=r"run\.sh exited 3.*cannot patch this vLLM"):
+        modded_image(engine, shell_image, [bundle, broken])
+    leftovers = engine.client.containers.list(all=True, filters={"label": LABEL_MOD})
+    assert leftovers == []
+
+    # A start with mods runs its server from the derived image (sparksim, in this image).
+    engine.sim_image = shell_image
+    port = free_port()
+    handle = engine.start(_spec(port, run_id=9, mods=(bundle,)))
+    logs_until(engine, handle, "Application startup complete.")
+    image = engine.client.containers.get(handle.ref).attrs["Config"]["Image"]
+    assert image == ref
+    engine.stop(handle, timeout=10)
+    engine.remove(handle)
+
+
+@pytest.mark.services
 def test_a_redelivered_start_returns_the_same_container(engine):
     port = free_port()
     first = engine.start(_spec(port, run_id=2))

@@ -17,7 +17,7 @@ def recipe_data(**overrides) -> dict:
         "max_num_seqs": "4",
         "kv_cache_dtype": "fp8",
         "quantization": "",
-        "enable_prefix_caching": "on",
+        "enable_prefix_caching": "true",
         "max_num_batched_tokens": "",
         "tensor_parallel_size": "1",
         "reasoning_parser": "",

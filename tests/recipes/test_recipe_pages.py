@@ -413,3 +413,28 @@ def test_a_refused_edit_with_a_blank_slug_shows_the_form_again_not_an_error(
     response = client_as(admin_user).post(reverse("recipe-edit", args=[qwen.slug]), data)
     assert response.status_code == 200
     assert f'href="{qwen.get_absolute_url()}"' in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("choice", "stored", "flags"),
+    [
+        ("unknown", None, []),
+        ("true", True, ["--enable-prefix-caching"]),
+        ("false", False, ["--no-enable-prefix-caching"]),
+    ],
+)
+def test_prefix_caching_is_vllms_choice_unless_the_recipe_says(choice, stored, flags):
+    form = RecipeForm(data=recipe_data(name=f"Prefix {choice}", enable_prefix_caching=choice))
+    assert form.is_valid(), form.errors
+    recipe = form.save()
+    assert recipe.enable_prefix_caching is stored
+    argv = serve_argv(recipe)
+    assert [a for a in argv if "prefix-caching" in a] == flags
+    assert "vLLM&#x27;s default" in str(form["enable_prefix_caching"]) or (
+        "vLLM's default" in str(form["enable_prefix_caching"])
+    )
+    # The panel's own YAML keeps the choice, blank included.
+    text = recipes_to_yaml([recipe])
+    recipe.delete()
+    (again,) = recipes_from_yaml(text).created
+    assert again.enable_prefix_caching is stored

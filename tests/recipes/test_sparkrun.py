@@ -247,19 +247,20 @@ def test_every_served_model_name_is_kept_in_order() -> None:
     assert not any("served" in note for note in recipe.ignored)
 
 
-def test_a_draft_read_from_a_mounted_folder_becomes_the_recipes_draft_model() -> None:
+def test_a_draft_read_from_a_mounted_folder_is_kept_as_a_folder_the_host_must_give() -> None:
     recipe = parse_sparkrun(minimal(
         draft_model="org/draft-dflash",
-        volumes=["~/models/draft:/drafter:ro"],
+        volumes=["~/models/draft:/drafter:ro", "~/.cache/huggingface:/root/.cache/huggingface",
+                 "/srv/unused:/unused"],
         defaults={"speculative_config": '{"model":"/drafter","method":"dflash"}'},
         command="vllm serve {model} --speculative-config '{speculative_config}'",
     ))  # fmt: skip
     assert recipe.errors == {}
-    assert extra_of(recipe) == [
-        "--speculative-config",
-        '{"model":"org/draft-dflash","method":"dflash"}',
-    ]
-    assert any("never mounts a recipe's volumes" in n for n in recipe.ignored)
+    assert extra_of(recipe) == ["--speculative-config", '{"model":"/drafter","method":"dflash"}']
+    # Only the folders the command reads; the volumes themselves are never mounted.
+    assert recipe.fields["folders"] == [{"path": "/drafter", "source": "~/models/draft"}]
+    note = next(n for n in recipe.ignored if n.startswith("folders /drafter"))
+    assert "never mounts a recipe's volumes" in note and "org/draft-dflash" in note
 
 
 # --- rendering as sparkrun renders --------------------------------------------------------------
@@ -459,7 +460,7 @@ def test_real_vllm_reads_the_imported_vector_as_it_reads_sparkruns() -> None:
     doc = yaml.safe_load(REGISTRY_RECIPE)
     recipe = parse_sparkrun(doc)
     fields = {"revision": "", "served_model_name": "", "image": "", "max_num_seqs": None,
-              "quantization": "", "enable_prefix_caching": True, "enforce_eager": False,
+              "quantization": "", "enable_prefix_caching": None, "enforce_eager": False,
               "max_num_batched_tokens": None, "tensor_parallel_size": 1,
               "pipeline_parallel_size": 1, "reasoning_parser": "", "tool_call_parser": "",
               "extra_args": [], **recipe.fields}  # fmt: skip
@@ -469,7 +470,8 @@ def test_real_vllm_reads_the_imported_vector_as_it_reads_sparkruns() -> None:
     got = real_check([theirs, panel], namespace=True)
     assert [r["ok"] for r in got] == [True, True], got
     ours, sparkruns = got[1]["ns"], got[0]["ns"]
-    panel_only = {"host", "port", "distributed_executor_backend", "enable_prefix_caching"}
+    # Prefix caching too: a recipe that leaves it to vLLM leaves it to vLLM here as well.
+    panel_only = {"host", "port", "distributed_executor_backend"}
     differ = {k for k in set(ours) | set(sparkruns)
               if k not in panel_only and ours.get(k) != sparkruns.get(k)}  # fmt: skip
     assert differ == set(), {k: (sparkruns.get(k), ours.get(k)) for k in differ}

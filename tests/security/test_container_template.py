@@ -73,7 +73,7 @@ HF_TOKEN = "hf_TemplateTestToken0123456789"
 TEMPLATE_KEYS = {
     "image", "entrypoint", "command", "name", "labels", "environment", "volumes", "shm_size",
     "privileged", "cap_add", "security_opt", "detach", "stdin_open", "tty", "init",
-    "log_config", "working_dir", "device_requests", "network_mode", "ports",
+    "log_config", "working_dir", "device_requests", "network_mode", "ports", "mounts",
 }  # fmt: skip
 # Container options (docker run's, and vLLM's own config file) that must never be argv.
 CONTAINER_OPTIONS = {
@@ -229,6 +229,8 @@ hosts = st.fixed_dictionaries(
         # What the host's worker adds from its own settings, never from a recipe.
         "mounted_vllm": st.sampled_from([None, MOUNTED_VLLM]),
         "server_env": st.sampled_from([{}, WORKER_ENV]),
+        # An admin's read-only model folders (Host.model_folders), never a recipe's volumes.
+        "model_folders": st.sampled_from([[], ["/data/models/draft:/drafter", "/srv/m"]]),
     }
 )
 
@@ -244,6 +246,7 @@ def _engine(host: dict) -> DockerEngine:
     return DockerEngine(
         host_name="spark-1", gpus=host["gpus"], network=host["network"],
         publish_address=host["publish_address"], hf_cache=host["hf_cache"], hf_token=HF_TOKEN,
+        model_folders=host.get("model_folders"),
         shm_size_gib=host["shm_size_gib"], image_allowlist=host["image_allowlist"],
         server_env=host.get("server_env"), mounted_vllm=host.get("mounted_vllm"),
         client=NoDocker(),
@@ -300,7 +303,8 @@ def _path_values(argv: list[str]) -> list[str]:
 
 def _hub_id_or_inside(value: str, dirs: tuple[str, ...]) -> bool:
     """An oracle of its own: huggingface_hub's rule for `org/name`, or a plain absolute path
-    strictly inside one of `dirs` (no '..', '~', '%' or backslash at all)."""
+    strictly inside one of `dirs`, or one given with a trailing '/' (a model folder) itself
+    (no '..', '~', '%' or backslash at all)."""
     if "/" in value and not value.startswith("/"):
         try:
             validate_repo_id(value)
@@ -310,7 +314,9 @@ def _hub_id_or_inside(value: str, dirs: tuple[str, ...]) -> bool:
     if any(c in value for c in "~%\\") or ".." in value.split("/"):
         return False
     path = posixpath.normpath(value)
-    return any(path.startswith(d + "/") for d in dirs)
+    return any(path == d.rstrip("/") if d.endswith("/") else False for d in dirs) or any(
+        path.startswith(d.rstrip("/") + "/") for d in dirs
+    )
 
 
 def _check_argv(argv: list[str], model_id: str, bind: str, port: int) -> None:
@@ -358,6 +364,13 @@ def _check_container(config: dict, host: dict, argv: list[str], image: str) -> N
         expected_mounts.update({path: {"bind": path, "mode": "ro"} for path in mounted.paths})
         expected_env.update(PYTHONUNBUFFERED="1", HOME="/root")
     assert config["volumes"] == expected_mounts
+    folders = host.get("model_folders") or []
+    expected_binds = [
+        {"Target": target, "Source": source, "Type": "bind", "ReadOnly": True}
+        for source, _, target in (e.partition(":") for e in folders)
+    ]
+    expected_binds = [{**b, "Target": b["Target"] or b["Source"]} for b in expected_binds]
+    assert [dict(m) for m in config.get("mounts", [])] == expected_binds
     assert config["entrypoint"] == [mounted.executable if mounted else "vllm"]
     assert isinstance(config["command"], list) and config["command"] == argv[1:]
     assert config["command"][0] == "serve"
@@ -402,7 +415,7 @@ def test_whatever_the_recipe_form_accepts_becomes_the_fixed_container_template()
         engine = _engine(host)
         if not all(_hub_id_or_inside(v, engine.model_dirs) for v in _path_values(argv)):
             seen["path_refused"] += 1  # a host without a Hugging Face cache: Hub ids only
-            with pytest.raises(EngineError, match="model directory"):
+            with pytest.raises(EngineError, match="model director"):
                 engine.container_config(spec)
             return
         if not image_allowed(host["image_allowlist"], recipe.image):

@@ -32,6 +32,7 @@ def engine_for(host) -> Engine:
             server_env=settings.VLLM_ENV,
             hf_token=settings.HF_TOKEN,  # a real vLLM's only; never the worker's whole env
             hf_home=host.hf_cache_path,
+            model_folders=list(host.model_folders or ()),
         )
     from apps.hosts.engines.docker import DockerEngine, MountedVllm
 
@@ -41,6 +42,7 @@ def engine_for(host) -> Engine:
         gpus=host.gpus and not host.simulated,
         network=host.docker_network,
         hf_cache=host.hf_cache_path,
+        model_folders=list(host.model_folders or ()),
         hf_token=settings.HF_TOKEN,  # from the worker's environment; never stored
         shm_size_gib=host.shm_size_gib,
         image_allowlist=host.image_allowlist,

@@ -34,6 +34,9 @@ class LaunchSpec:
     # The head Ray node's handle ref: vLLM's driver finds its node among the processes it
     # can see, so a container shares that node's process namespace (never the host's).
     ray_node_ref: str = ""
+    # Reviewed container mods (sparkdomain/mods.py) the recipe's image gets before vLLM
+    # starts: a Docker engine applies them (docker_mods.py); a local process cannot.
+    mods: tuple = ()
 
 
 # What a managed thing is: a run's model server, or one of a pair run's Ray nodes.

@@ -7,7 +7,9 @@ image (checked against the host's allowlist). The template:
 - the GPUs (`--gpus all`) when the host requests them, nothing else from /dev;
 - the host's network settings: its own network namespace with the run's port published,
   or the host network when an admin chose it;
-- one mount: the host's Hugging Face cache, set by an admin;
+- the host's Hugging Face cache, set by an admin, and the host's model folders (an admin's
+  `HOST_FOLDER:CONTAINER_PATH` entries, read-only, never over a system directory:
+  sparkdomain/model_refs.py) — nothing else of the Spark's disk;
 - `HF_TOKEN` from the worker's environment (a secret never stored, shown or logged);
 - a bounded `shm_size` instead of the host IPC namespace;
 - labels `sparkpanel.run=<id>` and `sparkpanel.host=<name>`, and the name
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, Mount
 
 from apps.hosts.engines.base import (
     ROLE_SERVER,
@@ -54,11 +56,12 @@ from apps.hosts.engines.base import (
     sim_args_for,
     sim_env,
 )
+from apps.hosts.engines.docker_mods import modded_image
 from apps.hosts.engines.docker_pull import PullProgress, _PullState
 from apps.hosts.engines.docker_ray import LABEL_ROLE, DockerRayNodes
 from sparkdomain.command import UnsafeCommand, assert_safe_argv
 from sparkdomain.images import OFFICIAL_IMAGES_TEXT, is_official_image
-from sparkdomain.model_refs import HF_CACHE_IN_CONTAINER, server_model_dirs
+from sparkdomain.model_refs import HF_CACHE_IN_CONTAINER, server_model_dirs, split_model_folder
 
 ROOT = Path(__file__).resolve().parents[3]
 LABEL_RUN = "sparkpanel.run"
@@ -170,6 +173,7 @@ class DockerEngine(DockerRayNodes, Engine):
         network: str = "bridge",
         publish_address: str = "",
         hf_cache: str = "",
+        model_folders: list[str] | None = None,
         hf_token: str = "",
         shm_size_gib: float = 16,
         image_allowlist: list[str] | None = None,
@@ -191,6 +195,8 @@ class DockerEngine(DockerRayNodes, Engine):
         self.network = network
         self.publish_address = publish_address
         self.hf_cache = hf_cache
+        # Host.model_folders: validated there (sparkdomain.model_refs.model_folders_problem).
+        self.model_folders = list(model_folders or [])
         self._hf_token = hf_token
         self.shm_size_gib = shm_size_gib
         self.image_allowlist = list(image_allowlist or [])
@@ -317,8 +323,18 @@ class DockerEngine(DockerRayNodes, Engine):
     @property
     def model_dirs(self) -> tuple[str, ...]:
         """Where a recipe's local model or tokenizer may lie, as the container sees it: the
-        host's Hugging Face cache, mounted at HF_CACHE_IN_CONTAINER (none: Hub ids only)."""
-        return server_model_dirs(self.hf_cache, in_container=True)
+        host's Hugging Face cache, mounted at HF_CACHE_IN_CONTAINER, and its model folders
+        (none: Hub ids only)."""
+        return server_model_dirs(self.hf_cache, in_container=True, folders=self.model_folders)
+
+    def folder_mounts(self) -> list[Mount]:
+        """The host's model folders: read-only binds that fail when the host folder is
+        missing (a `volumes` bind would create an empty one, and vLLM would then fail far
+        from the cause)."""
+        return [
+            Mount(target=target, source=source, type="bind", read_only=True)
+            for source, target in map(split_model_folder, self.model_folders)
+        ]
 
     def _check_image(self, image: str) -> None:
         if not image_allowed(self.image_allowlist, image):
@@ -390,6 +406,8 @@ class DockerEngine(DockerRayNodes, Engine):
         }
         if working_dir:
             config["working_dir"] = working_dir
+        if self.model_folders:
+            config["mounts"] = self.folder_mounts()
         if spec.pair:  # vLLM's driver joins the head's Ray node on its own machine:
             if self.network != "host":
                 raise EngineError("a pair's API server needs the host's network (Ray, NCCL)")
@@ -422,6 +440,8 @@ class DockerEngine(DockerRayNodes, Engine):
             return Handle(self.name, existing.id)
         if config["image"] == SIM_BASE_IMAGE:
             self._ensure_sim_base()
+        if spec.mods:  # the image with the reviewed mods applied (built once per host)
+            config["image"] = modded_image(self, config["image"], spec.mods)
         try:
             container = self.client.containers.create(**config)
         except docker.errors.ImageNotFound:

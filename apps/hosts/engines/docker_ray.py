@@ -84,6 +84,8 @@ class DockerRayNodes:
             "network_mode": "host",
             **fixed_template(self.shm_size_gib),
         }
+        if self.model_folders and not self.simulated:  # each rank reads them on its Spark
+            config["mounts"] = self.folder_mounts()
         if self.gpus:
             from docker.types import DeviceRequest
 

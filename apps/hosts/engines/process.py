@@ -103,8 +103,11 @@ class ProcessEngine(Engine):
         hf_token: str = "",
         host_name: str = "",
         hf_home: str = "",
+        model_folders: list[str] | None = None,
     ):
         self.host_name = host_name
+        # The host's model folders (Host.model_folders): read where they lie.
+        self.model_folders = list(model_folders or [])
         # The host's Hugging Face cache (where the worker downloaded the weights): the
         # server's HF_HOME; blank leaves the worker's own (or vLLM's default).
         self.hf_home = hf_home
@@ -123,8 +126,8 @@ class ProcessEngine(Engine):
     @property
     def model_dirs(self) -> tuple[str, ...]:
         """Where a recipe's local model or tokenizer may lie: the host's Hugging Face cache,
-        the server's HF_HOME (none set: Hub ids only)."""
-        return server_model_dirs(self.hf_home, in_container=False)
+        the server's HF_HOME, and its model folders (none set: Hub ids only)."""
+        return server_model_dirs(self.hf_home, in_container=False, folders=self.model_folders)
 
     def command(self, argv: list[str], spec: LaunchSpec | None = None) -> list[str]:
         """The same vector vLLM gets; only the executable differs."""
@@ -155,6 +158,8 @@ class ProcessEngine(Engine):
         return self.runs_dir / str(run_id)
 
     def start(self, spec: LaunchSpec) -> Handle:
+        if spec.mods:  # the admission refuses them first (apps/runs/mods.py); never silently
+            raise EngineError("a local server has no container to apply mods in")
         command = self.command(spec.argv, spec)
         run_dir = self._dir(spec.run_id)
         existing = self._running_in(run_dir)
