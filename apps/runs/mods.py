@@ -145,14 +145,18 @@ def bundles_for(recipe: Recipe, host: Host, *, pair: bool = False) -> list[rules
     wanted = recipe_mods(recipe)
     if not wanted:
         return []
+    # A `patches:` list names what the image was built with: sparkrun does not apply it.
+    wanted = [m for m in wanted if m.get("kind") != "patch"]
+    if not wanted:
+        return []
     other = [m for m in wanted if m.get("kind") != "mod"]
     if other:
         shown = ", ".join(_what(m) for m in other[:3])
         raise ModRefused(
-            f"“{recipe.name}” wants {shown}: shell steps and patches around vLLM are code "
-            "SparkPanel never runs (only reviewed sparkrun mods are applied). Build them into "
-            "an image on the host's allowlist, or into a mod an admin approves, and remove "
-            "them from the recipe (docs/recipes.md, Mods)."
+            f"“{recipe.name}” wants {shown}: shell steps around vLLM are code SparkPanel never "
+            "runs (only reviewed sparkrun mods are applied). Build them into an image on the "
+            "host's allowlist, or into a mod an admin approves, and remove them from the "
+            "recipe (docs/recipes.md, Mods)."
         )
     if host.engine != Host.Engine.DOCKER:
         raise ModRefused(
@@ -200,6 +204,10 @@ def approvals(recipe: Recipe) -> list[dict]:
     }
     out = []
     for item in wanted:
+        if item.get("kind") == "patch":
+            out.append({"what": _what(item), "state": "kept, not applied (as in sparkrun)",
+                        "hosts": []})  # fmt: skip
+            continue
         if item.get("kind") != "mod":
             out.append({"what": _what(item), "state": "never run", "hosts": []})
             continue

@@ -387,12 +387,28 @@ def _code(doc: Mapping, recipe: SparkrunRecipe) -> list[dict]:
                 out.append({"kind": kind, "text": clip(text, 2000)})
         if len(items) > MAX_CODE_ITEMS:
             recipe._error(key, f"more than {MAX_CODE_ITEMS} entries")
-    if out:
-        names = ", ".join(m.get("name") or m["kind"] for m in out[:6])
+
+    def listed(kinds: set[str]) -> str:
+        chosen = [m.get("name") or clip(m.get("text") or "", 40) for m in out if m["kind"] in kinds]
+        return ", ".join(chosen[:6]) + (", …" if len(chosen) > 6 else "")
+
+    if any(m["kind"] == "mod" for m in out):
         recipe.ignored.append(
-            f"mods and commands kept ({names}{', …' if len(out) > 6 else ''}): code that would "
-            "run in the container; a start refuses it unless the host allows it "
-            "(docs/recipes.md, Mods)."
+            f"mods kept ({listed({'mod'})}): code that runs in the container before vLLM; a "
+            "start applies them only where an admin reviewed and approved each one for the "
+            "host (docs/recipes.md, Mods)."
+        )
+    if any(m["kind"] == "patch" for m in out):
+        recipe.ignored.append(
+            f"patches kept ({listed({'patch'})}): sparkrun does not apply a `patches:` list "
+            "(it names what the recipe's image was built with), and neither does SparkPanel."
+        )
+    steps = {"pre_exec", "post_exec", "post_commands", "command"}
+    if any(m["kind"] in steps for m in out):
+        recipe.ignored.append(
+            f"commands around vLLM kept ({listed(steps)}): shell code SparkPanel never runs"
+            " — a start refuses the recipe until they are "
+            "removed or built into an image or a reviewed mod (docs/recipes.md, Mods)."
         )
     return out
 

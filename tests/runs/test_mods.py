@@ -134,6 +134,8 @@ def test_a_start_says_what_it_cannot_apply(admin_user, tmp_path, docker_hosts, s
     shell = modded("Shell", {"kind": "command", "text": "pip install y"})
     with pytest.raises(ModRefused, match="never runs"):
         bundles_for(shell, docker_hosts[0])
+    # A `patches:` list names what the image was built with: never applied, never refused.
+    assert bundles_for(modded("Patched", {"kind": "patch", "name": "p.py"}), sim_host) == []
     with pytest.raises(ModRefused, match="local process"):
         bundles_for(modded("Local"), sim_host)
     with pytest.raises(ModRefused, match="pair"):
@@ -168,4 +170,4 @@ def test_the_recipe_page_says_where_each_mod_may_run(client, operator, admin_use
     section = page.split('id="recipe-mods"')[1].split("</div>")[0]
     assert "fix-template&#x27;</code>: approved on dock-2" in section
     assert "mods/other&#x27;</code>: not added" in section
-    assert "p.diff&#x27;</code>: never run" in section
+    assert "p.diff&#x27;</code>: kept, not applied (as in sparkrun)" in section
