@@ -25,6 +25,10 @@ class Command(BaseCommand):
         # Bypass Django's own option parsing so that `--help`, `--url` and the rest reach
         # the CLI, and its exit codes (2 timed out, 3 regression, …) reach the shell.
         prog = f"{os.path.basename(argv[0])} {argv[1]}"
+        if argv[2:3] == ["plan"]:  # runs here, without the API (apps/api/plan_cli.py)
+            from apps.api.plan_cli import main as plan_main
+
+            sys.exit(plan_main(argv[3:], prog=prog))
         logging.getLogger("httpx").setLevel(logging.WARNING)  # no per-request log lines
         sys.exit(main(argv[2:], prog=prog))
 

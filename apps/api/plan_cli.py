@@ -1,0 +1,150 @@
+"""`manage.py spark plan [options] -- vllm serve MODEL [flags…]`: will this command start on
+this host, and what will vLLM print? Runs here, not through the API (no server needed).
+
+    manage.py spark plan --host spark-1 -- vllm serve Qwen/Qwen3-0.6B --max-model-len 32768
+    manage.py spark plan --json --config config.json --checkpoint-gib 21.8 \\
+        --vllm-version 0.22.1 --total-gib 121.69 -- vllm serve nvidia/Qwen3.6-35B-A3B-NVFP4 …
+
+Inputs: the model's config.json (`--config FILE`, else the host's Hugging Face cache, else
+the hub unless offline), its checkpoint size (`--checkpoint-gib`, else the cache or the
+hub's file sizes), the vLLM version (`--vllm-version`, default the host's), the host's
+memory (`--total-gib`, `--free-gib`, default the host's measured figures). The answer is
+vLLM's (vllm_adapter/startup) beside the panel's own rule (`panel_allows`, `panel_reason`:
+utilization ≤ 0.90 and the guard's freeze margin). docs/recipes.md, "What vLLM does at
+start-up".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from sparkdomain import spark
+from vllm_adapter.startup import ModelConfigError, predict
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} plan",
+        description="Predict what vLLM does when it starts a command: the figures it prints "
+        "and whether it starts (its error, in its words), beside the panel's own rule.",
+        epilog="Everything after -- is the command: vllm serve MODEL [flags…].",
+    )
+    parser.add_argument("--host", help="a host of the panel: its vLLM version and memory")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument("--config", type=Path, help="the model's config.json")
+    parser.add_argument("--checkpoint-gib", type=float, help="the checkpoint's size (GiB)")
+    parser.add_argument("--vllm-version", help="the vLLM version (default: the host's)")
+    parser.add_argument("--total-gib", type=float, help="CUDA's total memory per GPU (GiB)")
+    parser.add_argument("--free-gib", type=float, help="the free memory CUDA reports (GiB)")
+    return parser
+
+
+def main(argv: list[str], prog: str = "manage.py spark") -> int:
+    if "--" in argv:
+        at = argv.index("--")
+        own, command = argv[:at], argv[at + 1 :]
+    else:
+        own, command = argv, []
+    parser = _parser(prog)
+    args = parser.parse_args(own)
+    if command[:2] != ["vllm", "serve"] or len(command) < 3:
+        parser.error("give the command after --: vllm serve MODEL [flags…]")
+    host = _host(args.host) if args.host else None
+    version = args.vllm_version or (host.contract_version if host else None)
+    total = args.total_gib or (host.cuda_visible_gib if host else spark.CUDA_VISIBLE_GIB)
+    free = args.free_gib if args.free_gib is not None else _free(host)
+    if not version:
+        from vllm_adapter import contract
+
+        version = contract.latest_version()
+    try:
+        config = _config(args.config, command[2], host)
+        prediction = predict(config, command, vllm_version=version, total_gib=total,
+                             free_gib=free, checkpoint_gib=args.checkpoint_gib,
+                             env=os.environ)  # fmt: skip
+    except (ModelConfigError, ValueError, OSError) as exc:
+        print(f"{prog} plan: {exc}", file=sys.stderr)
+        return 2
+    out = prediction.as_dict()
+    out.update(_panel_verdict(prediction, command, version))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(_text(out))
+    return 0
+
+
+def _host(name: str):
+    from apps.hosts.models import Host
+
+    host = Host.objects.filter(name=name).first()
+    if host is None:
+        raise SystemExit(f"no host named {name!r}")
+    return host
+
+
+def _free(host) -> float | None:
+    """The free memory CUDA will see on the host now (on a GB10: MemAvailable), from the
+    host agent's last reading; None when the panel has none."""
+    if host is None:
+        return None
+    try:
+        memory = host.memory()
+    except Exception:  # no reading: the gate is not judged
+        return None
+    available = getattr(memory, "available_bytes", None)
+    return available / (1 << 30) if available else None
+
+
+def _config(path: Path | None, model: str, host) -> dict:
+    if path is None:
+        raise ModelConfigError(
+            f"give the model's config.json (--config FILE): reading {model}'s from a host's "
+            "cache or the hub is not done yet"
+        )
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelConfigError(f"{path} is over {MAX_CONFIG_BYTES // (1 << 20)} MiB")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise ModelConfigError(f"{path} is not JSON: {exc}") from None
+
+
+def _panel_verdict(prediction, command: list[str], version: str) -> dict:
+    from vllm_adapter.startup import read_options
+
+    options, _ = read_options(command, version)
+    utilization = options.get("gpu_memory_utilization")
+    if utilization is not None and float(utilization) > float(spark.MAX_GPU_MEMORY_UTILIZATION):
+        return {"panel_allows": False, "panel_reason": (
+            f"--gpu-memory-utilization {utilization} is above the Spark's "
+            f"{spark.MAX_GPU_MEMORY_UTILIZATION}: the whole machine can freeze")}  # fmt: skip
+    if utilization is None:
+        return {"panel_allows": False, "panel_reason": (
+            "no --gpu-memory-utilization: vLLM's default is above the Spark's "
+            f"{spark.MAX_GPU_MEMORY_UTILIZATION}")}  # fmt: skip
+    if not prediction.starts:
+        return {"panel_allows": False, "panel_reason": f"vLLM would not start: {prediction.error}"}
+    return {"panel_allows": True, "panel_reason": None}
+
+
+def _text(out: dict) -> str:
+    lines = [f"vLLM {out['vllm_version']}: " + ("starts" if out["starts"] else "does not start")]
+    if out["error"]:
+        lines.append(f"  error: {out['error']}")
+    for key, label in (("model_loading_gib", "Model loading took (GiB)"),
+                       ("available_kv_cache_gib", "Available KV cache memory (GiB)"),
+                       ("kv_cache_tokens", "GPU KV cache size (tokens)"),
+                       ("max_concurrency", "Maximum concurrency")):  # fmt: skip
+        if out[key] is not None:
+            lines.append(f"  {label}: {out[key]:,}")
+    lines.append("  panel: " + ("allows it" if out["panel_allows"] else out["panel_reason"]))
+    for note in out["notes"]:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,252 @@
+"""What vLLM does at start-up (vllm_adapter/startup): each rule pinned to a line vLLM printed
+on a real machine or to its source. The configs are the public models' own dimensions,
+written out here (issue 40)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vllm_adapter.startup import predict
+from vllm_adapter.startup.kv import CacheOptions, layout
+from vllm_adapter.startup.model import FULL, GDN, MAMBA2, SLIDING, read_model
+from vllm_adapter.startup.rules import rules_for
+
+GIB = 1 << 30
+
+# Qwen3.6-35B-A3B's text config (public config.json, trimmed to what vLLM reads).
+QWEN36_MOE = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "model_type": "qwen3_5_moe_text", "dtype": "bfloat16", "num_hidden_layers": 40,
+        "full_attention_interval": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
+        "head_dim": 256, "hidden_size": 2048, "num_experts": 256, "num_experts_per_tok": 8,
+        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+        "linear_num_value_heads": 32, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32",
+        "mtp_num_hidden_layers": 1, "max_position_embeddings": 262144, "vocab_size": 248320,
+    },
+    "vision_config": {"depth": 27},
+}  # fmt: skip
+# Qwen3.6-27B (dense hybrid).
+QWEN36_DENSE = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+    "text_config": {**QWEN36_MOE["text_config"], "model_type": "qwen3_5_text",
+                    "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
+                    "hidden_size": 5120, "intermediate_size": 17408, "num_experts": 0,
+                    "linear_num_value_heads": 48},
+}  # fmt: skip
+# NVIDIA-Nemotron-3-Nano-30B-A3B (Mamba2 hybrid).
+NEMOTRON_NANO = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+    "vocab_size": 131072, "hidden_size": 2688, "num_hidden_layers": 52,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 2,
+    "max_position_embeddings": 262144, "ssm_state_size": 128, "mamba_num_heads": 64,
+    "n_groups": 8, "mamba_head_dim": 64, "conv_kernel": 4, "n_routed_experts": 128,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 1856, "mlp_hidden_act": "relu2",
+}  # fmt: skip
+QWEN3_SMALL = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 1024,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+    "vocab_size": 151936, "tie_word_embeddings": True,
+}  # fmt: skip
+
+
+def test_the_layers_are_read_as_the_model_classes_build_them() -> None:
+    moe = read_model(QWEN36_MOE)
+    assert [layer.kind for layer in moe.layers[:4]] == [GDN, GDN, GDN, FULL]
+    assert sum(layer.kind == FULL for layer in moe.layers) == 10 and moe.is_multimodal
+    nano = read_model(NEMOTRON_NANO)
+    kinds = [layer.kind for layer in nano.layers]  # M and * keep state; E and - do not
+    assert kinds.count(MAMBA2) == 23 and kinds.count(FULL) == 6
+    gemma = read_model({"num_hidden_layers": 6, "hidden_size": 2816, "num_attention_heads": 16,
+                        "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512,
+                        "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+                        "sliding_window": 1024,
+                        "layer_types": ["sliding_attention"] * 5 + ["full_attention"]})  # fmt: skip
+    assert [layer.kind for layer in gemma.layers] == [SLIDING] * 5 + [FULL]
+    global_layer = gemma.layers[-1]  # K and V both kept (see the Gemma 4 test below)
+    assert (global_layer.kv_heads, global_layer.head_dim, global_layer.head_dim_v) == (2, 512, 512)
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "block_size", "logged"),
+    [
+        # vLLM 0.22.1 on a GB10, MTP with 2 speculative tokens: "Setting attention block size
+        # to 2128 tokens to ensure that attention page size is >= mamba page size."
+        (QWEN36_MOE, {"kv_cache_dtype": "fp8", "num_speculative_tokens": 2,
+                      "speculative_method": "mtp"}, 2128, "0.22.1"),
+        # vLLM 0.23.1 on a GB10: "Setting attention block size to 1568 tokens …"
+        (QWEN36_DENSE, {"kv_cache_dtype": "fp8"}, 1568, "0.23.1"),
+        # vLLM 0.26.0 on a GB10: "Setting attention block size to 4176 tokens …" and
+        # "Padding mamba page size by 0.19% …" (NemotronH's SSM state is float32).
+        (NEMOTRON_NANO, {"kv_cache_dtype": "fp8"}, 4176, "0.26.0"),
+    ],
+)  # fmt: skip
+def test_a_hybrid_raises_the_block_size_until_a_page_holds_a_state(config, options, block_size,
+                                                                   logged) -> None:  # fmt: skip
+    model = read_model(config)
+    lay = layout(model, CacheOptions(max_model_len=262144, **options), rules_for(logged))
+    assert lay.block_size == block_size
+    assert f"Setting attention block size to {block_size} tokens" in lay.notes[0]
+    if config is NEMOTRON_NANO:
+        attn_page = block_size * 2 * 2 * 128  # fp8 K and V, 2 KV heads, head_dim 128
+        state = 3 * (64 * 64 + 2 * 8 * 128) * 2 + 64 * 64 * 128 * 4
+        assert lay.page_bytes == attn_page and round((attn_page / state - 1) * 100, 2) == 0.19
+
+
+def test_a_uniform_model_is_one_group_and_its_tokens_are_blocks_times_block_size() -> None:
+    """A plain attention model: one group of every layer, bs 16; vLLM 0.27.1 on a GB10 gave
+    Qwen3-0.6B 69.4 GiB of KV cache and "GPU KV cache size: 649,728 tokens"."""
+    model = read_model(QWEN3_SMALL)
+    rules = rules_for("0.27.1")
+    lay = layout(model, CacheOptions(max_model_len=40960), rules)
+    assert (lay.block_size, lay.groups, lay.bytes_per_block) == (
+        16,
+        ["full"],
+        28 * 16 * 8 * 256 * 2,
+    )
+    got = predict(QWEN3_SMALL, ["vllm", "serve", "Qwen/Qwen3-0.6B", "--kv-cache-memory-bytes",
+                                str(int(69.4 * GIB))], vllm_version="0.27.1", total_gib=121.69)  # fmt: skip
+    assert got.starts and abs(got.kv_cache_tokens - 649_728) / 649_728 < 0.002
+
+
+def test_the_start_gate_refuses_in_vllms_words() -> None:
+    """A GB10 reporting 101.28 of 121.63 GiB free refused --gpu-memory-utilization 0.9
+    (vLLM 0.16: "Free memory on device cuda:0 (101.28/121.63 GiB) on startup is less than
+    desired GPU memory utilization (0.9, 109.47 GiB)")."""
+    got = predict(QWEN3_SMALL, ["vllm", "serve", "m/x", "--gpu-memory-utilization", "0.9"],
+                  vllm_version="0.16.0", total_gib=121.63, free_gib=101.28)  # fmt: skip
+    assert not got.starts
+    assert "Free memory on device cuda:0 (101.28/121.63 GiB) on startup is less than desired " \
+           "GPU memory utilization (0.9, 109.47 GiB)" in got.error  # fmt: skip
+    fine = predict(QWEN3_SMALL, ["vllm", "serve", "m/x", "--gpu-memory-utilization", "0.8"],
+                   vllm_version="0.16.0", total_gib=121.63, free_gib=101.28)  # fmt: skip
+    assert fine.starts and fine.error is None
+
+
+def test_one_full_length_request_that_does_not_fit_is_vllms_refusal_not_more() -> None:
+    """vLLM refuses only when one max_model_len request does not fit; fewer sequences at
+    once than asked is no refusal (kv_cache_planning.py::_check_enough_kv_cache_memory)."""
+    argv = ["vllm", "serve", "m/x", "--max-model-len", "40960", "--max-num-seqs", "1024"]
+    small = predict(QWEN3_SMALL, [*argv, "--kv-cache-memory-bytes", str(1 * GIB)],
+                    vllm_version="0.33.0", total_gib=121.69)  # fmt: skip
+    assert not small.starts
+    assert "To serve at least one request with the model's max seq len (40960)" in small.error
+    assert "is larger than the available KV cache memory" in small.error
+    enough = predict(QWEN3_SMALL, [*argv, "--kv-cache-memory-bytes", str(8 * GIB)],
+                     vllm_version="0.33.0", total_gib=121.69)  # fmt: skip
+    assert enough.starts and 1 < enough.max_concurrency < 1024  # serves fewer at once
+
+
+def test_the_command_line_answers_one_json_object(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN3_SMALL))
+    done = subprocess.run(
+        [sys.executable, "manage.py", "spark", "plan", "--json", "--config", str(config),
+         "--vllm-version", "0.33.0", "--total-gib", "121.69", "--", "vllm", "serve",
+         "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.95"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    for key in ("model_loading_gib", "available_kv_cache_gib", "kv_cache_tokens",
+                "max_concurrency", "starts", "error", "panel_allows", "panel_reason"):  # fmt: skip
+        assert key in answer
+    assert answer["starts"] is True  # vLLM would start it …
+    assert answer["panel_allows"] is False and "0.90" in answer["panel_reason"]  # … the panel not
+
+
+@pytest.mark.django_db
+def test_a_host_gives_its_version_and_its_free_memory(tmp_path, sim_host) -> None:
+    """`--host`: the host's vLLM version and the free memory its agent reads (MemAvailable,
+    what CUDA reports free on a GB10) judge the start gate."""
+    from apps.api.plan_cli import main
+
+    sim_host.meminfo_path = str(tmp_path / "meminfo")
+    sim_host.simulated = False
+    sim_host.save()
+    (tmp_path / "meminfo").write_text("MemTotal: 127000000 kB\nMemAvailable: 60000000 kB\n")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN3_SMALL))
+    args = ["--json", "--host", sim_host.name, "--config", str(config), "--", "vllm", "serve",
+            "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.8"]  # fmt: skip
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    answer = json.loads(out.getvalue())
+    assert answer["vllm_version"] == sim_host.contract_version
+    assert not answer["starts"] and "Free memory on device" in answer["error"]  # 57 < 97 GiB
+
+
+GEMMA4_26B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "text_config": {
+        "hidden_size": 2816, "num_hidden_layers": 30, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "num_global_key_value_heads": 2, "head_dim": 256,
+        "global_head_dim": 512, "intermediate_size": 2112, "moe_intermediate_size": 704,
+        "num_experts": 128, "top_k_experts": 8, "sliding_window": 1024, "vocab_size": 262144,
+        "max_position_embeddings": 262144, "attention_k_eq_v": True, "torch_dtype": "bfloat16",
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+    },
+}  # fmt: skip
+
+
+def test_sliding_and_global_layers_share_one_page_and_a_request_holds_a_window() -> None:
+    """vLLM 0.20.0 on a GB10, gemma-4-26B-A4B at 8,192 tokens with 4,096 batched tokens:
+    "GPU KV cache size: 177,440 tokens", "Maximum concurrency for 8,192 tokens per request:
+    35.75x". Sliding pages (8 heads × 256) are the largest; the global layers' (2 heads ×
+    512, K and V) are block-scaled ×2; five sliding groups and one global group of five: a
+    request needs 5 × (⌈(1024 − 1 + 4096) / 16⌉ + 1) + 8192 / 32 = 1861 blocks."""
+    model = read_model(GEMMA4_26B)
+    rules = rules_for("0.20.0")
+    lay = layout(model, CacheOptions(max_model_len=8192, max_num_batched_tokens=4096), rules)
+    assert lay.groups.count("sliding") == 5 and lay.groups.count("full") == 1
+    assert lay.blocks_per_request == 1861 and lay.bytes_per_block == 5 * 16 * 8 * 512 * 2
+    num_blocks = 66_540  # 177,440 tokens = (blocks // 6 groups) × 16 in 0.20.0
+    got = predict(GEMMA4_26B, ["vllm", "serve", "google/gemma-4-26B-A4B-it", "--max-model-len",
+                               "8192", "--max-num-batched-tokens", "4096",
+                               "--kv-cache-memory-bytes", str(num_blocks * lay.bytes_per_block)],
+                  vllm_version="0.20.0", total_gib=121.69)  # fmt: skip
+    assert got.max_concurrency == 35.75 and got.kv_cache_tokens == 177_440
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.13.0", {"util": 0.9, "tokens_rule": "blocks", "fit": "all layers", "null": False}),
+        ("0.16.0", {"util": 0.9, "tokens_rule": "blocks", "fit": "first group", "null": False}),
+        ("0.20.0", {"util": 0.92, "tokens_rule": "blocks", "fit": "all groups", "null": False}),
+        ("0.20.1", {"util": 0.92, "tokens_rule": "concurrency", "fit": "all groups",
+                    "null": False}),
+        ("0.29.1", {"util": 0.92, "tokens_rule": "concurrency", "fit": "all groups", "null": True}),
+        ("0.23.1rc1.dev1181+g6a9f24aa8", {"util": 0.92, "tokens_rule": "concurrency",
+                                           "fit": "all groups", "null": False}),
+    ],
+)  # fmt: skip
+def test_each_version_follows_the_rules_its_release_has(version, expected) -> None:
+    rules = rules_for(version)
+    assert rules.default_utilization == expected["util"]
+    assert rules.at_least("0.20.1") == (expected["tokens_rule"] == "concurrency")
+    assert rules.fit_counts == expected["fit"] and rules.holds_null_block == expected["null"]
+
+
+def test_the_mamba_mode_prefix_caching_gives_a_hybrid_by_release() -> None:
+    """models/config.py MambaModelConfig: 'all' for the Mamba2 family (0.16–0.27), 'align'
+    for the others and for everyone from 0.28; prefix caching is on for hybrids from 0.26."""
+    nano, qwen = read_model(NEMOTRON_NANO), read_model(QWEN36_MOE)
+    assert rules_for("0.22.1").mamba_mode(nano, True) == "all"
+    assert rules_for("0.22.1").mamba_mode(qwen, True) == "align"
+    assert rules_for("0.28.0").mamba_mode(nano, True) == "align"
+    assert not rules_for("0.25.0").prefix_caching_default(True)
+    assert rules_for("0.26.0").prefix_caching_default(True)
+    assert rules_for("0.15.0").mamba_mode(qwen, True) == "none"

@@ -1,0 +1,170 @@
+"""The memory vLLM takes before the KV cache: weights, what the profiling run peaks at, the
+memory outside torch, the CUDA-graph estimate — and the start gate. Pure arithmetic.
+
+vLLM 0.33 (gpu_worker.py::determine_available_memory, utils/mem_utils.py::memory_profiling):
+
+    requested     = ceil(total × utilization)            (the start gate: free0 < requested raises)
+    non_kv        = consumed + activation_peak           (consumed: free0 - free after profiling,
+                                                          MemAvailable on a GB10)
+    available_kv  = requested - non_kv - cudagraph_estimate   (estimate subtracted since 0.21)
+
+What is exact here: the gate and its words, the order, the weights when the checkpoint size
+is known (less the draft layers a command without speculative decoding does not load). What
+is an estimate, labelled as one: the activation peak of the profiling run (the largest
+transient tensors of one forward over max_num_batched_tokens tokens — MLP, gated-delta-net
+projections, the MoE workspace — plus the sampler's logits) and the memory outside torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from vllm_adapter.startup import params
+from vllm_adapter.startup.model import DTYPE_BYTES, GDN, MAMBA2, TextModel
+
+GIB = 1 << 30
+# Memory a GB10 start-up takes outside torch's allocator before the KV cache: the CUDA
+# context, cuBLAS/cuDNN workspaces, NCCL, compiled kernels. vLLM 0.27.1 on a GB10 printed
+# "Actual usage is 3.35 GiB for consumed memory (weights + non-torch)" for Qwen3-0.6B, whose
+# weights are 1.12 GiB: 2.2 GiB outside torch (a public DGX Spark set-up memo, 2026-09).
+NON_TORCH_GB10_GIB = 2.2
+
+START_GATE = (
+    "Free memory on device cuda:0 ({free:.2f}/{total:.2f} GiB) on startup is less than desired "
+    "GPU memory utilization ({util}, {requested:.2f} GiB). Decrease GPU memory utilization or "
+    "reduce GPU memory used by other processes."
+)
+
+
+@dataclass
+class Budget:
+    requested: int
+    weights: int
+    weights_source: str
+    activation_peak: int
+    non_torch: int
+    cudagraph_estimate: int
+    cudagraph_subtracted: bool
+    available_kv: int
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def bytes_per_param(fmt: str) -> float:
+    return {"nvfp4": 0.5625, "mxfp4": 0.53125, "int4": 0.53125, "fp8": 1.0, "int8": 1.0}.get(
+        fmt, 2.0
+    )
+
+
+def weights_bytes(model: TextModel, checkpoint_gib: float | None, loads_draft: bool,
+                  tp: int) -> tuple[int, str]:  # fmt: skip
+    """What "Model loading took" will say, per rank: the checkpoint, less the MTP layers a
+    command without speculative decoding leaves on disk (their share of the parameters);
+    without a checkpoint size, parameters × the checkpoint's format (labelled)."""
+    total = params.total_params(model)
+    draft = params.draft_params(model)
+    if checkpoint_gib:
+        size = checkpoint_gib * GIB
+        if draft and not loads_draft:
+            # The draft layers' share of the parameters, in the checkpoint's own format —
+            # unless its quantization config leaves them out (then they are bf16).
+            excluded = _mtp_unquantized(model)
+            size -= draft * 2 if excluded else size * draft / (total + draft)
+            return int(size / tp), "checkpoint size less the draft layers"
+        return int(size / tp), "checkpoint size"
+    fmt = _format(model)
+    count = total + (draft if loads_draft else 0)
+    return int(count * bytes_per_param(fmt) / tp), f"parameters × {fmt} (no checkpoint size)"
+
+
+def _mtp_unquantized(model: TextModel) -> bool:
+    """Whether the quantization config names the MTP layers among what it leaves alone."""
+    q = model.quantization
+    for key in ("ignore", "exclude_modules", "modules_to_not_convert", "ignored_layers"):
+        names = q.get(key)
+        if isinstance(names, list) and any("mtp" in str(n).lower() for n in names):
+            return True
+    return False
+
+
+def _format(model: TextModel) -> str:
+    q = model.quantization
+    method = str(q.get("quant_method") or "").lower()
+    algo = str(q.get("quant_algo") or q.get("format") or "").lower()
+    if "fp4" in algo or method == "modelopt_fp4":
+        return "nvfp4"
+    if "fp8" in algo or method == "fp8":
+        return "fp8"
+    if method in ("awq", "gptq", "auto-round", "compressed-tensors") or "int4" in algo:
+        return "int4"
+    return "bf16"
+
+
+def activation_peak(model: TextModel, tokens: int, seqs: int, tp: int) -> int:
+    """The torch peak of vLLM's profiling run above what stays allocated — an estimate: the
+    largest transient tensors of one layer's forward over `tokens` tokens (attention itself
+    is skipped in the profile), the MoE workspace (modular_kernel.py: ws13 =
+    max(T·topk·max(N/2, K), T·K), ws2 = T·topk·max(N, K) elements), the residual stream,
+    and the sampler's fp32 logits over min(seqs, tokens) rows."""
+    b = DTYPE_BYTES.get(model.dtype, 2)
+    h = model.hidden_size
+    residual = 3 * tokens * h * b
+    if model.is_moe:
+        n = 2 * model.moe_intermediate_size // tp
+        topk = max(model.experts_per_token, 1)
+        mlp = (max(tokens * topk * max(n // 2, h), tokens * h) + tokens * topk * max(n, h)) * b
+    else:
+        mlp = tokens * 3 * (model.intermediate_size // tp) * b
+    mixer = 0
+    kinds = {layer.kind for layer in model.layers}
+    if GDN in kinds and model.gdn:
+        g = model.gdn
+        key, value = g["num_k_heads"] * g["head_k_dim"], g["num_v_heads"] * g["head_v_dim"]
+        # in_proj (q, k, v, z, b, a), the conv output and the fp32 chunked-rule state
+        mixer = tokens * ((2 * key + 2 * value) * b * 2 + value * 4) // tp
+    if MAMBA2 in kinds and model.mamba:
+        m = model.mamba
+        inner = m["num_heads"] * m["head_dim"]
+        mixer = max(mixer, tokens * (2 * inner + 2 * m["n_groups"] * m["state_size"]) * b * 2 // tp)
+    logits = min(seqs, tokens) * model.vocab_size * 4 * 2
+    return int(residual + max(mlp, mixer) + logits)
+
+
+def cudagraph_estimate(model: TextModel, seqs: int, eager: bool) -> int:
+    """The CUDA-graph memory vLLM estimates (0.21+) — an estimate of the estimate: the
+    captured graphs' private pools hold the largest decode batch's activations; about
+    0.2–1.7 GiB in GB10 logs ("Estimated CUDA graph memory")."""
+    if eager:
+        return 0
+    b = DTYPE_BYTES.get(model.dtype, 2)
+    batch = min(seqs, 512)
+    per_layer = batch * (model.hidden_size * 4 + max(model.intermediate_size, 1) * 3) * b
+    return int(per_layer * max(model.num_layers, 1) // 4 + 128 * (1 << 20))
+
+
+def budget(*, model: TextModel, total_gib: float, free_gib: float | None, utilization: float,
+           tokens: int, seqs: int, tp: int, checkpoint_gib: float | None, loads_draft: bool,
+           eager: bool, kv_cache_memory_bytes: int | None, rules,
+           env: dict | None = None) -> Budget:  # fmt: skip
+    total = int(total_gib * GIB)
+    requested = math.ceil(total * utilization) if rules.gate_rounds_up else total * utilization
+    requested = int(requested)
+    weights, source = weights_bytes(model, checkpoint_gib, loads_draft, tp)
+    peak = activation_peak(model, tokens, seqs, tp)
+    non_torch = int(NON_TORCH_GB10_GIB * GIB)
+    cg = cudagraph_estimate(model, seqs, eager)
+    subtract = rules.cudagraph_subtracted(model, dict(env or {}), eager)
+    error = None
+    if rules.start_gate and free_gib is not None and free_gib * GIB < requested:
+        error = START_GATE.format(free=free_gib, total=total_gib, util=utilization,
+                                  requested=requested / GIB)  # fmt: skip
+    if kv_cache_memory_bytes:
+        available = int(kv_cache_memory_bytes)
+    else:
+        available = requested - weights - peak - non_torch - (cg if subtract else 0)
+    return Budget(
+        requested=requested, weights=weights, weights_source=source, activation_peak=peak,
+        non_torch=non_torch, cudagraph_estimate=cg, cudagraph_subtracted=subtract,
+        available_kv=available, error=error,
+    )  # fmt: skip

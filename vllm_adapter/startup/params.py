@@ -1,0 +1,66 @@
+"""Parameter counts by block, from config.json: what share of a checkpoint the draft (MTP)
+layers are, and the weights when no checkpoint size is known (a labelled fallback)."""
+
+from __future__ import annotations
+
+from vllm_adapter.startup.model import FULL, GDN, MAMBA2, MLA, SLIDING, TextModel
+
+
+def attention_params(model: TextModel) -> int:
+    h = model.hidden_size
+    layer = next((x for x in model.layers if x.kind in (FULL, SLIDING, MLA)), None)
+    if layer is None:
+        return 0
+    head_dim = layer.head_dim or 128
+    q_heads = max(h // head_dim, 1)
+    return 2 * q_heads * head_dim * h + 2 * max(layer.kv_heads, 1) * head_dim * h
+
+
+def mlp_params(model: TextModel) -> int:
+    mats = 3 if model.gated_mlp else 2
+    return mats * model.hidden_size * model.intermediate_size
+
+
+def moe_params(model: TextModel) -> int:
+    mats = 3 if model.gated_mlp else 2
+    h = model.hidden_size
+    experts = model.num_experts * mats * h * model.moe_intermediate_size
+    return experts + h * model.num_experts + mats * h * model.moe_intermediate_size
+
+
+def mixer_params(model: TextModel, kind: str) -> int:
+    h = model.hidden_size
+    if kind == GDN and model.gdn:
+        g = model.gdn
+        key, value = g["num_k_heads"] * g["head_k_dim"], g["num_v_heads"] * g["head_v_dim"]
+        return h * (2 * key + 2 * value + 2 * g["num_v_heads"]) + value * h
+    if kind == MAMBA2 and model.mamba:
+        m = model.mamba
+        inner = m["num_heads"] * m["head_dim"]
+        return h * (2 * inner + 2 * m["n_groups"] * m["state_size"] + m["num_heads"]) + inner * h
+    return attention_params(model)
+
+
+def ffn_params(model: TextModel) -> int:
+    return moe_params(model) if model.is_moe else mlp_params(model)
+
+
+def total_params(model: TextModel) -> int:
+    """Every block of the target model and the embeddings (lm_head counted apart)."""
+    h = model.hidden_size
+    if model.layer_pattern:  # NemotronH: one block per character
+        per = {"M": mixer_params(model, MAMBA2), "*": attention_params(model),
+               "E": moe_params(model), "-": mlp_params(model)}  # fmt: skip
+        blocks = sum(per.get(c, 0) for c in model.layer_pattern)
+    else:
+        blocks = sum(mixer_params(model, layer.kind) + ffn_params(model)
+                     for layer in model.layers)  # fmt: skip
+    return blocks + 2 * model.vocab_size * h
+
+
+def draft_params(model: TextModel) -> int:
+    """The MTP layers (each a decoder layer and its 2h → h projection)."""
+    if not model.mtp_layers:
+        return 0
+    h = model.hidden_size
+    return model.mtp_layers * (attention_params(model) + ffn_params(model) + 2 * h * h)
