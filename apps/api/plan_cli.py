@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from hf_adapter.errors import HubError
 from sparkdomain import spark
 from vllm_adapter.startup import ModelConfigError, predict
 
@@ -64,11 +65,13 @@ def main(argv: list[str], prog: str = "manage.py spark") -> int:
 
         version = contract.latest_version()
     try:
-        config = _config(args.config, command[2], host)
+        config, checkpoint, source = _model(args, command, host)
         prediction = predict(config, command, vllm_version=version, total_gib=total,
-                             free_gib=free, checkpoint_gib=args.checkpoint_gib,
+                             free_gib=free, checkpoint_gib=checkpoint,
                              env=os.environ)  # fmt: skip
-    except (ModelConfigError, ValueError, OSError) as exc:
+        if source:
+            prediction.notes.insert(0, source)
+    except (ModelConfigError, ValueError, OSError, HubError) as exc:
         print(f"{prog} plan: {exc}", file=sys.stderr)
         return 2
     out = prediction.as_dict()
@@ -102,12 +105,42 @@ def _free(host) -> float | None:
     return available / (1 << 30) if available else None
 
 
-def _config(path: Path | None, model: str, host) -> dict:
-    if path is None:
-        raise ModelConfigError(
-            f"give the model's config.json (--config FILE): reading {model}'s from a host's "
-            "cache or the hub is not done yet"
-        )
+def _model(args, command: list[str], host) -> tuple[dict, float | None, str]:
+    """config.json and the checkpoint's size: given, else from the host's Hugging Face
+    cache, else from the hub (unless HF_HUB_OFFLINE) — hf_adapter/facts.py."""
+    if args.config is not None:
+        return _config(args.config), args.checkpoint_gib, ""
+    from django.conf import settings
+
+    from hf_adapter import cache as hub_cache
+    from hf_adapter.facts import model_facts
+    from sparkdomain.model_refs import is_hub_id
+
+    model = command[2]
+    if not is_hub_id(model):
+        raise ModelConfigError(f"{model} is not a Hugging Face id: give its config.json (--config)")
+    revision = "main"
+    if "--revision" in command[:-1]:
+        revision = command[command.index("--revision") + 1]
+    home = Path(host.hf_cache_path) if host is not None and host.hf_cache_path else (
+        Path(settings.VAR_DIR) / "plan-cache"
+    )  # fmt: skip
+    facts = model_facts(
+        model, revision, hub_cache=hub_cache.hub_cache(home), endpoint=settings.HF_ENDPOINT,
+        token=settings.HF_TOKEN or None, offline=os.environ.get("HF_HUB_OFFLINE") == "1",
+    )  # fmt: skip
+    checkpoint = args.checkpoint_gib
+    if checkpoint is None and facts.checkpoint_bytes:
+        checkpoint = facts.checkpoint_bytes / (1 << 30)
+    where = "the host's cache" if facts.source == "cache" else "the hub"
+    return (
+        facts.config,
+        checkpoint,
+        f"config.json and checkpoint size of {model} at {facts.commit[:12]} from {where}",
+    )
+
+
+def _config(path: Path) -> dict:
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise ModelConfigError(f"{path} is over {MAX_CONFIG_BYTES // (1 << 20)} MiB")
     try:

@@ -250,3 +250,52 @@ def test_the_mamba_mode_prefix_caching_gives_a_hybrid_by_release() -> None:
     assert not rules_for("0.25.0").prefix_caching_default(True)
     assert rules_for("0.26.0").prefix_caching_default(True)
     assert rules_for("0.15.0").mamba_mode(qwen, True) == "none"
+
+
+@pytest.mark.django_db
+def test_without_a_config_the_model_comes_from_the_hub_then_the_cache(hub, tmp_path, settings,
+                                                                     monkeypatch) -> None:  # fmt: skip
+    """`spark plan` with only the command: config.json and the checkpoint's size (the
+    safetensors vLLM loads) from the hub (hubsim, speaking its protocol) into the cache;
+    the second time from the cache with the hub off."""
+    import contextlib
+    import io
+
+    from apps.api.plan_cli import main
+    from hubsim import store
+
+    settings.HF_ENDPOINT, settings.VAR_DIR = hub.url, tmp_path / "var"
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    weights = b"\0" * (3 << 20)
+    commit = store.publish(hub.root, "Qwen/Qwen3-0.6B", {
+        "config.json": json.dumps(QWEN3_SMALL).encode(), "model.safetensors": weights,
+        "original/consolidated.pth": b"x" * 1000,
+    })  # fmt: skip
+    argv = ["--json", "--vllm-version", "0.33.0", "--total-gib", "121.69", "--", "vllm",
+            "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.5"]  # fmt: skip
+
+    def ask() -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(argv) == 0
+        return json.loads(out.getvalue())
+
+    first = ask()
+    assert first["model_loading_gib"] == round(len(weights) / GIB, 2)  # the safetensors only
+    assert first["breakdown"]["weights_from"] == "checkpoint size"
+    assert f"at {commit[:12]} from the hub" in first["notes"][0]
+    # Offline, the cache has config.json but not the weights: their size is the labelled
+    # fallback. Once the weights are there, their size again.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.clear()
+    again = ask()
+    assert "from the host's cache" in again["notes"][0] and hub.requests() == []
+    assert again["breakdown"]["weights_from"].startswith("parameters")
+    from huggingface_hub import snapshot_download
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    snapshot_download("Qwen/Qwen3-0.6B", endpoint=hub.url,
+                      cache_dir=str(tmp_path / "var" / "plan-cache" / "hub"))  # fmt: skip
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    third = ask()
+    assert third["available_kv_cache_gib"] == first["available_kv_cache_gib"]
