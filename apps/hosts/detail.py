@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 from apps.hosts.models import Host
 from apps.telemetry.selectors import agent_state, recent_incidents
 from sparkdomain.meminfo import MeminfoError
+from sparkdomain.planner.utilization import startable_now
 from sparkdomain.spark import GB, GIB
 
 HISTORY_LIMIT = 50
@@ -57,6 +58,10 @@ def memory_view(host: Host) -> dict:
         used_percent=100 * (1 - available / total) if total else None,
         warn_percent=100 * (1 - warn / total) if total else None,
         act_percent=100 * (1 - act / total) if total else None,
+    )
+    spec = host.spec()
+    out["startable"], out["gate"] = startable_now(
+        memory.available_bytes, spec.cuda_visible_gib, spec.freeze_margin_gb
     )
     return out
 

@@ -56,3 +56,21 @@ def min_utilization_to_fit(
     if weights is None or kv_needed is None:
         return None
     return _ceil2((memory.cuda_context + memory.cuda_graphs + weights + kv_needed) / memory.visible)
+
+
+def startable_now(available_bytes: int, cuda_total_gib: float,
+                  freeze_margin_gb: float) -> tuple[Decimal, Decimal]:  # fmt: skip
+    """The largest utilization a start could ask for now: (the panel's, vLLM's gate).
+
+    vLLM refuses a start when the free memory CUDA reports is below `ceil(total × util)`;
+    on a GB10 that free figure is the kernel's MemAvailable (vLLM's utils/mem_utils.py reads
+    psutil.virtual_memory().available for an integrated GPU), which the host agent reads
+    from /proc/meminfo. The panel also keeps the guard's freeze margin free and never goes
+    above 0.90. Both floored to two decimals."""
+    total = cuda_total_gib * GIB
+    if total <= 0:
+        return Decimal("0"), Decimal("0")
+    gate = _floor2(available_bytes / total)
+    panel = _floor2((available_bytes - freeze_margin_gb * GB) / total)
+    panel = max(Decimal("0"), min(panel, spark.MAX_GPU_MEMORY_UTILIZATION))
+    return panel, max(gate, Decimal("0"))

@@ -74,3 +74,25 @@ def test_a_host_without_agent_or_runs_still_renders(client_as, member, sim_host)
 def test_unknown_hosts_are_404_and_outsiders_403(client_as, member, outsider, sim_host):
     assert client_as(member).get("/hosts/no-such-host/").status_code == 404
     assert client_as(outsider).get(reverse("host-detail", args=[sim_host.name])).status_code == 403
+
+
+def test_the_page_gives_the_largest_utilization_a_start_can_ask_for_now(client_as, member,
+                                                                        sim_host):  # fmt: skip
+    """vLLM's start gate (free memory at start ≥ utilization × CUDA total; on a GB10 free is
+    MemAvailable) and the panel's (the freeze margin kept, never above 0.90)."""
+    from decimal import Decimal
+
+    from sparkdomain.planner.utilization import startable_now
+    from sparkdomain.spark import GIB
+
+    assert startable_now(int(100 * GIB), 121.69, 3.0) == (Decimal("0.79"), Decimal("0.82"))
+    assert startable_now(int(121 * GIB), 121.69, 3.0)[0] == Decimal("0.90")  # the 0.90 cap
+    assert startable_now(int(2 * GB), 121.69, 3.0)[0] == Decimal("0")
+    Host.objects.filter(pk=sim_host.pk).update(
+        agent_seen_at=timezone.now(),
+        agent_sample={"mem_total": 128 * GB, "mem_available": int(100 * GIB)},
+    )
+    html = client_as(member).get(reverse("host-detail", args=[sim_host.name])).content.decode()
+    row = html.split('data-testid="startable-now"')[1].split("</tr>")[0]
+    gate = startable_now(int(100 * GIB), Host.objects.get(pk=sim_host.pk).cuda_visible_gib, 3.0)
+    assert f"<td>{gate[0]}</td>" in row and f"refuses above {gate[1]}" in row
