@@ -140,6 +140,9 @@ def test_one_full_length_request_that_does_not_fit_is_vllms_refusal_not_more() -
     assert not small.starts
     assert "To serve at least one request with the model's max seq len (40960)" in small.error
     assert "is larger than the available KV cache memory" in small.error
+    # vLLM's binary search: 1 GiB less the null block holds 584 blocks of 28 layers × 16
+    # tokens × 8 KV heads × 256 × 2 bytes — 9,344 tokens.
+    assert "the estimated maximum model length is 9344." in small.error
     enough = predict(QWEN3_SMALL, [*argv, "--kv-cache-memory-bytes", str(8 * GIB)],
                      vllm_version="0.33.0", total_gib=121.69)  # fmt: skip
     assert enough.starts and 1 < enough.max_concurrency < 1024  # serves fewer at once

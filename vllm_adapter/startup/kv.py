@@ -77,6 +77,18 @@ class Layout:
     ssm_dtype: str = ""
     notes: list[str] = field(default_factory=list)
     first_group_blocks: int = 0  # what 0.14–0.18's fit check counted
+    per_group: list = field(default_factory=list)
+
+    def group_blocks(self, index: int, length: int) -> int:
+        _kind, block, fixed, window = self.per_group[index]
+        if not block:
+            return fixed
+        tokens = min(window, length) if window else length
+        return math.ceil(tokens / block) + fixed
+
+    def blocks_at(self, length: int) -> int:
+        """The blocks one request of `length` tokens needs, over every group."""
+        return sum(self.group_blocks(i, length) for i in range(len(self.per_group)))
 
     def request_bytes(self) -> int:
         return self.bytes_per_block * self.blocks_per_request
@@ -187,40 +199,38 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
                 f"Add {padding} padding layers, may waste at most {wasted:.2f}% KV cache memory"
             )
     bytes_per_block = group_size * max_page
-    per_request = 0
-    L = options.max_model_len
     in_flight = options.max_num_batched_tokens * rules.in_flight_factor(
         options.async_scheduling, options.pipeline_parallel_size
     )
-    firsts: list[int] = []
+    spec_blocks = ns if rules.spec_adds_state_blocks else 0
+    # Per group: (kind, block size, fixed blocks, window) — blocks_at() turns a length into
+    # the blocks one request of that length needs (kv_cache_interface.py max_memory_usage).
+    per_group: list[tuple[str, int, int, int]] = []
     for kind in groups:
-        before = per_request
         if kind in (MAMBA2, GDN):
-            spec_blocks = ns if rules.spec_adds_state_blocks else 0
             if mamba_mode == "all":  # a state per block, as attention (0.16–0.27)
-                per_request += math.ceil(L / block_size) + spec_blocks
+                per_group.append((kind, block_size, spec_blocks, 0))
             elif mamba_mode == "align":
                 ckpt = 1 if kind == MAMBA2 and rules.mamba2_checkpoint_block else 0
-                per_request += 2 + spec_blocks + ckpt
+                per_group.append((kind, 0, 2 + spec_blocks + ckpt, 0))
             else:
-                per_request += 1 + spec_blocks
+                per_group.append((kind, 0, 1 + spec_blocks, 0))
         elif kind == SLIDING:
             window = next(layer.window for layer in layers if layer.kind == SLIDING)
             # Block-scaled to the largest page: the sliding group's block size grows too.
             sw_block = block_size * (max_page // pages[SLIDING]) if pages[SLIDING] else block_size
-            tokens = min(window - 1 + in_flight, L)
-            per_request += math.ceil(tokens / sw_block) + 1
+            per_group.append((kind, sw_block, 1, window - 1 + in_flight))
         else:
             page = pages.get(kind, max_page)
-            scaled = block_size * (max_page // page) if page else block_size
-            per_request += math.ceil(L / scaled)
-        firsts.append(per_request - before)
-    return Layout(
+            per_group.append((kind, block_size * (max_page // page) if page else block_size, 0, 0))
+    lay = Layout(
         block_size=block_size, page_bytes=max_page, group_size=group_size, groups=groups,
-        padding_layers=padding, bytes_per_block=bytes_per_block,
-        blocks_per_request=per_request, mamba_mode=mamba_mode, ssm_dtype=ssm_dtype,
-        notes=notes, first_group_blocks=firsts[0] if firsts else per_request,
+        padding_layers=padding, bytes_per_block=bytes_per_block, blocks_per_request=0,
+        mamba_mode=mamba_mode, ssm_dtype=ssm_dtype, notes=notes, per_group=per_group,
     )  # fmt: skip
+    lay.blocks_per_request = lay.blocks_at(options.max_model_len)
+    lay.first_group_blocks = lay.group_blocks(0, options.max_model_len) if groups else 0
+    return lay
 
 
 @dataclass(frozen=True)
@@ -243,8 +253,16 @@ def capacity(lay: Layout, available: int, max_model_len: int, rules: Rules,
     if rules.fit_counts == "first group":  # 0.14–0.18 counted the first group only
         needed = lay.bytes_per_block * lay.first_group_blocks
     if needed > check:
-        per_block_tokens = lay.request_bytes() / max(max_model_len, 1)
-        estimate = int(check / per_block_tokens) if per_block_tokens else 0
+        # vLLM's binary search for the longest length whose request fits
+        # (kv_cache_planning.py::_estimate_max_model_len_from_groups).
+        low, high = 0, max_model_len
+        while low < high:
+            mid = (low + high + 1) // 2
+            if lay.bytes_per_block * lay.blocks_at(mid) <= check:
+                low = mid
+            else:
+                high = mid - 1
+        estimate = low
         estimate_text = (
             f"Based on the available memory, the estimated maximum model length is {estimate}. "
             if estimate > 0 else ""
