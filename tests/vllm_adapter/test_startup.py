@@ -302,3 +302,22 @@ def test_without_a_config_the_model_comes_from_the_hub_then_the_cache(hub, tmp_p
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     third = ask()
     assert third["available_kv_cache_gib"] == first["available_kv_cache_gib"]
+
+
+def test_a_multimodal_model_profiles_its_encoder_unless_the_command_turns_it_off() -> None:
+    """profile_run's encoder pass (gpu_model_runner.py): one 4096×4096 image = 16,384
+    tokens of 2×2 patches through the Qwen3-VL tower; its peak counts where it is above the
+    text forward's. --language-model-only, or every modality at 0, profiles no encoder."""
+    base = ["vllm", "serve", "org/m", "--max-model-len", "32768",
+            "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.8"]  # fmt: skip
+    kw = {"vllm_version": "0.33.0", "total_gib": 121.69, "checkpoint_gib": 20.0}
+    vision = predict(QWEN36_MOE, base, **kw)
+    text = predict(QWEN36_MOE, [*base, "--language-model-only"], **kw)
+    zero = predict(QWEN36_MOE, [*base, "--limit-mm-per-prompt", '{"image": 0, "video": 0}'], **kw)
+    patches = 16384 * 4
+    vit_gib = (patches * (12 * 1152 * 2 + 1536) + 18 * (1 << 20)) / GIB
+    assert vision.breakdown["activation_peak_gib"] == pytest.approx(vit_gib, abs=0.01)
+    assert any("vision encoder profiled with 1 item(s) of 16384 tokens" in n for n in vision.notes)
+    assert text.breakdown["activation_peak_gib"] < vision.breakdown["activation_peak_gib"]
+    assert zero.breakdown == text.breakdown
+    assert vision.available_kv_cache_gib < text.available_kv_cache_gib

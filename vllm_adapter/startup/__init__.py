@@ -99,6 +99,16 @@ def _spec(value) -> dict:
     return {}
 
 
+def _language_only(options: Mapping) -> bool:
+    """--language-model-only, or every modality limited to 0 items: no encoder profiled."""
+    if options.get("language_model_only"):
+        return True
+    limits = _spec(options.get("limit_mm_per_prompt"))
+    return bool(limits) and all(
+        (v.get("count", 0) if isinstance(v, dict) else v) in (0, "0") for v in limits.values()
+    )
+
+
 def _int(value, default: int | None = None) -> int | None:
     if value in (None, ""):
         return default
@@ -147,7 +157,7 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         model=model, total_gib=total_gib, free_gib=free_gib, utilization=utilization,
         tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint, loads_draft=loads_draft,
         eager=bool(options.get("enforce_eager")), kv_cache_memory_bytes=pinned, rules=rules,
-        env=env,
+        env=env, max_model_len=max_len, language_only=_language_only(options),
     )  # fmt: skip
     lay = layout(model, cache, rules)
     notes += plan.notes + lay.notes

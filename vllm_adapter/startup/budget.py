@@ -131,6 +131,41 @@ def activation_peak(model: TextModel, tokens: int, seqs: int, tp: int) -> int:
     return int(residual + max(mlp, mixer) + logits)
 
 
+# The vision encoders vLLM profiles (one eager call over the modality with the most tokens
+# per item; v1/worker/gpu_model_runner.py profile_run → _get_mm_dummy_batch; the same
+# budget rule 0.12 → 0.34): (tokens per item, patches per output token, bytes per patch at
+# the peak, the towers' defaults in the shipped processor configs) — FLASH_ATTN varlen, so
+# linear in the patches. Qwen3.5/3.6 (Qwen3-VL tower: hidden 1152, a 4096×4096 image is
+# 16,384 tokens of 2×2 patches; the attention stage holds 12·N·D·2 bytes, the pixels 1,536
+# bytes a patch); Gemma 4 (a 32-frame video, 2,496 tokens of 630 patches a frame; N·(2D+3I)·2
+# with D 1152, I 4304). Families not listed: not estimated (noted).
+_VISION = {
+    "Qwen3_5": (16384, 4, 12 * 1152 * 2 + 1536),
+    "Qwen3VL": (16384, 4, 12 * 1152 * 2 + 1536),
+    "Gemma4": (2496, 20160 / 2496, (2 * 1152 + 3 * 4304) * 2),
+}
+
+
+def encoder_peak(model: TextModel, tokens: int, seqs: int, max_model_len: int,
+                 text_peak: int) -> tuple[int, str]:  # fmt: skip
+    """What profiling the vision encoder adds to the activation peak: the encoder's own
+    peak over n items, or the text forward's with the encoder's outputs kept alive — the
+    larger (`max(P_vit, P_text + O_enc) − P_text`)."""
+    family = next((f for f in _VISION if model.architecture.startswith(f)), None)
+    if not model.is_multimodal:
+        return 0, ""
+    if family is None:
+        return 0, f"{model.architecture}: its encoder's profiling is not estimated"
+    per_item, patches_per_token, per_patch = _VISION[family]
+    budget = max(tokens, per_item)
+    items = max(1, min(budget // per_item, seqs * max(1, max_model_len // per_item)))
+    patches = items * per_item * patches_per_token
+    vit = int(patches * per_patch + 18 * (1 << 20))
+    outputs = items * per_item * model.hidden_size * DTYPE_BYTES.get(model.dtype, 2)
+    extra = max(vit, text_peak + outputs) - text_peak
+    return int(extra), f"vision encoder profiled with {items} item(s) of {per_item} tokens"
+
+
 def cudagraph_estimate(model: TextModel, seqs: int, eager: bool) -> int:
     """The CUDA-graph memory vLLM estimates (0.21+) — an estimate of the estimate: the
     captured graphs' private pools hold the largest decode batch's activations; about
@@ -146,12 +181,17 @@ def cudagraph_estimate(model: TextModel, seqs: int, eager: bool) -> int:
 def budget(*, model: TextModel, total_gib: float, free_gib: float | None, utilization: float,
            tokens: int, seqs: int, tp: int, checkpoint_gib: float | None, loads_draft: bool,
            eager: bool, kv_cache_memory_bytes: int | None, rules,
-           env: dict | None = None) -> Budget:  # fmt: skip
+           env: dict | None = None, max_model_len: int = 0,
+           language_only: bool = False) -> Budget:  # fmt: skip
     total = int(total_gib * GIB)
     requested = math.ceil(total * utilization) if rules.gate_rounds_up else total * utilization
     requested = int(requested)
     weights, source = weights_bytes(model, checkpoint_gib, loads_draft, tp)
     peak = activation_peak(model, tokens, seqs, tp)
+    encoder, encoder_note = (
+        (0, "") if language_only else encoder_peak(model, tokens, seqs, max_model_len, peak)
+    )
+    peak += encoder
     non_torch = int(NON_TORCH_GB10_GIB * GIB)
     cg = cudagraph_estimate(model, seqs, eager)
     subtract = rules.cudagraph_subtracted(model, dict(env or {}), eager)
@@ -166,5 +206,5 @@ def budget(*, model: TextModel, total_gib: float, free_gib: float | None, utiliz
     return Budget(
         requested=requested, weights=weights, weights_source=source, activation_peak=peak,
         non_torch=non_torch, cudagraph_estimate=cg, cudagraph_subtracted=subtract,
-        available_kv=available, error=error,
+        available_kv=available, error=error, notes=[encoder_note] if encoder_note else [],
     )  # fmt: skip
