@@ -177,6 +177,13 @@ def _text(out: dict) -> str:
                        ("max_concurrency", "Maximum concurrency")):  # fmt: skip
         if out[key] is not None:
             lines.append(f"  {label}: {out[key]:,}")
+    smallest = out["breakdown"].get("smallest_utilization")
+    if smallest:
+        lines.append(
+            f"  {smallest['for_sequences']} full-length sequences at once need "
+            f"--gpu-memory-utilization {smallest['utilization']}, which leaves "
+            f"{smallest['leaves_gib']} GiB to the rest of the machine"
+        )
     lines.append("  panel: " + ("allows it" if out["panel_allows"] else out["panel_reason"]))
     for note in out["notes"]:
         lines.append(f"  note: {note}")

@@ -321,3 +321,19 @@ def test_a_multimodal_model_profiles_its_encoder_unless_the_command_turns_it_off
     assert text.breakdown["activation_peak_gib"] < vision.breakdown["activation_peak_gib"]
     assert zero.breakdown == text.breakdown
     assert vision.available_kv_cache_gib < text.available_kv_cache_gib
+
+
+def test_the_smallest_utilization_serves_the_sequences_and_one_step_less_does_not() -> None:
+    """Issue 40: recommend the smallest utilization that serves the workload (every
+    --max-num-seqs request at max_model_len at once), and what it leaves the machine."""
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--max-model-len", "40960",
+            "--max-num-seqs", "24", "--gpu-memory-utilization", "0.9"]  # fmt: skip
+    kw = {"vllm_version": "0.33.0", "total_gib": 121.69, "checkpoint_gib": 1.12}
+    wide = predict(QWEN3_SMALL, argv, **kw)
+    smallest = wide.breakdown["smallest_utilization"]
+    assert smallest["for_sequences"] == 24 and not smallest["above_the_command"]
+    u = smallest["utilization"]
+    assert smallest["leaves_gib"] == round(121.69 * (1 - u), 2)
+    at = predict(QWEN3_SMALL, [*argv[:-1], str(u)], **kw)
+    below = predict(QWEN3_SMALL, [*argv[:-1], f"{u - 0.01:.2f}"], **kw)
+    assert at.max_concurrency >= 24 > below.max_concurrency

@@ -99,6 +99,25 @@ def _spec(value) -> dict:
     return {}
 
 
+def smallest_utilization(plan: Budget, lay, seqs: int, total_gib: float,
+                         utilization: float) -> dict:  # fmt: skip
+    """The smallest utilization (two decimals, up) whose KV cache holds `seqs` requests of
+    max_model_len at once — with what it leaves the rest of the machine. The memory before
+    the KV cache does not change with the utilization (vLLM's profile is the same)."""
+    import math
+
+    needed_kv = lay.bytes_per_block * (seqs * lay.blocks_per_request + 1)
+    before = plan.requested - plan.available_kv  # weights, profile peak, graphs…
+    total = total_gib * GIB
+    value = math.ceil((needed_kv + before) / total * 100) / 100
+    return {
+        "for_sequences": seqs,
+        "utilization": value,
+        "leaves_gib": round(total_gib * (1 - value), 2),
+        "above_the_command": value > utilization,
+    }
+
+
 def _language_only(options: Mapping) -> bool:
     """--language-model-only, or every modality limited to 0 items: no encoder profiled."""
     if options.get("language_model_only"):
@@ -187,6 +206,10 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         return Prediction(vllm_version, None, None, None, None, False, error, max_len,
                           lay.block_size, breakdown, notes)  # fmt: skip
     available = plan.available_kv
+    if not pinned:
+        breakdown["smallest_utilization"] = smallest_utilization(
+            plan, lay, seqs, total_gib, utilization
+        )
     fit = capacity(lay, available, max_len, rules, model)
     shown_kv = round((available - (lay.bytes_per_block if rules.show_kv_less_null_block else 0))
                      / GIB, 2)  # fmt: skip
