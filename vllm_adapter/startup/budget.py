@@ -6,7 +6,7 @@ vLLM 0.33 (gpu_worker.py::determine_available_memory, utils/mem_utils.py::memory
     requested     = ceil(total × utilization)            (the start gate: free0 < requested raises)
     non_kv        = consumed + activation_peak           (consumed: free0 - free after profiling,
                                                           MemAvailable on a GB10)
-    available_kv  = requested - non_kv - cudagraph_estimate   (estimate subtracted since 0.21)
+    available_kv  = requested - non_kv - cudagraph_estimate   (subtracted by default since 0.20)
 
 What is exact here: the gate and its words, the order, the weights when the checkpoint size
 is known (less the draft layers a command without speculative decoding does not load). What
@@ -27,7 +27,9 @@ GIB = 1 << 30
 # Memory a GB10 start-up takes outside torch's allocator before the KV cache: the CUDA
 # context, cuBLAS/cuDNN workspaces, NCCL, compiled kernels. vLLM 0.27.1 on a GB10 printed
 # "Actual usage is 3.35 GiB for consumed memory (weights + non-torch)" for Qwen3-0.6B, whose
-# weights are 1.12 GiB: 2.2 GiB outside torch (a public DGX Spark set-up memo, 2026-09).
+# weights are 1.12 GiB: 2.2 GiB outside torch (a public DGX Spark set-up memo, 2026-09 — one
+# log, which the memory-truth check outside the repository also holds: a single figure, to
+# be replaced by a model of what counts against MemAvailable during the profile).
 NON_TORCH_GB10_GIB = 2.2
 
 START_GATE = (
