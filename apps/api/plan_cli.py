@@ -129,6 +129,9 @@ def _model(args, command: list[str], host) -> tuple[dict, float | None, str]:
         model, revision, hub_cache=hub_cache.hub_cache(home), endpoint=settings.HF_ENDPOINT,
         token=settings.HF_TOKEN or None, offline=os.environ.get("HF_HUB_OFFLINE") == "1",
     )  # fmt: skip
+    from apps.recipes.models import ModelFacts
+
+    ModelFacts.record(facts)  # the recipe pages read it
     checkpoint = args.checkpoint_gib
     if checkpoint is None and facts.checkpoint_bytes:
         checkpoint = facts.checkpoint_bytes / (1 << 30)

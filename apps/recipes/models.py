@@ -583,3 +583,46 @@ class RecipeRegistry(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("registry-detail", args=[self.name])
+
+
+class ModelFacts(models.Model):
+    """What the start-up prediction (vllm_adapter/startup) needs of a model at a commit: its
+    config.json and the size of the weight files vLLM loads. Filled by the downloads before
+    a start and by `spark plan` (hf_adapter/facts.py); read by the recipe page."""
+
+    repo_id = models.CharField(max_length=200)
+    commit = models.CharField(max_length=64)
+    config = models.JSONField()
+    checkpoint_bytes = models.BigIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=32)
+    fetched_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["repo_id", "commit"], name="one_facts_per_commit")
+        ]
+        ordering = ["-fetched_at"]
+        verbose_name_plural = "model facts"
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.commit[:12]}"
+
+    @classmethod
+    def record(cls, facts) -> ModelFacts:
+        """Store an hf_adapter ModelFacts (the latest reading wins)."""
+        row, _ = cls.objects.update_or_create(
+            repo_id=facts.repo_id, commit=facts.commit,
+            defaults={"config": facts.config, "checkpoint_bytes": facts.checkpoint_bytes,
+                      "source": facts.source},
+        )  # fmt: skip
+        return row
+
+    @classmethod
+    def for_recipe(cls, recipe: Recipe) -> ModelFacts | None:
+        """The facts of the recipe's model: at its pinned commit, else the newest known."""
+        rows = cls.objects.filter(repo_id=recipe.model_id)
+        if recipe.revision:
+            exact = rows.filter(commit=recipe.revision).first()
+            if exact is not None:
+                return exact
+        return rows.first()

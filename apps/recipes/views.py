@@ -23,6 +23,7 @@ from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.selectors import image_note, start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
 from apps.recipes.signals import approved_mods, measured_checks, measured_corrections
+from apps.recipes.startup import vllm_prediction
 from apps.recipes.yaml_io import recipe_to_sparkrun_yaml, recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
 from sparkdomain.command import (
@@ -101,6 +102,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             ),
             "plan_checks": measured_checks(recipe),
             "mod_approvals": approved_mods(recipe) if recipe.mods else [],
+            "vllm_start": vllm_prediction(recipe),
             "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
         },
     )

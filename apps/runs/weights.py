@@ -19,12 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from apps.hosts.models import Host
-from apps.recipes.models import Recipe
+from apps.recipes.models import ModelFacts, Recipe
 from apps.runs.models import Prefetch, Run
-from hf_adapter import cache, inventory, transfer
+from hf_adapter import cache, facts, inventory, transfer
 from hf_adapter.errors import HubError
 from hf_adapter.plan import DownloadPlan, plan_download
 from sparkdomain.weights import disk_refusal, gb
@@ -166,6 +167,7 @@ def fetch(
                 )  # fmt: skip
             else:  # every blob is there; this commit's snapshot and ref may not be yet
                 transfer.link_snapshot(plan)
+            _record_facts(host, repo_id, plan.commit)
             return Fetched(
                 repo_id=repo_id, revision=revision or DEFAULT_REVISION, commit=plan.commit,
                 total_bytes=plan.total_bytes, fetched_bytes=missing_at_start,
@@ -193,6 +195,17 @@ def fetch(
                 raise _timeout(repo_id) from None
             raise
         attempt += 1
+
+
+def _record_facts(host: Host, repo_id: str, commit: str) -> None:
+    """What the start-up prediction needs (config.json, the checkpoint's size), kept for the
+    recipe page; bookkeeping that never fails the download."""
+    try:
+        found = facts.from_cache(repo_id, commit, cache.hub_cache(hf_home(host)))
+        if found is not None:
+            ModelFacts.record(found)
+    except (HubError, OSError, DatabaseError) as exc:
+        log.warning("facts of %s@%s not kept: %s", repo_id, commit[:12], exc)
 
 
 def _timeout(repo_id: str) -> WeightsFailed:

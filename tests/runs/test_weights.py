@@ -136,6 +136,16 @@ def test_a_start_downloads_what_vllm_loads_with_live_progress_then_serves_that_c
 
     page = client_as(operator).get(run.get_absolute_url()).content.decode()
     assert commit[:12] in page and "downloaded" in page
+    # The start-up prediction's inputs are kept for the recipe page: config.json and the
+    # size of the safetensors vLLM loads.
+    from apps.recipes.models import ModelFacts
+
+    facts = ModelFacts.objects.get(repo_id=qwen.model_id, commit=commit)
+    safetensors = sum(c if isinstance(c, int) else len(c) for path, c in wanted.items()
+                      if path.endswith(".safetensors"))  # fmt: skip
+    assert facts.checkpoint_bytes == safetensors and facts.config == json.loads(
+        model_files()["config.json"]
+    )
 
     # The next start of the same recipe fetches nothing: it is all cached.
     run_stop(run=run)

@@ -337,3 +337,23 @@ def test_the_smallest_utilization_serves_the_sequences_and_one_step_less_does_no
     at = predict(QWEN3_SMALL, [*argv[:-1], str(u)], **kw)
     below = predict(QWEN3_SMALL, [*argv[:-1], f"{u - 0.01:.2f}"], **kw)
     assert at.max_concurrency >= 24 > below.max_concurrency
+
+
+@pytest.mark.django_db
+def test_the_recipe_page_shows_what_vllm_will_do_once_the_model_is_known(client, operator):
+    """The recipe page runs the prediction for its exact vector when the model's facts are
+    stored (a download or `spark plan` keeps them), and says how to get them otherwise."""
+    from apps.recipes.models import ModelFacts
+    from tests.recipes.factories import make_recipe
+
+    recipe = make_recipe(name="Small", model_id="Qwen/Qwen3-0.6B", max_model_len=40960,
+                         max_num_seqs=8)  # fmt: skip
+    client.force_login(operator)
+    page = client.get(f"/recipes/{recipe.slug}/").content.decode()
+    assert 'data-testid="vllm-start-missing"' in page and "config.json" in page
+    ModelFacts.objects.create(repo_id="Qwen/Qwen3-0.6B", commit="a" * 40, config=QWEN3_SMALL,
+                              checkpoint_bytes=int(1.12 * GIB), source="hub")  # fmt: skip
+    page = client.get(f"/recipes/{recipe.slug}/").content.decode()
+    section = page.split('id="vllm-start"')[1].split("</section>")[0]
+    assert "starts" in section and "GPU KV cache size" in section
+    assert "Smallest utilization for 8 full-length sequences" in section
