@@ -5,27 +5,31 @@
 from __future__ import annotations
 
 from apps.hosts.models import Host
-from apps.recipes.launch import default_argv
+from apps.recipes.launch import bind_address
 from apps.recipes.models import ModelFacts, Recipe
+from sparkdomain.command import UnsafeCommand, serve_argv
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter.startup import ModelConfigError, predict
 
 GIB = 1 << 30
 
 
-def vllm_prediction(recipe: Recipe) -> dict:
-    """{"prediction", "facts", "host", "version"} for the default host, or {"missing": why}."""
+def vllm_prediction(recipe: Recipe, host: Host | None = None) -> dict:
+    """{"prediction", "facts", "host", "version"} on `host` (default: the default host), or
+    {"missing": why}."""
     facts = ModelFacts.for_recipe(recipe)
     if facts is None:
         return {"missing": (
             f"the panel has not read {recipe.model_id}'s config.json yet: it does at the first "
             "download (Download now, or a start), or ask `manage.py spark plan`"
         )}  # fmt: skip
-    host = Host.objects.default()
+    host = host or Host.objects.default()
     version = host.contract_version if host else vllm_contract.latest_version()
-    argv = default_argv(recipe)
-    if not argv:
-        return {"missing": "the recipe's command cannot be built for the default host"}
+    try:  # the vector vLLM gets (paths are the start's check, not the prediction's)
+        argv = (serve_argv(recipe, host=bind_address(host), port=host.port_min)
+                if host is not None else serve_argv(recipe))  # fmt: skip
+    except UnsafeCommand as exc:
+        return {"missing": f"the recipe's command cannot be built: {exc}"}
     try:
         prediction = predict(
             facts.config, argv, vllm_version=version,

@@ -16,6 +16,7 @@ from apps.core.selectors import workers_state
 from apps.hosts.models import Host, SparkPair, pair_of
 from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
+from apps.recipes.startup import vllm_prediction
 from apps.runs import live
 from apps.runs.models import ACTIVE_STATES, STARTING_STATES, InvalidTransition, Run, RunState
 from apps.runs.mods import ModRefused, bundles_for
@@ -205,8 +206,18 @@ class Admission:
 
 
 def fit_check(*, recipe: Recipe, host: Host, user=None, fit_confirmation: str = "") -> Admission:
-    """The planner's verdict for the recipe on this host. "Does not fit" refuses the start
-    (does_not_fit) unless an operator confirms by typing the recipe's name."""
+    """vLLM's own verdict for the recipe on this host when the panel knows the model (its
+    stored config.json: apps/recipes/startup.py) — refused only where vLLM would refuse —
+    else the planner's. A refusal (does_not_fit) stands unless an operator confirms by
+    typing the recipe's name."""
+    predicted = vllm_prediction(recipe, host)
+    prediction = predicted.get("prediction")
+    if prediction is not None:
+        if prediction.starts:
+            return Admission(str(planner.Verdict.FITS))
+        reason = f"vLLM {predicted['version']} would refuse it: {prediction.error}"
+        return _admit_fit(recipe, planner.Verdict.DOES_NOT_FIT, reason, f"on {host.name}", user,
+                          fit_confirmation)  # fmt: skip
     try:
         result = recipe.plan(host.spec())
     except ValueError:  # inputs the planner refuses are refused before this, by the flags
