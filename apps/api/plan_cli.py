@@ -43,6 +43,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--vllm-version", help="the vLLM version (default: the host's)")
     parser.add_argument("--total-gib", type=float, help="CUDA's total memory per GPU (GiB)")
     parser.add_argument("--free-gib", type=float, help="the free memory CUDA reports (GiB)")
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="cpu: vLLM's CPU backend (its KV cache is VLLM_CPU_KVCACHE_SPACE)",
+    )
     return parser
 
 
@@ -68,7 +74,7 @@ def main(argv: list[str], prog: str = "manage.py spark") -> int:
         config, checkpoint, source = _model(args, command, host)
         prediction = predict(config, command, vllm_version=version, total_gib=total,
                              free_gib=free, checkpoint_gib=checkpoint,
-                             env=os.environ)  # fmt: skip
+                             env=os.environ, device=args.device)  # fmt: skip
         if source:
             prediction.notes.insert(0, source)
     except (ModelConfigError, ValueError, OSError, HubError) as exc:

