@@ -187,7 +187,13 @@ def _text(out: dict) -> str:
         if out[key] is not None:
             lines.append(f"  {label}: {out[key]:,}")
     smallest = out["breakdown"].get("smallest_utilization")
-    if smallest:
+    if smallest and smallest["utilization"] is None:
+        lines.append(
+            f"  {smallest['for_sequences']} full-length sequences at once need "
+            f"{smallest['needs_kv_gib']} GiB of KV cache: more than this GPU holds at any "
+            "utilization (vLLM serves fewer at once)"
+        )
+    elif smallest:
         lines.append(
             f"  {smallest['for_sequences']} full-length sequences at once need "
             f"--gpu-memory-utilization {smallest['utilization']}, which leaves "

@@ -337,6 +337,9 @@ def test_the_smallest_utilization_serves_the_sequences_and_one_step_less_does_no
     at = predict(QWEN3_SMALL, [*argv[:-1], str(u)], **kw)
     below = predict(QWEN3_SMALL, [*argv[:-1], f"{u - 0.01:.2f}"], **kw)
     assert at.max_concurrency >= 24 > below.max_concurrency
+    many = predict(QWEN3_SMALL, [*argv[:5], "--max-num-seqs", "4096", *argv[7:]], **kw)
+    impossible = many.breakdown["smallest_utilization"]
+    assert impossible["utilization"] is None and impossible["needs_kv_gib"] > 121.69
 
 
 @pytest.mark.django_db

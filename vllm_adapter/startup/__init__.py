@@ -110,10 +110,14 @@ def smallest_utilization(plan: Budget, lay, seqs: int, total_gib: float,
     before = plan.requested - plan.available_kv  # weights, profile peak, graphs…
     total = total_gib * GIB
     value = math.ceil((needed_kv + before) / total * 100) / 100
+    if value > 1:  # not on this machine at any utilization
+        return {"for_sequences": seqs, "utilization": None, "leaves_gib": None,
+                "needs_kv_gib": round(needed_kv / GIB, 2), "above_the_command": True}  # fmt: skip
     return {
         "for_sequences": seqs,
         "utilization": value,
         "leaves_gib": round(total_gib * (1 - value), 2),
+        "needs_kv_gib": round(needed_kv / GIB, 2),
         "above_the_command": value > utilization,
     }
 
