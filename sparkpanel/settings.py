@@ -419,3 +419,7 @@ LOGGING = {
 MOD_FOLDERS = [
     Path(p) for p in env_str("SPARKPANEL_MOD_FOLDERS", str(VAR_DIR / "mods")).split(":") if p
 ]
+
+# Where the host's worker drops the page cache before a start when its host asks for it
+# (Host.drop_page_cache; the kernel's interface — tests point it at a file).
+DROP_CACHES_PATH = env_str("SPARKPANEL_DROP_CACHES_PATH", "/proc/sys/vm/drop_caches")

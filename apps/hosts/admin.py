@@ -27,7 +27,7 @@ class HostAdmin(admin.ModelAdmin):
                        "cuda_context_gb", "cuda_graphs_gb", "meminfo_path"],
         }),
         ("Memory guard (MemAvailable, GB; docs/telemetry.md)", {
-            "fields": ["watchdog_warn_gb", "watchdog_act_gb"]}),
+            "fields": ["watchdog_warn_gb", "watchdog_act_gb", "drop_page_cache"]}),
         ("Seen by the worker", {
             "fields": ["last_heartbeat", "heartbeat_worker", "inventory_at", "unmanaged",
                        "inventory_error"],

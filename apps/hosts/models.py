@@ -184,6 +184,14 @@ class Host(models.Model):
         help_text=f"The run is stopped below this much MemAvailable. Default "
         f"{spark.WATCHDOG_ACT_GB:g} GB, the top of the seed's 2–3 GB freeze band.",
     )  # fmt: skip
+    drop_page_cache = models.BooleanField(
+        "drop the page cache before a start", default=False,
+        help_text="On a GB10 the free memory vLLM's start gate sees is MemAvailable, and page "
+        "cache the kernel will not give back counts against it; NVIDIA advises dropping it "
+        "before a start. The host's worker then syncs and writes 3 to "
+        "/proc/sys/vm/drop_caches before each start (it needs that right: docs/deploy.md). "
+        "Off by default; every drop is in the audit log.",
+    )  # fmt: skip
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     heartbeat_worker = models.CharField(max_length=200, blank=True)
     # The host agent (manage.py hostagent): when it last reported, and its last sample.

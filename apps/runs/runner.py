@@ -7,14 +7,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections import deque
 from datetime import timedelta
 
 import httpx
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from apps.audit import services as audit
 from apps.core.tls import client_context
 from apps.hosts.clock import record_run_clock, run_clock
 from apps.hosts.engines import Engine, EngineError, Handle, LaunchSpec, engine_for
@@ -128,6 +131,7 @@ def start(run_id: int) -> None:
         run.record_image(engine.image_identity(spec))  # a tag moves; its digest does not
         if not run.handle:
             spec = _with_mods(run, spec, pusher)
+            _drop_page_cache(run, pusher)
         handle = engine.start(spec)  # a redelivered task gets the server already running
         _save(run, handle=str(handle))
         if run.state != S.WARMING:
@@ -159,6 +163,26 @@ def start(run_id: int) -> None:
             _fail(run, str(exc), pusher, log_lines=log_lines)
     except InvalidTransition as exc:
         log.warning("%s", exc)
+
+
+def _drop_page_cache(run: Run, pusher: RunPusher) -> None:
+    """NVIDIA's advice for a GB10, where vLLM's start gate reads MemAvailable: sync, then
+    drop the page cache (only where the host's admin asked for it; audited). A failure is
+    noted on the run, never fatal: vLLM's own gate still decides."""
+    if not run.host.drop_page_cache:
+        return
+    _save(run, step="Dropping the page cache before the start")
+    pusher.push(force=True)
+    try:
+        os.sync()
+        with open(settings.DROP_CACHES_PATH, "w") as proc:
+            proc.write("3\n")
+        outcome = "dropped"
+    except OSError as exc:
+        outcome = f"not dropped: {exc.strerror or exc}"
+    audit.record("host.drop_caches", run.host, after={"run": run.pk, "outcome": outcome},
+                 message=f"page cache {outcome} before run {run.pk}")  # fmt: skip
+    _save(run, facts={**run.facts, "page_cache": outcome})
 
 
 def _with_mods(run: Run, spec: LaunchSpec, pusher: RunPusher) -> LaunchSpec:

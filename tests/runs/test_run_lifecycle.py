@@ -138,3 +138,37 @@ def test_a_redelivered_start_task_does_not_start_a_second_server(engine_host, qw
     assert len(engine_for(engine_host).list_managed()) == 1
     runner.stop(run.pk)
     time.sleep(0.1)
+
+
+def test_a_host_that_asks_for_it_drops_the_page_cache_before_each_start(
+    engine_host, qwen, operator, settings, tmp_path
+):
+    """Issue 40: NVIDIA's advice for a GB10 (vLLM's start gate reads MemAvailable), off by
+    default, audited; a drop that fails is noted and the start goes on."""
+    from apps.audit.models import AuditEntry
+    from apps.hosts.models import Host
+
+    proc = tmp_path / "drop_caches"
+    settings.DROP_CACHES_PATH = str(proc)
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY and "page_cache" not in run.facts and not proc.exists()
+    runner.stop(run.pk)
+
+    Host.objects.filter(pk=engine_host.pk).update(drop_page_cache=True)
+    engine_host.refresh_from_db()
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY, run.failure_reason
+    assert proc.read_text() == "3\n" and run.facts["page_cache"] == "dropped"
+    assert AuditEntry.objects.filter(action="host.drop_caches").count() == 1
+    runner.stop(run.pk)
+
+    settings.DROP_CACHES_PATH = str(tmp_path / "no" / "such" / "file")
+    run = run_start(recipe=qwen, host=engine_host, user=operator)
+    runner.start(run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.READY and run.facts["page_cache"].startswith("not dropped")
+    runner.stop(run.pk)
