@@ -137,10 +137,15 @@ def snapshot_problem(name: str, files: Mapping[str, bytes]) -> str | None:
     return None
 
 
+# How a derived image is built (apps/hosts/engines/docker_mods.py): part of its tag, so a
+# change to the build never reuses an image an older build made.
+BUILD = "2"  # 2: the derived image keeps the base's entrypoint and command
+
+
 def derived_tag(base_image_id: str, bundles: list[ModBundle]) -> str:
-    """The tag of the image `bundles` make of a base image: the same base and the same
-    reviewed files always give the same tag (built once per host)."""
-    digest = hashlib.sha256(base_image_id.encode())
+    """The tag of the image `bundles` make of a base image: the same base, the same
+    reviewed files and the same build always give the same tag (built once per host)."""
+    digest = hashlib.sha256(f"{BUILD}\0{base_image_id}".encode())
     for bundle in bundles:
         digest.update(f"\0{bundle.name}\0{bundle.digest}".encode())
     return digest.hexdigest()[:24]

@@ -288,6 +288,20 @@ def docker_sim_host(db, docker_url, settings, tmp_path):
     client.close()
 
 
+def read_file_in_image(client, image: str, path: str) -> bytes:
+    """A file of an image, read from a created (never started) container."""
+    import io
+    import tarfile
+
+    container = client.containers.create(image, command=["true"])
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            return tar.extractfile(tar.getmembers()[0]).read()
+    finally:
+        container.remove(force=True)
+
+
 SHELL_IMAGE = "sparkpanel-test/busybox:1"
 
 

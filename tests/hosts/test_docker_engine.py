@@ -199,9 +199,9 @@ def test_reviewed_mods_make_a_derived_image_once_and_a_failing_mod_stops_the_sta
     said: list[str] = []
     ref = modded_image(engine, shell_image, [bundle], say=said.append)
     assert ref.startswith("sparkpanel-mods/engine-test:")
-    out = engine.client.containers.run(ref, ["cat", "team.jinja"], network_mode="host",
-                                       remove=True, entrypoint=[])  # fmt: skip
-    assert out == b"{{ m }}"
+    from tests.conftest import read_file_in_image
+
+    assert read_file_in_image(engine.client, ref, "/app/team.jinja") == b"{{ m }}"
     assert engine.client.images.get(ref).attrs["Config"]["WorkingDir"] == "/app"
     assert "Applying mod fix-template (1 of 1)" in said
     assert modded_image(engine, shell_image, [bundle], say=said.append) == ref  # built once

@@ -47,9 +47,11 @@ def test_a_start_applies_the_approved_mod_and_a_failing_one_fails_the_run(
     client = docker.DockerClient(base_url=docker_sim_host.docker_url)
     image = client.containers.get(run.handle.split(":", 1)[-1]).attrs["Config"]["Image"]
     assert image.startswith("sparkpanel-mods/")
-    out = client.containers.run(image, ["cat", "/app/team.jinja"], entrypoint=[],
-                                network_mode="host", remove=True)  # fmt: skip
-    assert out == b"{{ messages }}"
+    from tests.conftest import read_file_in_image
+
+    assert read_file_in_image(client, image, "/app/team.jinja") == b"{{ messages }}"
+    # The base image's working directory (where --chat-template team.jinja is read).
+    assert client.images.get(image).attrs["Config"]["WorkingDir"] == "/app"
     runner.stop(run.pk)
 
     (folder / "run.sh").write_text("#!/bin/sh\necho this vLLM has no such file\nexit 4\n")

@@ -15,6 +15,7 @@ with the same image and mods uses it as it is."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -60,7 +61,15 @@ def modded_image(
     if engine.has_image(ref):
         say(f"Mods already applied to {base} on {engine.host_name}: {ref}")
         return ref
-    workdir = (image.attrs.get("Config") or {}).get("WorkingDir") or "/"
+    base_config = image.attrs.get("Config") or {}
+    workdir = base_config.get("WorkingDir") or "/"
+    # The derived image keeps the base's own working dir, and its entrypoint and command
+    # where it has them (Docker ignores an empty one in a commit: a base without one keeps
+    # run.sh there, which no run uses — the engine always gives the entrypoint and command).
+    restore = [f"WORKDIR {workdir}"]
+    for key, instruction in (("Entrypoint", "ENTRYPOINT"), ("Cmd", "CMD")):
+        if base_config.get(key):
+            restore.append(f"{instruction} {json.dumps(base_config[key])}")
     current = image.id
     for index, bundle in enumerate(bundles):
         last = index == len(bundles) - 1
@@ -100,7 +109,7 @@ def modded_image(
                 )
             committed = container.commit(
                 repository=repository if last else None, tag=tag if last else None,
-                changes=[f"WORKDIR {workdir}"],
+                changes=restore,
             )  # fmt: skip
             current = committed.id
         except docker.errors.APIError as exc:
