@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hf_adapter.errors import HubError
 from sparkdomain import spark
+from sparkdomain.meminfo import MeminfoError
 from vllm_adapter.startup import ModelConfigError, predict
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -81,7 +82,7 @@ def main(argv: list[str], prog: str = "manage.py spark") -> int:
         print(f"{prog} plan: {exc}", file=sys.stderr)
         return 2
     out = prediction.as_dict()
-    out.update(_panel_verdict(prediction, command, version))
+    out.update(_panel_verdict(prediction))
     if args.json:
         print(json.dumps(out))
     else:
@@ -104,11 +105,10 @@ def _free(host) -> float | None:
     if host is None:
         return None
     try:
-        memory = host.memory()
-    except Exception:  # no reading: the gate is not judged
+        memory, _source = host.measured_memory()  # the agent's reading, as admission's
+    except MeminfoError:  # no reading: the gate is not judged
         return None
-    available = getattr(memory, "available_bytes", None)
-    return available / (1 << 30) if available else None
+    return memory.available_bytes / (1 << 30) if memory.available_bytes else None
 
 
 def _model(args, command: list[str], host) -> tuple[dict, float | None, str]:
@@ -158,11 +158,8 @@ def _config(path: Path) -> dict:
         raise ModelConfigError(f"{path} is not JSON: {exc}") from None
 
 
-def _panel_verdict(prediction, command: list[str], version: str) -> dict:
-    from vllm_adapter.startup import read_options
-
-    options, _ = read_options(command, version)
-    utilization = options.get("gpu_memory_utilization")
+def _panel_verdict(prediction) -> dict:
+    utilization = prediction.breakdown.get("gpu_memory_utilization")
     if utilization is not None and float(utilization) > float(spark.MAX_GPU_MEMORY_UTILIZATION):
         return {"panel_allows": False, "panel_reason": (
             f"--gpu-memory-utilization {utilization} is above the Spark's "

@@ -367,9 +367,9 @@ class Recipe(models.Model):
         except ValidationError as exc:
             errors = exc.update_error_dict(errors)
         if "extra_args" not in exclude:
-            dirs = (*Host.objects.model_dirs(), *self.folder_dirs)
-            if "folders" in errors:
-                dirs = Host.objects.model_dirs()
+            # Folders that failed their own check stand for no directory.
+            own = () if "folders" in errors else self.folder_dirs
+            dirs = (*Host.objects.model_dirs(), *own)
             try:
                 validate_extra_args(self.extra_args, dirs)
             except FlagError as exc:

@@ -98,17 +98,20 @@ def _document(mirror: Mirror, commit: str, path: str) -> dict:
         raise RegistryError(str(exc)) from None
 
 
+def _layout(mirror: Mirror, commit: str) -> tuple[list[str], list[layout.Section]]:
+    """The files at `commit` and the registries its `.sparkrun/registry.yaml` declares."""
+    files = mirror.files(commit)
+    manifest = mirror.read(commit, layout.MANIFEST) if layout.MANIFEST in files else None
+    return files, layout.sections(manifest)
+
+
 def registry_recipes(registry: RecipeRegistry) -> list[Listed]:
     """Every recipe file of the registry at its commit, with what the panel imported."""
     if not registry.commit:
         return []
     mirror = mirror_of(registry)
     try:
-        files = mirror.files(registry.commit)
-        manifest = (
-            mirror.read(registry.commit, layout.MANIFEST) if layout.MANIFEST in files else None
-        )
-        sections = layout.sections(manifest)
+        files, sections = _layout(mirror, registry.commit)
     except (GitError, ValueError) as exc:
         raise RegistryError(str(exc)) from None
     imported: dict[str, list[Recipe]] = {}
@@ -249,11 +252,8 @@ def registry_mod(registry: RecipeRegistry, ref: str) -> tuple[str, dict[str, byt
         raise RegistryError(f"{registry.name} has not been fetched yet")
     mirror = mirror_of(registry)
     try:
-        files = mirror.files(registry.commit)
-        manifest = (
-            mirror.read(registry.commit, layout.MANIFEST) if layout.MANIFEST in files else None
-        )
-        folders = list(dict.fromkeys(s.mods for s in layout.sections(manifest)))
+        _files, sections = _layout(mirror, registry.commit)
+        folders = list(dict.fromkeys(s.mods for s in sections))
         for folder in folders:
             under = f"{folder}/{name}" if folder else name
             paths = mirror.files(registry.commit, under)

@@ -174,7 +174,6 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         mamba_ssm_cache_dtype=str(options.get("mamba_ssm_cache_dtype") or "auto"),
         async_scheduling=options.get("async_scheduling") is not False,
     )  # fmt: skip
-    checkpoint = checkpoint_gib
     pinned = _int(options.get("kv_cache_memory_bytes"), None)
     cpu_space = str(env.get("VLLM_CPU_KVCACHE_SPACE") or "").strip()
     if device == "cpu" and pinned is None and cpu_space.isdigit():
@@ -184,13 +183,14 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         notes.append(f"VLLM_CPU_KVCACHE_SPACE={cpu_space}: the CPU backend's KV cache size")
     plan: Budget = budget(
         model=model, total_gib=total_gib, free_gib=free_gib, utilization=utilization,
-        tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint, loads_draft=loads_draft,
+        tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint_gib, loads_draft=loads_draft,
         eager=bool(options.get("enforce_eager")), kv_cache_memory_bytes=pinned, rules=rules,
         env=env, max_model_len=max_len, language_only=_language_only(options),
     )  # fmt: skip
     lay = layout(model, cache, rules)
     notes += plan.notes + lay.notes
     breakdown = {
+        "gpu_memory_utilization": options.get("gpu_memory_utilization"),  # None: vLLM's default
         "requested_gib": round(plan.requested / GIB, 2),
         "weights_gib": round(plan.weights / GIB, 2), "weights_from": plan.weights_source,
         "activation_peak_gib": round(plan.activation_peak / GIB, 2),
@@ -220,9 +220,8 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         breakdown["smallest_utilization"] = smallest_utilization(
             plan, lay, seqs, total_gib, utilization
         )
-    fit = capacity(lay, available, max_len, rules, model)
-    shown_kv = round((available - (lay.bytes_per_block if rules.show_kv_less_null_block else 0))
-                     / GIB, 2)  # fmt: skip
+    fit = capacity(lay, available, max_len, rules)
+    shown_kv = round(available / GIB, 2)  # "Available KV cache memory": what the profile left
     if fit.error:
         return Prediction(vllm_version, weights_gib, shown_kv, None, None, False, fit.error,
                           max_len, lay.block_size, breakdown, notes)  # fmt: skip

@@ -119,7 +119,7 @@ def ssm_dtypes(model: TextModel, options: CacheOptions, rules: Rules) -> tuple[s
     if ssm in ("auto", ""):
         if model.model_type.startswith("qwen3_5") and model.config_ssm_dtype:
             ssm = model.config_ssm_dtype
-        elif model.model_type == "nemotron_h" and rules.nemotron_ssm_float32:
+        elif model.model_type == "nemotron_h":
             ssm = "float32"
         else:
             ssm = conv
@@ -149,7 +149,7 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
     conv_dtype, ssm_dtype = ssm_dtypes(model, options, rules)
     state_page = 0
     if hybrid:
-        shapes = model.state_shapes(tp, ns if rules.spec_widens_conv else 0)
+        shapes = model.state_shapes(tp, ns)
         if shapes is None:  # a hybrid without the sizes of its state layers
             raise ValueError("config.json names state layers but not their sizes")
         state_page = shapes.conv_rows * shapes.conv_width * DTYPE_BYTES.get(
@@ -160,12 +160,6 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
         align = max(block_size, rules.kernel_block_alignment)
         if attn.kind == MLA:
             align = max(align, MLA_HYBRID_MIN_BLOCK)
-        if (
-            mamba_mode == "align"
-            and rules.gdn_checkpoint_alignment
-            and GDN in {layer.kind for layer in layers}
-        ):
-            align = math.lcm(align, rules.gdn_checkpoint_alignment)
         raised = align * math.ceil(state_page / (align * per_token_page))
         if raised > block_size:
             block_size = raised
@@ -242,8 +236,7 @@ class Capacity:
     estimated_max_len: int = 0
 
 
-def capacity(lay: Layout, available: int, max_model_len: int, rules: Rules,
-             model: TextModel) -> Capacity:  # fmt: skip
+def capacity(lay: Layout, available: int, max_model_len: int, rules: Rules) -> Capacity:
     """The blocks that fit, vLLM's fit check (`kv_cache_planning.py::_check_enough_kv_cache
     _memory`, one null block held back) and its capacity line."""
     check = available - (lay.bytes_per_block if rules.holds_null_block else 0)
@@ -272,7 +265,7 @@ def capacity(lay: Layout, available: int, max_model_len: int, rules: Rules,
         ), estimate)  # fmt: skip
     num_blocks = available // lay.bytes_per_block
     concurrency = num_blocks / lay.blocks_per_request
-    tokens = rules.kv_tokens(num_blocks, concurrency, max_model_len, lay, model)
+    tokens = rules.kv_tokens(num_blocks, concurrency, max_model_len, lay)
     return Capacity(num_blocks, tokens, concurrency, None)
 
 

@@ -66,7 +66,6 @@ class Rules:
     default_batched_tokens: int = 2048
     default_max_num_seqs: int = 256
     kernel_block_alignment: int = 16  # FLASH_ATTN's smallest kernel block
-    gdn_checkpoint_alignment: int = 0
     start_gate: bool = True
 
     @property
@@ -117,9 +116,6 @@ class Rules:
     def spec_adds_state_blocks(self) -> bool:
         return self.at_least("0.15.0")
 
-    spec_widens_conv: bool = True
-    nemotron_ssm_float32: bool = True
-
     @property
     def mamba2_checkpoint_block(self) -> bool:
         return self.at_least("0.29.0")
@@ -146,12 +142,8 @@ class Rules:
     def holds_null_block(self) -> bool:
         return self.at_least("0.29.0")
 
-    # "Available KV cache memory" is what the profile left (the null block is held back by
-    # the check, not by the line).
-    show_kv_less_null_block: bool = False
-
     def kv_tokens(self, num_blocks: int, concurrency: float, max_model_len: int,
-                  lay: Layout, model: TextModel) -> int:  # fmt: skip
+                  lay: Layout) -> int:  # fmt: skip
         if self.at_least("0.20.1"):
             return int(concurrency * max_model_len)
         groups = max(len(lay.groups), 1)
