@@ -61,6 +61,10 @@ def test_a_registry_recipe_is_imported_with_its_provenance_in_the_browser(new_pa
     expect(source).to_contain_text("recipes/moe/browser-moe.yaml")
     expect(source).to_contain_text("moe, browser")
     expect(page.locator("#recipe-mods")).to_contain_text("mods/fix-template")
+    expect(page.locator("#recipe-mods")).to_contain_text("not added")  # no admin approved it
+    # What vLLM will do: the panel has not read the model's config.json yet, and says how.
+    expect(page.locator("#vllm-start")).to_contain_text("Not predicted yet")
+    expect(page.locator("#vllm-start")).to_contain_text("spark plan")
     expect(page.locator("#recipe-env")).to_contain_text("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     command = page.locator("#serve-command")
     expect(command).to_contain_text("--gpu-memory-utilization 0.825")
