@@ -350,6 +350,17 @@ def _kv_memory(m: re.Match[str]) -> _Hit:
     )
 
 
+# The CPU backend sizes its pool from VLLM_CPU_KVCACHE_SPACE, not from a profile
+# (v1/worker/cpu_worker.py: "Explicitly set (1.0/20.71) GiB for KV cache on node 0.").
+@_rule(r"Explicitly set \(\s*" + _NUM + r"\s*/\s*" + _NUM + r"\s*\)\s*GiB for KV cache")
+def _cpu_kv_memory(m: re.Match[str]) -> _Hit:
+    return _Hit(
+        Phase.COMPILING,
+        f"KV cache {m.group(1)} GiB",
+        facts=_facts(kv_cache_gib=_number(m.group(1)), kv_cache_device="cpu"),
+    )
+
+
 # "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx", one
 # line; %s is the pool: "GPU", "CPU", "XPU", "GPU + host".
 @_rule(r"KV cache size:\s*" + _INT + r"\s*tokens")

@@ -12,20 +12,66 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from apps.hosts.models import Host
+from apps.recipes.models import ModelFacts
 from apps.runs.models import PlanCheck, Run
 from sparkdomain import calibration as calc
 from sparkdomain.planner import Architecture, Flags, plan
+from vllm_adapter import contract as vllm_contract
+from vllm_adapter.startup import ModelConfigError, predict
+
+GIB = 1 << 30
 
 log = logging.getLogger(__name__)
 
 
+def run_prediction(run: Run) -> tuple[dict[str, float | None], str]:
+    """What the run's start was predicted to print, in the four quantities, and by which
+    predictor: vLLM's own start-up accounting (vllm_adapter/startup) for the run's exact
+    vector, the vLLM version its log printed and its host's memory, when the model's
+    config.json is known (ModelFacts); else the panel planner's plan for the recipe.
+
+    On vLLM's CPU backend the pool is a setting, not a profile (VLLM_CPU_KVCACHE_SPACE,
+    which the log states: "Explicitly set (1.0/20.71) GiB for KV cache"): the prediction
+    takes that pool and checks the layout — tokens and concurrency."""
+    facts = ModelFacts.for_recipe(run.recipe)
+    argv = [str(a) for a in (run.argv or [])]
+    if facts is not None and len(argv) >= 3:
+        version = str(run.facts.get("vllm_version") or run.host.contract_version or "")
+        cpu = run.facts.get("kv_cache_device") == "cpu"
+        pool = run.facts.get("kv_cache_gib")
+        if cpu and isinstance(pool, int | float):
+            argv += ["--kv-cache-memory-bytes", str(int(pool * GIB))]
+        try:
+            p = predict(
+                facts.config, argv, vllm_version=version or vllm_contract.latest_version(),
+                total_gib=float(run.host.cuda_visible_gib or 121.69), free_gib=None,
+                checkpoint_gib=facts.checkpoint_bytes / GIB if facts.checkpoint_bytes else None,
+                device="cpu" if cpu else "cuda",
+            )  # fmt: skip
+        except (ModelConfigError, ValueError) as exc:
+            log.info("run %s: no start-up prediction (%s); the planner's plan instead", run.pk,
+                     exc)  # fmt: skip
+        else:
+            return {
+                calc.KV_CACHE_GIB: p.available_kv_cache_gib,
+                calc.KV_CACHE_TOKENS: None if p.kv_cache_tokens is None
+                else float(p.kv_cache_tokens),
+                calc.MAX_CONCURRENCY: p.max_concurrency,
+                calc.MODEL_MEMORY_GIB: None if cpu else p.model_loading_gib,
+            }, PlanCheck.Predictor.VLLM  # fmt: skip
+    return calc.predicted(run.recipe.plan(run.host.spec())), PlanCheck.Predictor.PLANNER
+
+
 def plan_check_record(*, run: Run) -> list[PlanCheck]:
-    """Store what vLLM measured at this start beside the plan for its recipe on its host.
-    Idempotent (one row per run and quantity); never fails the start it follows."""
+    """Store what vLLM measured at this start beside what was predicted for it (see
+    `run_prediction`). Idempotent (one row per run and quantity); never fails the start it
+    follows."""
     try:
-        checks = calc.compare(run.recipe.plan(run.host.spec()), run.facts)
+        want, predictor = run_prediction(run)
+        got = calc.measured(run.facts)
+        checks = [calc.Check(q, want[q], got[q]) for q in calc.QUANTITIES]
         common = {"run": run, "host": run.host, "recipe": run.recipe, "image": run.image,
-                  "image_digest": run.image_digest,
+                  "image_digest": run.image_digest, "predictor": predictor,
                   "vllm_version": str(run.facts.get("vllm_version", ""))[:64]}  # fmt: skip
         rows = [
             PlanCheck(
@@ -50,10 +96,12 @@ def run_checks(run: Run) -> list[calc.Check]:
     prediction once the run recorded one (the recipe may have changed since), else the plan
     for the recipe as it is now and the facts read so far."""
     stored = {row.quantity: row for row in run.plan_checks.all()}
+    got = calc.measured(run.facts)
     try:
-        live = {c.quantity: c for c in calc.compare(run.recipe.plan(run.host.spec()), run.facts)}
+        want, _ = run_prediction(run)
     except ValueError:  # a recipe the planner cannot plan (it says why on the recipe page)
-        live = {q: calc.Check(q, None, calc.measured(run.facts)[q]) for q in calc.QUANTITIES}
+        want = dict.fromkeys(calc.QUANTITIES)
+    live = {q: calc.Check(q, want[q], got[q]) for q in calc.QUANTITIES}
     out = []
     for quantity in calc.QUANTITIES:
         row = stored.get(quantity)
@@ -77,7 +125,9 @@ def corrections_for(*, host, image: str, recipe=None) -> tuple[dict[str, calc.Co
     """Per quantity, the correction from the latest starts of `image` on `host`: those of
     `recipe` alone when it has any (the same model is the best evidence), else every
     recipe's. Returns (corrections, scope) where scope says which starts."""
-    rows = PlanCheck.objects.filter(host=host, image=image)
+    # The planner's plans are corrected by what the planner predicted for earlier starts
+    # only: a start predicted by vLLM's accounting measures that prediction, not the plan.
+    rows = PlanCheck.objects.filter(host=host, image=image, predictor=PlanCheck.Predictor.PLANNER)
     scope = ""
     if recipe is not None:
         if rows.filter(recipe=recipe).exists():

@@ -305,6 +305,20 @@ class Run(models.Model):
 
         return run_checks(self)
 
+    @property
+    def plan_predictor(self) -> str:
+        """Which prediction the run page's "Plan against measured" shows: vLLM's start-up
+        accounting once the model's config.json is known, else the panel planner."""
+        stored = self.plan_checks.first()
+        if stored is not None:
+            return stored.get_predictor_display()
+        from apps.runs.calibration import run_prediction
+
+        try:
+            return str(PlanCheck.Predictor(run_prediction(self)[1]).label)
+        except ValueError:
+            return str(PlanCheck.Predictor.PLANNER.label)
+
     def phase_seconds(self) -> dict[str, float]:
         """How long each finished phase took, in the host's time: the phases the server
         paces (starting to warming) run N× faster on an N× simulated host, so their wall
@@ -410,7 +424,16 @@ class PlanCheck(models.Model):
     image = models.CharField(max_length=255)  # the tag the run named
     image_digest = models.CharField(max_length=80, blank=True)  # what the tag meant then
     vllm_version = models.CharField(max_length=64, blank=True)  # as the server's log said
+
+    class Predictor(models.TextChoices):
+        # vllm_adapter/startup: vLLM's own accounting for the run's exact vector (the model's
+        # config.json and checkpoint size known); planner: the panel's capacity planner.
+        VLLM = "vllm", "vLLM start-up prediction"
+        PLANNER = "planner", "panel planner"
+
     quantity = models.CharField(max_length=24, choices=Quantity.choices)
+    predictor = models.CharField(max_length=8, choices=Predictor.choices,
+                                 default=Predictor.PLANNER)  # fmt: skip
     predicted = models.FloatField()
     measured = models.FloatField()
     ratio = models.FloatField(help_text="measured ÷ predicted")

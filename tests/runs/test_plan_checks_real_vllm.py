@@ -58,3 +58,45 @@ def test_real_vllms_numbers_are_recorded_beside_the_plan_and_correct_the_next_on
                            flags=recipe.flags(), recipe=recipe)  # fmt: skip
     assert c.result.corrected["kv_cache_tokens"] == pytest.approx(tokens)
     assert "vLLM measured" in c.text and f"tokens ≈ {tokens:,}" in c.text
+
+
+def test_with_the_models_config_the_run_is_checked_against_vllms_own_accounting(real_vllm):
+    """Once the panel has read the tiny model's config.json (here from the real server's own
+    Hugging Face cache), the run's numbers are checked against the start-up prediction for
+    its exact vector — the CPU backend's pool as its log states it — and agree with what the
+    real server printed: tokens and concurrency to the token (the checker's bound is 7 %)."""
+    log = real_vllm.log()
+    if not log:
+        pytest.skip("the real server was started elsewhere without SPARKPANEL_REAL_VLLM_LOG")
+    from apps.recipes.models import ModelFacts
+    from hf_adapter.facts import from_cache
+
+    follower = LogFollower()
+    for line in log.splitlines():
+        follower.feed(line)
+    assert follower.ready, follower.tail()
+    assert follower.facts["kv_cache_device"] == "cpu" and follower.facts["kv_cache_gib"] == 1.0
+    snapshot = real.tiny_model_snapshot()
+    assert snapshot is not None
+    facts = from_cache(real.TINY_MODEL, snapshot.name, real.HF_HOME / "hub")
+    assert facts is not None
+    ModelFacts.record(facts)
+
+    host = Host.objects.create(name="cpu-box", engine=Host.Engine.PROCESS, cuda_visible_gib=24,
+                               physical_memory_gb=24, vllm_version=real.VLLM_VERSION)  # fmt: skip
+    recipe = Recipe.objects.create(
+        name="Tiny llama", slug="tiny-llama", model_id=real.TINY_MODEL,
+        image="vllm/vllm-openai:v0.32.0", max_model_len=real.MAX_MODEL_LEN,
+        gpu_memory_utilization=Decimal("0.50"), total_params_b=0.001, weight_format="bf16", num_layers=2, kv_heads=2, head_dim=64,
+    )  # fmt: skip
+    argv = ["vllm", "serve", real.TINY_MODEL, "--max-model-len", str(real.MAX_MODEL_LEN)]
+    run = Run.objects.create(recipe=recipe, host=host, port=real_vllm.port, image=recipe.image,
+                             state=RunState.READY, facts=dict(follower.facts),
+                             argv=argv)  # fmt: skip
+    rows = {c.quantity: c for c in plan_check_record(run=run)}
+    assert {c.predictor for c in rows.values()} == {PlanCheck.Predictor.VLLM}
+    for quantity in ("kv_cache_tokens", "max_concurrency", "kv_cache_gib"):
+        assert rows[quantity].ratio == pytest.approx(1.0, abs=0.005), rows[quantity]
+    # These rows measure the prediction, not the planner: they correct no planner plan.
+    assert host_corrections(image=recipe.image, arch=recipe.architecture(),
+                            flags=recipe.flags(), recipe=recipe) == []  # fmt: skip

@@ -70,8 +70,13 @@ def weights_bytes(model: TextModel, checkpoint_gib: float | None, loads_draft: b
         size = checkpoint_gib * GIB
         if draft and not loads_draft:
             # The draft layers' share of the parameters, in the checkpoint's own format —
-            # unless its quantization config leaves them out (then they are bf16).
-            excluded = _mtp_unquantized(model)
+            # unless they stay bf16: the quantization config leaves them out, or the config
+            # carries no quantization block at all for a checkpoint well below bf16 size
+            # (ModelOpt's and llm-compressor's MTP exports keep the draft layers bf16:
+            # Nemotron 3 Super NVFP4 on a GB10 loaded 75.03 GiB with its MTP layer and
+            # 69.62 GiB without — 5.41 GiB, its ~2.9 B draft parameters at two bytes).
+            quantized = size < (total + draft) * 1.5
+            excluded = _mtp_unquantized(model) or (quantized and not model.quantization)
             size -= draft * 2 if excluded else size * draft / (total + draft)
             return int(size / tp), "checkpoint size less the draft layers"
         return int(size / tp), "checkpoint size"
@@ -114,8 +119,9 @@ def activation_peak(model: TextModel, tokens: int, seqs: int, tp: int) -> int:
     residual = 3 * tokens * h * b
     if model.is_moe:
         n = 2 * model.moe_intermediate_size // tp
+        k = model.moe_latent_size or h  # a latent MoE's experts work in the latent width
         topk = max(model.experts_per_token, 1)
-        mlp = (max(tokens * topk * max(n // 2, h), tokens * h) + tokens * topk * max(n, h)) * b
+        mlp = (max(tokens * topk * max(n // 2, k), tokens * k) + tokens * topk * max(n, k)) * b
     else:
         mlp = tokens * 3 * (model.intermediate_size // tp) * b
     mixer = 0

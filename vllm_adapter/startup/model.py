@@ -57,6 +57,8 @@ class TextModel:
     layers: tuple[Layer, ...]
     intermediate_size: int = 0
     moe_intermediate_size: int = 0
+    moe_latent_size: int = 0  # Nemotron 3 Super: the experts work in this width, not hidden
+    moe_shared_intermediate_size: int = 0
     num_experts: int = 0
     experts_per_token: int = 0
     max_position_embeddings: int = 0
@@ -202,6 +204,12 @@ def read_model(config: Mapping) -> TextModel:
         layers=tuple(layers),
         intermediate_size=_int(text, "intermediate_size", "ffn_hidden_size", default=4 * hidden),
         moe_intermediate_size=_int(text, "moe_intermediate_size", "intermediate_size", default=0),
+        moe_latent_size=_int(text, "moe_latent_size", default=0) if experts else 0,
+        moe_shared_intermediate_size=_int(
+            text, "moe_shared_expert_intermediate_size", "shared_expert_intermediate_size"
+        )
+        if experts
+        else 0,
         num_experts=experts,
         experts_per_token=_int(text, "num_experts_per_tok", "top_k_experts", "moe_topk")
         if experts

@@ -22,10 +22,16 @@ def mlp_params(model: TextModel) -> int:
 
 
 def moe_params(model: TextModel) -> int:
+    """Routed experts, the router and the shared expert. A latent MoE (Nemotron 3 Super,
+    `moe_latent_size`) projects hidden → latent and back around experts that work in the
+    latent width (vLLM's nemotron_h.py: fc1_latent_proj / fc2_latent_proj)."""
     mats = 3 if model.gated_mlp else 2
     h = model.hidden_size
-    experts = model.num_experts * mats * h * model.moe_intermediate_size
-    return experts + h * model.num_experts + mats * h * model.moe_intermediate_size
+    width = model.moe_latent_size or h
+    experts = model.num_experts * mats * width * model.moe_intermediate_size
+    latent = 2 * h * model.moe_latent_size
+    shared = mats * h * (model.moe_shared_intermediate_size or model.moe_intermediate_size)
+    return experts + latent + h * model.num_experts + shared
 
 
 def mixer_params(model: TextModel, kind: str) -> int:
