@@ -22,6 +22,7 @@ from apps.recipes.models import Recipe
 from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.services import config_json_fields, plan_context
 from apps.recipes.signals import measured_corrections
+from apps.recipes.startup import vllm_prediction
 from sparkdomain import presets
 from sparkdomain.command import docker_run_argv, serve_argv, shell_line
 from sparkdomain.planner import plan
@@ -155,6 +156,7 @@ def _render(
     else:
         plan_ctx = {"plan_errors": labelled_errors(plan_form.errors)}
     commands = None
+    vllm_start = None
     if step == 3 and plan_form.is_valid() and "model_id" in form.cleaned_data:
         preview = Recipe(**{k: v for k, v in form.cleaned_data.items() if k in ALL_FIELDS})
         preview.image = form.cleaned_data.get("image") or DEFAULT_IMAGE
@@ -162,6 +164,7 @@ def _render(
             "serve": shell_line(serve_argv(preview)),
             "docker": shell_line(docker_run_argv(preview)),
         }
+        vllm_start = vllm_prediction(preview)  # what admission will go by
     hidden = {k: data.getlist(k) for k in data if k in ALL_FIELDS and k not in STEPS[step][1]}
     context = {
         "step": step,
@@ -176,6 +179,7 @@ def _render(
         "model_presets": presets.MODELS,
         "workload_presets": presets.WORKLOADS,
         "commands": commands,
+        "vllm_start": vllm_start,
         "can_save": request.user.has_perm(EDIT_RECIPES),
         **plan_ctx,
     }

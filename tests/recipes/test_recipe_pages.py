@@ -438,3 +438,19 @@ def test_prefix_caching_is_vllms_choice_unless_the_recipe_says(choice, stored, f
     recipe.delete()
     (again,) = recipes_from_yaml(text).created
     assert again.enable_prefix_caching is stored
+
+
+def test_wizard_review_shows_what_vllm_will_do_once_the_model_is_known(client_as, member):
+    """The wizard's last step shows the same start-up prediction admission goes by: missing
+    (and how to get it) until the panel has the model's config.json, then vLLM's figures."""
+    from apps.recipes.models import ModelFacts
+    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+
+    client = client_as(member)
+    data = recipe_data(step="2", action="next", model_id="Qwen/Qwen3-0.6B", max_model_len="40960")
+    html = client.post(reverse("recipe-wizard"), data).content.decode()
+    assert "What vLLM will do at start-up" in html and 'data-testid="vllm-start-missing"' in html
+    ModelFacts.objects.create(repo_id="Qwen/Qwen3-0.6B", commit="c" * 40, config=QWEN3_SMALL,
+                              checkpoint_bytes=int(1.12 * 2**30), source="hub")  # fmt: skip
+    html = client.post(reverse("recipe-wizard"), data).content.decode()
+    assert 'data-testid="vllm-start-tokens"' in html and "Available KV cache memory" in html
