@@ -62,6 +62,9 @@ def test_a_real_cpu_start_reaches_every_phase_and_ready_with_its_facts() -> None
         "architecture": "LlamaForCausalLM",
         "max_model_len": 1024,
         "weights_load_s": 0.01,
+        # "Explicitly set (1.0/20.71) GiB for KV cache on node 0.": the CPU backend's pool
+        "kv_cache_gib": 1.0,
+        "kv_cache_device": "cpu",
         "kv_cache_tokens": 1048576,  # "CPU KV cache size: 1,048,576 tokens, ..."
         "max_concurrency": 1024.0,  # "... Maximum concurrency for 1,024 tokens ...: 1024.00x"
         "max_concurrency_len": 1024,

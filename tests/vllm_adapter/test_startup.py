@@ -375,3 +375,110 @@ def test_the_cpu_backend_takes_its_kv_cache_size_from_its_setting() -> None:
                   device="cpu")  # fmt: skip
     assert got.starts and got.kv_cache_tokens == 1_048_576
     assert got.max_concurrency == round(1_048_576 / 4096, 2)
+
+
+def test_profiling_an_encoder_adds_host_memory_outside_torch_on_a_gb10() -> None:
+    """On a GB10 vLLM counts the drop of MemAvailable (utils/mem_utils.py, integrated GPUs),
+    so the dummy images' host copies count: a fixed share and, per image, its pixels in
+    float32 twice (vLLM 0.27.1 on a GB10: "Actual usage is 55.99 GiB for consumed memory
+    (weights + non-torch)" for 51.35 GiB of weights and one image — 2.4 GiB above a text
+    model's 2.2)."""
+    from vllm_adapter.startup.budget import MM_HOST_FIXED_GIB
+
+    base = ["vllm", "serve", "org/m", "--max-model-len", "32768",
+            "--gpu-memory-utilization", "0.8"]  # fmt: skip
+    kw = {"vllm_version": "0.27.1", "total_gib": 121.69, "checkpoint_gib": 20.0}
+    one = predict(QWEN36_MOE, [*base, "--max-num-batched-tokens", "2048"], **kw)
+    four = predict(QWEN36_MOE, [*base, "--max-num-batched-tokens", "65536"], **kw)
+    text = predict(QWEN36_MOE, [*base, "--max-num-batched-tokens", "2048",
+                                "--language-model-only"], **kw)  # fmt: skip
+    image_pixels = 16384 * 4 * 1536 * 4
+    assert one.breakdown["non_torch_gib"] - text.breakdown["non_torch_gib"] == pytest.approx(
+        (MM_HOST_FIXED_GIB * GIB + 2 * image_pixels) / GIB, abs=0.01
+    )  # ≈ 2.35 GiB
+    assert four.breakdown["non_torch_gib"] - one.breakdown["non_torch_gib"] == pytest.approx(
+        3 * 2 * image_pixels / GIB, abs=0.01
+    )
+    assert any("4 item(s)" in n for n in four.notes)
+
+
+def test_gemma4s_encoder_costs_the_one_hot_lookup_in_images_built_before_transformers_5_10_1():
+    """transformers before 5.10.1 embedded Gemma 4's patch positions with F.one_hot(…,
+    10240) cast to bf16 (huggingface/transformers#46176 replaced it with F.embedding): 2 ×
+    10,240 × (8 + 2) bytes a patch over a 32-frame video of 630 patches a frame. vLLM 0.22.0
+    (2026-05-29) shipped before 5.10.1 (2026-06-03); 0.22.1 after."""
+    config = {
+        "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+        "text_config": {"model_type": "gemma4_text", "num_hidden_layers": 30,
+                        "hidden_size": 2816, "num_attention_heads": 16,
+                        "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 2112,
+                        "vocab_size": 262144, "max_position_embeddings": 262144,
+                        "dtype": "bfloat16"},
+        "vision_config": {"hidden_size": 1152},
+    }  # fmt: skip
+    argv = ["vllm", "serve", "google/gemma-4", "--max-model-len", "8192",
+            "--max-num-batched-tokens", "4096", "--gpu-memory-utilization", "0.8"]  # fmt: skip
+    old = predict(config, argv, vllm_version="0.22.0", total_gib=121.69, checkpoint_gib=48.0)
+    new = predict(config, argv, vllm_version="0.22.1", total_gib=121.69, checkpoint_gib=48.0)
+    one_hot = 32 * 630 * 2 * 10240 * (8 + 2) / GIB  # 3.85 GiB
+    difference = old.breakdown["activation_peak_gib"] - new.breakdown["activation_peak_gib"]
+    # (less what the text forward's own peak already covered: max(P_vit, P_text + O_enc))
+    assert one_hot - 0.1 < difference <= one_hot + 0.01
+    assert any("one-hot" in n for n in old.notes) and not any("one-hot" in n for n in new.notes)
+
+
+@pytest.mark.parametrize(
+    ("seqs", "tokens", "spec", "sizes"),
+    [
+        # vLLM 0.22.1 on a GB10, --max-num-seqs 5, MTP with 2 tokens: "Profiling CUDA graph
+        # memory: PIECEWISE=6 (largest=24)".
+        (5, 8192, 2, [1, 2, 4, 8, 16, 24]),
+        (1, 2048, 0, [1, 2]),
+        # 256 sequences: 1, 2, 4, every 8 to 248, every 16 from 256 to 512 (51 sizes).
+        (256, 2048, 0, [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]),
+        (256, 128, 0, [1, 2, 4, *range(8, 129, 8)]),  # never above max_num_batched_tokens
+    ],
+)
+def test_cuda_graph_capture_sizes_follow_vllms_default_list(seqs, tokens, spec, sizes) -> None:
+    """config/vllm.py _set_cudagraph_sizes: min(2 × max_num_seqs × (1 + speculative tokens),
+    512, max_num_batched_tokens) as the largest; the estimate grows by one graph's share per
+    further capture (gpu_model_runner.py profile_cudagraph_memory)."""
+    from vllm_adapter.startup.budget import GRAPH_BYTES, capture_sizes, cudagraph_estimate
+    from vllm_adapter.startup.model import read_model
+
+    assert capture_sizes(seqs, tokens, spec) == sizes
+    model = read_model(QWEN3_SMALL)
+    assert cudagraph_estimate(model, seqs, True, tokens, spec) == 0  # --enforce-eager
+    if len(sizes) > 2:
+        fewer = cudagraph_estimate(model, seqs, False, sizes[-2], spec)
+        assert cudagraph_estimate(model, seqs, False, tokens, spec) > fewer >= GRAPH_BYTES
+
+
+def test_a_latent_moes_experts_are_counted_in_the_latent_width_and_bf16_mtp_is_left_out():
+    """Nemotron 3 Super (120B-A12B): 512 experts of a latent MoE (moe_latent_size 1024 —
+    nemotron_h.py fc1/fc2_latent_proj) make ~120 B parameters, not the ~460 B an expert of
+    the hidden width would; its NVFP4 checkpoint keeps the MTP layer bf16 (a GB10 loaded
+    75.03 GiB with it and 69.62 GiB without: 5.41 GiB), so a command without speculative
+    decoding loads the checkpoint less two bytes a draft parameter."""
+    from vllm_adapter.startup import params
+    from vllm_adapter.startup.model import read_model
+
+    super_config = {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+        "vocab_size": 131072, "hidden_size": 4096, "num_hidden_layers": 88,
+        "hybrid_override_pattern": ("M" + "E" + "M" + "*" + "E") * 8 + ("ME" * 24),
+        "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 2,
+        "ssm_state_size": 128, "mamba_num_heads": 128, "n_groups": 8, "mamba_head_dim": 64,
+        "conv_kernel": 4, "n_routed_experts": 512, "num_experts_per_tok": 22,
+        "moe_intermediate_size": 2688, "moe_shared_expert_intermediate_size": 5376,
+        "moe_latent_size": 1024, "mlp_hidden_act": "relu2", "num_nextn_predict_layers": 1,
+        "max_position_embeddings": 262144,
+    }  # fmt: skip
+    model = read_model(super_config)
+    total = params.total_params(model) / 1e9
+    assert 110 < total < 130, total
+    draft = params.draft_params(model)
+    argv = ["vllm", "serve", "nvidia/x", "--max-model-len", "32768", "--max-num-seqs", "1"]
+    p = predict(super_config, argv, vllm_version="0.23.1", total_gib=121.69, checkpoint_gib=74.8)
+    assert p.model_loading_gib == pytest.approx(74.8 - draft * 2 / GIB, abs=0.01)
+    assert 5.0 < draft * 2 / GIB < 5.8  # the measured 5.41 GiB drafter

@@ -186,6 +186,7 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint_gib, loads_draft=loads_draft,
         eager=bool(options.get("enforce_eager")), kv_cache_memory_bytes=pinned, rules=rules,
         env=env, max_model_len=max_len, language_only=_language_only(options),
+        num_spec=num_spec,
     )  # fmt: skip
     lay = layout(model, cache, rules)
     notes += plan.notes + lay.notes

@@ -142,20 +142,45 @@ def activation_peak(model: TextModel, tokens: int, seqs: int, tp: int) -> int:
 # The vision encoders vLLM profiles (one eager call over the modality with the most tokens
 # per item; v1/worker/gpu_model_runner.py profile_run → _get_mm_dummy_batch; the same
 # budget rule 0.12 → 0.34): (tokens per item, patches per output token, bytes per patch at
-# the peak, the towers' defaults in the shipped processor configs) — FLASH_ATTN varlen, so
-# linear in the patches. Qwen3.5/3.6 (Qwen3-VL tower: hidden 1152, a 4096×4096 image is
-# 16,384 tokens of 2×2 patches; the attention stage holds 12·N·D·2 bytes, the pixels 1,536
-# bytes a patch); Gemma 4 (a 32-frame video, 2,496 tokens of 630 patches a frame; N·(2D+3I)·2
-# with D 1152, I 4304). Families not listed: not estimated (noted).
+# the peak) with the towers' defaults in the shipped processor configs.
+#
+# Qwen3.5/3.6 (the Qwen3-VL tower, hidden 1152): a 4096×4096 image is 16,384 tokens of
+# 2×2 patches; tensor liveness in qwen3_vl.py's attention stage holds 12·N·D·2 bytes, the
+# pixels 1,536 bytes a patch — 1.80 GiB for one image. vLLM's profiler agrees: 0.27.1 on a
+# GB10 printed "3.78 GiB for peak activation" for one such image (Qwen3.8-27B,
+# max_num_batched_tokens 2048), a figure that holds its 1.94 GiB CUDA-graph estimate too
+# (gpu_worker.py: peak_activation_memory = transient peak + the applied estimate): 1.84 GiB.
+#
+# Gemma 4 (a 32-frame video, 2,496 tokens of 630 patches a frame): N·(2D+3I)·2 with D 1152,
+# I 4304 (the HF Gemma4VisionModel, which vLLM drives) — plus, with transformers before
+# 5.10.1, the patch embedder's one-hot position lookup, `F.one_hot(positions, 10240)` int64
+# cast to bf16 (2 × 10,240 × (8 + 2) bytes a patch; huggingface/transformers#46176 replaced
+# it with F.embedding). vLLM's release images install the transformers of their build day:
+# 0.22.0 (2026-05-29) and older predate 5.10.1 (2026-06-03). Families not listed: not
+# estimated (noted).
+QWEN_VL_PATCH_BYTES = 12 * 1152 * 2 + 1536
+GEMMA4_ONE_HOT_PATCH_BYTES = 2 * 10240 * (8 + 2)
+GEMMA4_ONE_HOT_UNTIL = "0.22.1"  # the first vLLM whose image has transformers ≥ 5.10.1
 _VISION = {
-    "Qwen3_5": (16384, 4, 12 * 1152 * 2 + 1536),
-    "Qwen3VL": (16384, 4, 12 * 1152 * 2 + 1536),
+    "Qwen3_5": (16384, 4, QWEN_VL_PATCH_BYTES),
+    "Qwen3VL": (16384, 4, QWEN_VL_PATCH_BYTES),
     "Gemma4": (2496, 20160 / 2496, (2 * 1152 + 3 * 4304) * 2),
 }
+# The values in one patch of pixels the processor hands the tower (channels × temporal ×
+# patch²): Qwen-VL 3 × 2 × 16 × 16, Gemma 4 3 × 16 × 16.
+_PIXELS_PER_PATCH = {"Qwen3_5": 1536, "Qwen3VL": 1536, "Gemma4": 768}
+# Memory outside torch that profiling a vision encoder adds on a GB10, where vLLM counts the
+# drop of MemAvailable: the processor stack and a fixed share, and per dummy item its pixels
+# in float32 twice over (the processor's output and the pinned staging copy the CUDA host
+# allocator keeps). From public GB10 start-ups of the Qwen3-VL tower (one image: 2.4 GiB
+# over the text-only figure — vLLM 0.27.1's "consumed memory" line; four images: 4.8–4.9
+# GiB, vLLM 0.20).
+MM_HOST_FIXED_GIB = 1.6
+MM_HOST_PIXEL_COPIES = 2
 
 
 def encoder_peak(model: TextModel, tokens: int, seqs: int, max_model_len: int,
-                 text_peak: int) -> tuple[int, str]:  # fmt: skip
+                 text_peak: int, rules=None) -> tuple[int, str]:  # fmt: skip
     """What profiling the vision encoder adds to the activation peak: the encoder's own
     peak over n items, or the text forward's with the encoder's outputs kept alive — the
     larger (`max(P_vit, P_text + O_enc) − P_text`)."""
@@ -165,43 +190,91 @@ def encoder_peak(model: TextModel, tokens: int, seqs: int, max_model_len: int,
     if family is None:
         return 0, f"{model.architecture}: its encoder's profiling is not estimated"
     per_item, patches_per_token, per_patch = _VISION[family]
+    note = ""
+    if family == "Gemma4" and rules is not None and not rules.at_least(GEMMA4_ONE_HOT_UNTIL):
+        per_patch += GEMMA4_ONE_HOT_PATCH_BYTES
+        note = " (with the one-hot position lookup of transformers before 5.10.1)"
     budget = max(tokens, per_item)
     items = max(1, min(budget // per_item, seqs * max(1, max_model_len // per_item)))
     patches = items * per_item * patches_per_token
     vit = int(patches * per_patch + 18 * (1 << 20))
     outputs = items * per_item * model.hidden_size * DTYPE_BYTES.get(model.dtype, 2)
     extra = max(vit, text_peak + outputs) - text_peak
-    return int(extra), f"vision encoder profiled with {items} item(s) of {per_item} tokens"
+    return int(extra), f"vision encoder profiled with {items} item(s) of {per_item} tokens{note}"
 
 
-def cudagraph_estimate(model: TextModel, seqs: int, eager: bool) -> int:
-    """The CUDA-graph memory vLLM estimates (0.21+) — an estimate of the estimate: the
-    captured graphs' private pools hold the largest decode batch's activations; about
-    0.2–1.7 GiB in GB10 logs ("Estimated CUDA graph memory")."""
+def encoder_host_bytes(model: TextModel, tokens: int, seqs: int, max_model_len: int) -> int:
+    """The memory outside torch that profiling the vision encoder adds (MM_HOST_*)."""
+    family = next((f for f in _VISION if model.architecture.startswith(f)), None)
+    if not model.is_multimodal or family is None:
+        return 0
+    per_item, patches_per_token, _ = _VISION[family]
+    items = max(1, min(max(tokens, per_item) // per_item,
+                       seqs * max(1, max_model_len // per_item)))  # fmt: skip
+    pixels = items * per_item * patches_per_token * _PIXELS_PER_PATCH[family] * 4
+    return int(MM_HOST_FIXED_GIB * GIB + MM_HOST_PIXEL_COPIES * pixels)
+
+
+# What one more captured graph adds to vLLM's estimate on a GB10: the estimate is the first
+# capture (the largest batch's activations in the graph pool) plus (n − 1) × the second
+# capture's growth (v1/worker/gpu_model_runner.py profile_cudagraph_memory), measured as a
+# drop in free memory. GB10 logs at max_num_seqs 256 (51 piecewise and 35 full graphs)
+# printed 1.65–2.02 GiB ("Estimated CUDA graph memory"; vLLM 0.18–0.27, four models): about
+# 19 MiB a graph.
+GRAPH_BYTES = 19 << 20
+
+
+def capture_sizes(seqs: int, tokens: int, num_spec: int) -> list[int]:
+    """vLLM's default CUDA-graph batch sizes (config/vllm.py _set_cudagraph_sizes): 1, 2, 4,
+    then every 8 below 256 and every 16 from 256, up to min(2 × max_num_seqs × (1 +
+    speculative tokens), 512, max_num_batched_tokens)."""
+    top = min(seqs * (1 + num_spec) * 2, 512, tokens)
+    sizes = [i for i in (1, 2, 4) if i <= top]
+    if top >= 8:
+        sizes += list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def cudagraph_estimate(model: TextModel, seqs: int, eager: bool, tokens: int = 8192,
+                       num_spec: int = 0) -> int:  # fmt: skip
+    """The CUDA-graph memory vLLM estimates (0.18+): the first capture — the graph pool
+    holding the largest batch's activations — plus a fixed amount per further graph:
+    piecewise graphs at every capture size and full ones for pure-decode batches up to
+    max_num_seqs × (1 + speculative tokens)."""
     if eager:
         return 0
     b = DTYPE_BYTES.get(model.dtype, 2)
-    batch = min(seqs, 512)
+    sizes = capture_sizes(seqs, tokens, num_spec)
+    if not sizes:
+        return 0
+    batch = sizes[-1]
     per_layer = batch * (model.hidden_size * 4 + max(model.intermediate_size, 1) * 3) * b
-    return int(per_layer * max(model.num_layers, 1) // 4 + 128 * (1 << 20))
+    first = per_layer * max(model.num_layers, 1) // 4 + 128 * (1 << 20)
+    full = [s for s in sizes if s <= seqs * (1 + num_spec)]
+    graphs = len(sizes) + len(full)
+    return int(first + max(graphs - 2, 0) * GRAPH_BYTES)
 
 
 def budget(*, model: TextModel, total_gib: float, free_gib: float | None, utilization: float,
            tokens: int, seqs: int, tp: int, checkpoint_gib: float | None, loads_draft: bool,
            eager: bool, kv_cache_memory_bytes: int | None, rules,
            env: dict | None = None, max_model_len: int = 0,
-           language_only: bool = False) -> Budget:  # fmt: skip
+           language_only: bool = False, num_spec: int = 0) -> Budget:  # fmt: skip
     total = int(total_gib * GIB)
     requested = math.ceil(total * utilization) if rules.gate_rounds_up else total * utilization
     requested = int(requested)
     weights, source = weights_bytes(model, checkpoint_gib, loads_draft, tp)
     peak = activation_peak(model, tokens, seqs, tp)
     encoder, encoder_note = (
-        (0, "") if language_only else encoder_peak(model, tokens, seqs, max_model_len, peak)
+        (0, "") if language_only else encoder_peak(model, tokens, seqs, max_model_len, peak, rules)
     )
     peak += encoder
     non_torch = int(NON_TORCH_GB10_GIB * GIB)
-    cg = cudagraph_estimate(model, seqs, eager)
+    if not language_only:
+        non_torch += encoder_host_bytes(model, tokens, seqs, max_model_len)
+    cg = cudagraph_estimate(model, seqs, eager, tokens, num_spec)
     subtract = rules.cudagraph_subtracted(model, dict(env or {}), eager)
     error = None
     if rules.start_gate and free_gib is not None and free_gib * GIB < requested:
