@@ -18,6 +18,7 @@ from sparkdomain import calibration as calc
 from sparkdomain.planner import Architecture, Flags, plan
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter.startup import ModelConfigError, predict
+from vllm_adapter.startup.rules import version_key
 
 GIB = 1 << 30
 
@@ -59,7 +60,14 @@ def run_prediction(run: Run) -> tuple[dict[str, float | None], str]:
                 calc.MAX_CONCURRENCY: p.max_concurrency,
                 calc.MODEL_MEMORY_GIB: None if cpu else p.model_loading_gib,
             }, PlanCheck.Predictor.VLLM  # fmt: skip
-    return calc.predicted(run.recipe.plan(run.host.spec())), PlanCheck.Predictor.PLANNER
+    plan_ = run.recipe.plan(run.host.spec())
+    want = calc.predicted(plan_)
+    version = str(run.facts.get("vllm_version") or "")
+    if plan_.state_bytes_per_sequence and version and version_key(version) < (0, 20, 1):
+        # Before 0.20.1 a hybrid's "GPU KV cache size" is blocks ÷ groups × block size
+        # (v1/core/kv_cache_utils.py), not concurrency × length: another number, no ratio.
+        want[calc.KV_CACHE_TOKENS] = None
+    return want, PlanCheck.Predictor.PLANNER
 
 
 def plan_check_record(*, run: Run) -> list[PlanCheck]:

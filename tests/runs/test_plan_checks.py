@@ -144,3 +144,23 @@ def test_a_start_that_measured_nothing_records_nothing(sim_host, dense8b, operat
     assert "the recipe as it is now" in page and "38.50 GiB" in page  # the live plan alone
     assert host_corrections(image=dense8b.image, arch=dense8b.architecture(),
                             flags=dense8b.flags()) == []  # fmt: skip
+
+
+def test_a_hybrids_token_count_from_before_vllm_0_20_1_is_not_taken_for_the_plans(sim_host):
+    """vLLM before 0.20.1 printed a hybrid's "GPU KV cache size" as blocks ÷ groups × block
+    size (v1/core/kv_cache_utils.py), not concurrency × length: the planner's tokens are
+    another number, so no ratio is recorded for them — the memory and the concurrency are."""
+    recipe = Recipe.objects.create(
+        name="Hybrid", slug="hybrid", model_id="acme/Hybrid-8B",
+        gpu_memory_utilization=Decimal("0.50"), max_model_len=8192, max_num_seqs=4,
+        total_params_b=8, weight_format="bf16", num_layers=48, kv_heads=2, head_dim=128,
+        attention_layers=12, recurrent_state_mib=20,
+    )  # fmt: skip
+    facts = {"kv_cache_gib": 30.0, "kv_cache_tokens": 1_000_000, "max_concurrency": 40.0}
+    for version, with_tokens in (("0.16.0", False), ("0.20.1", True)):
+        run = Run.objects.create(recipe=recipe, host=sim_host, port=8000, image="img",
+                                 state=RunState.STOPPED,
+                                 facts={**facts, "vllm_version": version})  # fmt: skip
+        quantities = {c.quantity for c in plan_check_record(run=run)}
+        assert ("kv_cache_tokens" in quantities) is with_tokens, version
+        assert {"kv_cache_gib", "max_concurrency"} <= quantities
