@@ -8,15 +8,18 @@ from apps.hosts.models import Host
 from apps.recipes.launch import bind_address
 from apps.recipes.models import ModelFacts, Recipe
 from sparkdomain.command import UnsafeCommand, serve_argv
+from sparkdomain.meminfo import MeminfoError
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter.startup import ModelConfigError, predict
 
 GIB = 1 << 30
 
 
-def vllm_prediction(recipe: Recipe, host: Host | None = None) -> dict:
-    """{"prediction", "facts", "host", "version"} on `host` (default: the default host), or
-    {"missing": why}."""
+def vllm_prediction(recipe: Recipe, host: Host | None = None, *, free_now: bool = False) -> dict:
+    """{"prediction", "facts", "host", "version", "free_gib"} on `host` (default: the default
+    host), or {"missing": why}. With `free_now`, vLLM's start gate is judged against the
+    memory the host has free now (its agent's MemAvailable) — what a page shows; admission
+    leaves it out (its own memory rule runs when the start is taken, not queued)."""
     facts = ModelFacts.for_recipe(recipe)
     if facts is None:
         return {"missing": (
@@ -30,12 +33,25 @@ def vllm_prediction(recipe: Recipe, host: Host | None = None) -> dict:
                 if host is not None else serve_argv(recipe))  # fmt: skip
     except UnsafeCommand as exc:
         return {"missing": f"the recipe's command cannot be built: {exc}"}
+    free_gib = None
+    if free_now and host is not None:
+        try:
+            memory, _source = host.measured_memory()
+            free_gib = round(memory.available_bytes / GIB, 2)
+        except MeminfoError:
+            free_gib = None
     try:
         prediction = predict(
             facts.config, argv, vllm_version=version,
-            total_gib=host.cuda_visible_gib if host else 121.69, free_gib=None,
+            total_gib=host.cuda_visible_gib if host else 121.69, free_gib=free_gib,
             checkpoint_gib=facts.checkpoint_bytes / GIB if facts.checkpoint_bytes else None,
         )  # fmt: skip
     except (ModelConfigError, ValueError) as exc:
         return {"missing": f"the stored config.json cannot be read: {exc}"}
-    return {"prediction": prediction, "facts": facts, "host": host, "version": version}
+    return {
+        "prediction": prediction,
+        "facts": facts,
+        "host": host,
+        "version": version,
+        "free_gib": free_gib,
+    }

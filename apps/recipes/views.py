@@ -102,7 +102,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             ),
             "plan_checks": measured_checks(recipe),
             "mod_approvals": approved_mods(recipe) if recipe.mods else [],
-            "vllm_start": vllm_prediction(recipe),
+            "vllm_start": vllm_prediction(recipe, free_now=True),
             "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
         },
     )

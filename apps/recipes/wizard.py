@@ -164,7 +164,7 @@ def _render(
             "serve": shell_line(serve_argv(preview)),
             "docker": shell_line(docker_run_argv(preview)),
         }
-        vllm_start = vllm_prediction(preview)  # what admission will go by
+        vllm_start = vllm_prediction(preview, free_now=True)  # what admission goes by
     hidden = {k: data.getlist(k) for k in data if k in ALL_FIELDS and k not in STEPS[step][1]}
     context = {
         "step": step,

@@ -27,6 +27,7 @@ from sparkdomain.env_rules import variable_problem
 from sparkdomain.flags import FlagError, check_utilization
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.pair import RAY_BACKEND_FLAG, Side, needs_pair, plan_pair
+from sparkdomain.planner.utilization import startable_now
 from sparkdomain.spark import GB, GIB
 
 
@@ -359,11 +360,17 @@ def _memory_refusal(host: Host, recipe: Recipe) -> None:
     pool = float(recipe.gpu_memory_utilization) * spec.cuda_visible_gib * GIB
     needed = pool + spec.freeze_margin_gb * GB
     if memory.available_bytes < needed:
+        # The same arithmetic as the host page's "largest utilization a start can ask for now".
+        panel, _gate = startable_now(memory.available_bytes, spec.cuda_visible_gib,
+                                     spec.freeze_margin_gb)  # fmt: skip
+        largest = (f"the largest a start can ask for there now is {panel}" if panel > 0
+                   else "no start fits there now")  # fmt: skip
         raise RunRefused(
             f"{host.name} has {memory.available_bytes / GB:.1f} GB available; this recipe's vLLM "
             f"pool takes {pool / GB:.1f} GB ({recipe.utilization_text} × "
             f"{spec.cuda_visible_gib} GiB) and {spec.freeze_margin_gb:g} GB must stay free, so it "
-            f"needs {needed / GB:.1f} GB. Stop what else is using memory or lower the utilization.",
+            f"needs {needed / GB:.1f} GB ({largest}). Stop what else is using memory or lower "
+            "the utilization.",
             "not_enough_memory",
         )
 

@@ -112,6 +112,12 @@ def test_admission_judges_a_host_by_its_own_agent_when_it_is_live(sim_host, qwen
     with pytest.raises(RunRefused, match=r"20\.0 GB available") as info:
         run_start(recipe=qwen, host=sim_host, user=operator)
     assert info.value.code == "not_enough_memory"
+    # … and says what would start there now, as the host page does (startable_now).
+    from sparkdomain.planner.utilization import startable_now
+
+    spec = sim_host.spec()
+    panel, _ = startable_now(int(20e9), spec.cuda_visible_gib, spec.freeze_margin_gb)
+    assert panel > 0 and f"the largest a start can ask for there now is {panel}" in str(info.value)
     # A stale agent is not believed: the panel's own reading (an idle simulated Spark) is.
     sim_host.agent_seen_at = timezone.now() - timezone.timedelta(minutes=5)
     sim_host.save()

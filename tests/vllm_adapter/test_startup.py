@@ -482,3 +482,29 @@ def test_a_latent_moes_experts_are_counted_in_the_latent_width_and_bf16_mtp_is_l
     p = predict(super_config, argv, vllm_version="0.23.1", total_gib=121.69, checkpoint_gib=74.8)
     assert p.model_loading_gib == pytest.approx(74.8 - draft * 2 / GIB, abs=0.01)
     assert 5.0 < draft * 2 / GIB < 5.8  # the measured 5.41 GiB drafter
+
+
+def test_the_recipe_page_judges_vllms_start_gate_by_what_the_host_has_free_now(
+    client, operator, sim_host
+):
+    """vLLM refuses when the free memory at start (MemAvailable on a GB10) is below
+    ceil(total × utilization): the recipe page asks the default host's agent what it has
+    free now and shows vLLM's refusal in its words when the recipe asks for more."""
+    from django.utils import timezone
+
+    from apps.recipes.models import ModelFacts
+    from tests.recipes.factories import make_recipe
+
+    recipe = make_recipe(name="Gate", model_id="Qwen/Qwen3-0.6B", max_model_len=40960,
+                         max_num_seqs=8, gpu_memory_utilization="0.60")  # fmt: skip
+    ModelFacts.objects.create(repo_id="Qwen/Qwen3-0.6B", commit="a" * 40, config=QWEN3_SMALL,
+                              checkpoint_bytes=int(1.12 * GIB), source="hub")  # fmt: skip
+    sim_host.agent_seen_at = timezone.now()
+    sim_host.agent_sample = {"mem_total": 128 * GIB, "mem_available": 50 * GIB}
+    sim_host.save()
+    client.force_login(operator)
+    section = client.get(f"/recipes/{recipe.slug}/").content.decode()
+    section = section.split('id="vllm-start"')[1].split("</section>")[0]
+    assert "does not start" in section and "with the 50.0 GiB it has free now" in section
+    assert "Free memory on device cuda:0 (50.00/" in section
+    assert "is less than desired GPU memory utilization (0.6," in section
