@@ -82,7 +82,7 @@ def main(argv: list[str], prog: str = "manage.py spark") -> int:
         print(f"{prog} plan: {exc}", file=sys.stderr)
         return 2
     out = prediction.as_dict()
-    out.update(_panel_verdict(prediction))
+    out.update(panel_verdict(prediction))
     if args.json:
         print(json.dumps(out))
     else:
@@ -158,7 +158,7 @@ def _config(path: Path) -> dict:
         raise ModelConfigError(f"{path} is not JSON: {exc}") from None
 
 
-def _panel_verdict(prediction) -> dict:
+def panel_verdict(prediction) -> dict:
     utilization = prediction.breakdown.get("gpu_memory_utilization")
     if utilization is not None and float(utilization) > float(spark.MAX_GPU_MEMORY_UTILIZATION):
         return {"panel_allows": False, "panel_reason": (

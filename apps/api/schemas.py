@@ -600,3 +600,42 @@ class HostCacheOut(Schema):
 
 class DownloadIn(Strict):
     host: str = Field(description="The host's name.", max_length=63)
+
+
+class StartupPlanIn(Schema):
+    """`spark plan` over the API: the exact command and what vLLM's accounting needs."""
+
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        ..., min_length=3, max_length=256,
+        description='The `vllm serve` vector: ["vllm", "serve", MODEL, flags…].',
+    )  # fmt: skip
+    host: str | None = Field(
+        None, description="The host's vLLM version and memory (default: the default host)."
+    )
+    vllm_version: str | None = Field(None, max_length=64)
+    total_gib: float | None = Field(None, gt=0, le=4096)
+    free_gib: float | None = Field(None, ge=0, le=4096)
+    checkpoint_gib: float | None = Field(None, gt=0, le=4096)
+    config: dict[str, Any] | None = Field(
+        None, description="The model's config.json (default: the one the panel stored for it)."
+    )
+    env: dict[str, Annotated[str, StringConstraints(max_length=200)]] | None = Field(
+        None, description="vLLM's environment variables that change its checks (VLLM_*)."
+    )
+    device: str = Field("cuda", pattern="^(cuda|cpu)$")
+
+
+class StartupPlanOut(Schema):
+    vllm_version: str
+    model_loading_gib: float | None
+    available_kv_cache_gib: float | None
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    starts: bool
+    error: str | None
+    max_model_len: int
+    block_size: int
+    breakdown: dict[str, Any]
+    notes: list[str]
+    panel_allows: bool
+    panel_reason: str | None

@@ -376,6 +376,37 @@ def test_planner_without_saving_a_recipe(member, sim_host, api_as):
     assert_error(api.post("/planner", NEMOTRON | {"host": "nope"}), 422)
 
 
+def test_startup_plan_answers_in_vllms_terms_as_spark_plan_does(member, sim_host, api_as):
+    """POST /planner/startup is `spark plan --json`: the exact vector, the model's stored or
+    given config.json, vLLM's figures and verdict, the panel's beside them; any
+    utilization is predicted (0.95 too), the panel's rule says no; it never downloads."""
+    from apps.recipes.models import ModelFacts
+    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+
+    api = api_as(member)
+    command = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--max-model-len", "40960",
+               "--gpu-memory-utilization", "0.6"]  # fmt: skip
+    missing = assert_error(api.post("/planner/startup", {"command": command}), 422)
+    assert "config" in missing["fields"]
+    ModelFacts.objects.create(repo_id="Qwen/Qwen3-0.6B", commit="d" * 40, config=QWEN3_SMALL,
+                              checkpoint_bytes=int(1.12 * 2**30), source="hub")  # fmt: skip
+    body = {"command": command, "vllm_version": "0.27.1", "total_gib": 121.69,
+            "free_gib": 114.54}  # fmt: skip
+    out = api.post("/planner/startup", body).data
+    assert out["starts"] is True and out["error"] is None and out["panel_allows"] is True
+    assert out["kv_cache_tokens"] > 600_000 and out["model_loading_gib"] == pytest.approx(1.12)
+    high = api.post("/planner/startup", body | {"command": [*command[:-1], "0.95"]}).data
+    assert high["starts"] is False and "Free memory on device" in high["error"]
+    assert high["panel_allows"] is False
+    given = api.post(
+        "/planner/startup", body | {"config": QWEN3_SMALL, "checkpoint_gib": 1.12}
+    ).data
+    assert given["kv_cache_tokens"] == out["kv_cache_tokens"]
+    assert_error(api.post("/planner/startup", body | {"command": ["python", "-c", "x"]}), 422)
+    assert_error(api.post("/planner/startup", body | {"env": {"LD_PRELOAD": "x"}}), 422)
+    assert_error(api.post("/planner/startup", body | {"host": "nope"}), 422)
+
+
 def test_planner_refuses_more_than_090(member, api_as):
     error = assert_error(
         api_as(member).post("/planner", NEMOTRON | {"gpu_memory_utilization": 0.95}), 422

@@ -5,7 +5,7 @@ from apps.accounts.roles import VIEW_PANEL
 from apps.api.auth import require
 from apps.api.errors import ERRORS, ApiError
 from apps.api.routes.common import form_errors, get_or_422
-from apps.api.schemas import PlanIn, PlanOut
+from apps.api.schemas import PlanIn, PlanOut, StartupPlanIn, StartupPlanOut
 from apps.hosts.models import Host
 from apps.recipes.forms import PlanInputForm
 from sparkdomain import planner
@@ -69,3 +69,80 @@ def plan(request: HttpRequest, payload: PlanIn):
     except ValueError as exc:
         raise ApiError(422, str(exc)) from None
     return plan_out(result)
+
+
+MAX_CONFIG_CHARS = 4 * 1024 * 1024
+
+
+@router.post(
+    "/planner/startup",
+    response={200: StartupPlanOut, **ERRORS},
+    summary="What vLLM will do with a command (spark plan)",
+)
+def startup_plan(request: HttpRequest, payload: StartupPlanIn):
+    """`manage.py spark plan --json` over the API: vLLM's own start-up accounting for the
+    exact `vllm serve` vector — "Model loading took", "Available KV cache memory", "GPU KV
+    cache size", "Maximum concurrency" as that vLLM version prints them, whether it starts or
+    the error it raises in its words — and the panel's verdict beside it. The model's
+    config.json is the one given, else the one the panel stored (a download or `spark plan`
+    keeps it); this call never downloads. Any utilization is predicted, above 0.90 too: the
+    panel's rule is `panel_allows`."""
+    import json
+
+    from apps.api.plan_cli import panel_verdict
+    from apps.recipes.models import ModelFacts
+    from vllm_adapter import contract as vllm_contract
+    from vllm_adapter.startup import ModelConfigError, predict
+
+    require(request, VIEW_PANEL)
+    command = list(payload.command)
+    if command[:2] != ["vllm", "serve"]:
+        hint = 'Start with "vllm", "serve", then the model.'
+        raise ApiError(422, 'The command must start with "vllm serve MODEL".',
+                       fields={"command": [hint]})  # fmt: skip
+    env = dict(payload.env or {})
+    bad = [k for k in env if not (k.startswith("VLLM_") and k.replace("_", "").isalnum()
+                                  and len(k) <= 64)]  # fmt: skip
+    if bad or len(env) > 32:
+        raise ApiError(422, "Only vLLM's own variables (VLLM_*), at most 32.",
+                       fields={"env": [f"Not a vLLM variable: {', '.join(bad[:5])}"]})  # fmt: skip
+    host = (get_or_422(Host.objects.all(), "host", "host", name=payload.host) if payload.host
+            else Host.objects.default())  # fmt: skip
+    config, checkpoint = payload.config, payload.checkpoint_gib
+    notes = []
+    if config is None:
+        facts = ModelFacts.objects.filter(repo_id=command[2]).first()
+        if facts is None:
+            message = (
+                f"The panel has not read {command[2]}'s config.json yet: give it "
+                "as `config`, download the model once, or run `manage.py spark plan`."
+            )
+            raise ApiError(422, message, fields={"config": [message]})
+        config = facts.config
+        if checkpoint is None and facts.checkpoint_bytes:
+            checkpoint = facts.checkpoint_bytes / (1 << 30)
+        notes.append(
+            f"config.json of {facts.repo_id} at {facts.commit[:12]} as the panel stored it"
+        )
+    elif len(json.dumps(config)) > MAX_CONFIG_CHARS:
+        raise ApiError(422, "config is over 4 MiB.", fields={"config": ["Over 4 MiB."]})
+    version = payload.vllm_version or (host.contract_version if host else
+                                       vllm_contract.latest_version())  # fmt: skip
+    total = payload.total_gib or (float(host.cuda_visible_gib) if host else 121.69)
+    free = payload.free_gib
+    if free is None and host is not None:
+        from sparkdomain.meminfo import MeminfoError
+
+        try:
+            memory, _source = host.measured_memory()
+            free = memory.available_bytes / (1 << 30) or None
+        except MeminfoError:
+            free = None
+    try:
+        prediction = predict(config, command, vllm_version=version, total_gib=total,
+                             free_gib=free, checkpoint_gib=checkpoint, env=env,
+                             device=payload.device)  # fmt: skip
+    except (ModelConfigError, ValueError) as exc:
+        raise ApiError(422, str(exc)) from None
+    prediction.notes[:0] = notes
+    return {**prediction.as_dict(), **panel_verdict(prediction)}
