@@ -190,6 +190,9 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
     )  # fmt: skip
     lay = layout(model, cache, rules)
     notes += plan.notes + lay.notes
+    if pp > 1:  # not modelled yet: each rank holds its share of the layers and weights
+        notes.append(f"--pipeline-parallel-size {pp}: not modelled — figures are for one rank "
+                     "holding every layer, so weights are high and KV tokens low")  # fmt: skip
     breakdown = {
         "gpu_memory_utilization": options.get("gpu_memory_utilization"),  # None: vLLM's default
         "requested_gib": round(plan.requested / GIB, 2),
