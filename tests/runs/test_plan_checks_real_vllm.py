@@ -24,7 +24,8 @@ KV_SPACE_GIB = 1  # serve_env(): VLLM_CPU_KVCACHE_SPACE
 BYTES_PER_TOKEN = 2 * 2 * 2 * 64 * 2  # (K, V) × 2 layers × 2 KV heads × head_dim 64 × bf16
 
 
-def test_real_vllms_numbers_are_recorded_beside_the_plan_and_correct_the_next_one(real_vllm):
+def _followed(real_vllm) -> LogFollower:
+    """The shared real server's own start-up log, read by the log follower."""
     log = real_vllm.log()
     if not log:
         pytest.skip("the real server was started elsewhere without SPARKPANEL_REAL_VLLM_LOG")
@@ -32,6 +33,11 @@ def test_real_vllms_numbers_are_recorded_beside_the_plan_and_correct_the_next_on
     for line in log.splitlines():
         follower.feed(line)
     assert follower.ready, follower.tail()
+    return follower
+
+
+def test_real_vllms_numbers_are_recorded_beside_the_plan_and_correct_the_next_one(real_vllm):
+    follower = _followed(real_vllm)
     tokens = KV_SPACE_GIB * GIB // BYTES_PER_TOKEN  # 1,048,576
     assert follower.facts["kv_cache_tokens"] == tokens
     assert follower.facts["max_concurrency"] == pytest.approx(tokens / real.MAX_MODEL_LEN)
@@ -65,16 +71,10 @@ def test_with_the_models_config_the_run_is_checked_against_vllms_own_accounting(
     Hugging Face cache), the run's numbers are checked against the start-up prediction for
     its exact vector — the CPU backend's pool as its log states it — and agree with what the
     real server printed: tokens and concurrency to the token (the checker's bound is 7 %)."""
-    log = real_vllm.log()
-    if not log:
-        pytest.skip("the real server was started elsewhere without SPARKPANEL_REAL_VLLM_LOG")
     from apps.recipes.models import ModelFacts
     from hf_adapter.facts import from_cache
 
-    follower = LogFollower()
-    for line in log.splitlines():
-        follower.feed(line)
-    assert follower.ready, follower.tail()
+    follower = _followed(real_vllm)
     assert follower.facts["kv_cache_device"] == "cpu" and follower.facts["kv_cache_gib"] == 1.0
     snapshot = real.tiny_model_snapshot()
     assert snapshot is not None
