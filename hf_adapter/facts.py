@@ -9,15 +9,13 @@ config.json and the size of the weight files vLLM loads (vLLM ≥ 0.20 prints it
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from hf_adapter import cache as hub_cache_layout
 from hf_adapter.errors import HubError, translate
 from hf_adapter.plan import check_names, plan_download
-
-CONFIG_MAX_BYTES = 4 * 1024 * 1024
+from sparkdomain.snapshot import SnapshotError, read_json, read_snapshot
 
 
 @dataclass(frozen=True)
@@ -30,30 +28,24 @@ class ModelFacts:
 
 
 def _read_config(path: Path) -> dict:
-    if path.stat().st_size > CONFIG_MAX_BYTES:
-        raise HubError("bad_config", f"{path.name} is over {CONFIG_MAX_BYTES >> 20} MiB")
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise HubError("bad_config", f"config.json is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise HubError("bad_config", "config.json is not a JSON object")
-    return data
+        return read_json(path, "config.json")
+    except SnapshotError as exc:
+        raise HubError("bad_config", str(exc)) from None
 
 
 def from_cache(repo_id: str, revision: str, hub_cache: Path) -> ModelFacts | None:
-    """The snapshot of `revision` in the cache (a ref or a commit), if it has config.json."""
+    """The snapshot of `revision` in the cache (a ref or a commit), if it has config.json
+    (sparkdomain/snapshot.py: the weights' size from the safetensors files, else from the
+    index's total size)."""
     check_names(repo_id, revision)
-    folder = hub_cache_layout.repo_dir(hub_cache, repo_id)
-    ref = folder / "refs" / revision
-    commit = ref.read_text().strip() if ref.is_file() else revision
-    snapshot = folder / "snapshots" / commit
-    config = snapshot / "config.json"
-    if not config.is_file():
+    try:
+        found = read_snapshot(hub_cache, repo_id, revision)
+    except SnapshotError as exc:
+        raise HubError("bad_config", str(exc)) from None
+    if found is None:
         return None
-    shards = [p for p in snapshot.rglob("*.safetensors") if p.is_file()]
-    size = sum(p.stat().st_size for p in shards) or None
-    return ModelFacts(repo_id, commit, _read_config(config), size, "cache")
+    return ModelFacts(repo_id, found.commit, found.config, found.size_bytes, "cache")
 
 
 def model_facts(repo_id: str, revision: str, *, hub_cache: Path, endpoint: str,

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return exc.code
         for key, value in vars(vllm).items():
             setattr(args, key, value)
+        args.vllm_argv = ["vllm", "serve", *rest]  # the command as vLLM would get it
     else:
         args = parser.parse_args(tokens)
     if args.command == "registry":

@@ -16,9 +16,10 @@ import uvicorn
 
 from sparkdomain.planner import HostSpec
 from sparkdomain.spark import GB
+from sparksim.checkpoint import find as find_checkpoint
 from sparksim.corpus import TextStream
 from sparksim.engine import Clock, Engine
-from sparksim.facts import checkpoint_architecture, host_spec
+from sparksim.facts import CHECKPOINT_ENV, checkpoint_architecture, host_spec
 from sparksim.faults import Faults, parse_faults
 from sparksim.memory import MeminfoWriter, MemoryModel, gb_per_min_to_bytes_per_s
 from sparksim.metrics import VllmMetrics
@@ -38,10 +39,21 @@ async def serve(args) -> int:
     profile = resolve_profile(args.model, name=args.profile, quantization=args.quantization)
     if args.jit_seconds is not None:
         profile = dataclasses.replace(profile, jit_seconds=max(args.jit_seconds, 0.0))
+    # What vLLM would load: the checkpoint in the Hugging Face cache, unless the panel
+    # described it (SPARKSIM_CHECKPOINT) or a profile was asked for by name.
+    checkpoint = None
+    if not args.profile and not os.environ.get(CHECKPOINT_ENV):
+        checkpoint = find_checkpoint(args.model, getattr(args, "revision", None))
+    if checkpoint is not None:
+        profile = dataclasses.replace(profile, architecture=checkpoint.architecture,
+                                      architecture_name=checkpoint.architecture_name)  # fmt: skip
+        log.info("sparksim: %s from the Hugging Face cache at %s (%s)", args.model,
+                 checkpoint.snapshot.commit[:12], _size_text(checkpoint))  # fmt: skip
     if args.max_model_len is None or args.max_model_len < 0:
-        # Blank (the model's own context) or auto (-1: the longest that fits): the simulator
-        # does not model the checkpoint's context or vLLM's auto-fit yet; it serves 32K.
-        args.max_model_len = 32768
+        # Blank: the model's own context when the checkpoint says it; auto (-1, the longest
+        # that fits) and unknown models: the simulator serves 32K.
+        native = _native_context(checkpoint)
+        args.max_model_len = native if (native and args.max_model_len is None) else 32768
     names = args.served_model_name or [args.model]
     state = ServerState(
         model=args.model,
@@ -76,7 +88,7 @@ async def serve(args) -> int:
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     server_task = asyncio.create_task(server.serve())
     try:
-        plan = await startup(args, profile, faults, memory, arch, host, executor)
+        plan = await startup(args, profile, faults, memory, arch, host, executor, checkpoint)
     except StartupFailed as exc:
         await _start_failed(exc, args, server, server_task, tasks)
         _release_memory(memory, writer)
@@ -101,6 +113,19 @@ async def serve(args) -> int:
     if executor is not None:
         await asyncio.to_thread(executor.shutdown)
     return 1 if dead else 0
+
+
+def _size_text(checkpoint) -> str:
+    size = checkpoint.size_bytes
+    return f"checkpoint {size / GB:.2f} GB" if size else "checkpoint size unknown"
+
+
+def _native_context(checkpoint) -> int | None:
+    if checkpoint is None:
+        return None
+    from vllm_adapter.startup.model import read_model
+
+    return read_model(checkpoint.config).max_position_embeddings or None
 
 
 def _executor(args, memory: MemoryModel) -> RayExecutor | None:

@@ -7,6 +7,7 @@ cache, the CUDA graph capture."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import re
@@ -75,13 +76,55 @@ class Plan:
     free_at_start: float
     total: float = CUDA_VISIBLE_GIB * GIB  # what CUDA reports as the device's memory
     context: float = CUDA_CONTEXT_GB * GB
+    # vLLM's own accounting for the command (vllm_adapter/startup), when sparksim knows the
+    # checkpoint: its figures and its refusal are the ones the start-up prints.
+    prediction: object | None = None
 
 
 def memory_plan(
-    profile: Profile, args, arch: Architecture | None = None, host: HostSpec | None = None
+    profile: Profile,
+    args,
+    arch: Architecture | None = None,
+    host: HostSpec | None = None,
+    checkpoint=None,
 ) -> Plan:
     """Memory as the planner computes it: the same functions, from the recipe's checkpoint
-    and the host's facts where the engine passed them (sparksim/facts.py)."""
+    and the host's facts where the engine passed them (sparksim/facts.py). With the
+    checkpoint from the cache (sparksim/checkpoint.py), the weights, the KV cache and the
+    verdict are vLLM's own accounting for the command (`predicted_plan`)."""
+    plan = _planner_plan(profile, args, arch, host)
+    if checkpoint is not None and getattr(args, "vllm_argv", None):
+        return predicted_plan(plan, args, checkpoint, host or HostSpec())
+    return plan
+
+
+def predicted_plan(plan: Plan, args, checkpoint, host: HostSpec) -> Plan:
+    """The plan with vLLM's start-up prediction for this exact command: what "Model loading
+    took", "Available KV cache memory" and "GPU KV cache size" will say, per rank."""
+    import os
+
+    from vllm_adapter.startup import ModelConfigError, predict
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+    size = checkpoint.size_bytes
+    try:
+        p = predict(checkpoint.config, list(args.vllm_argv), vllm_version=args.vllm_version,
+                    total_gib=host.cuda_visible_gib, free_gib=plan.free_at_start / GIB,
+                    checkpoint_gib=size / GIB if size else None, env=env)  # fmt: skip
+    except (ModelConfigError, ValueError) as exc:
+        log.warning("sparksim: no start-up prediction for this command (%s)", exc)
+        return plan
+    weights = (p.breakdown.get("weights_gib") or 0.0) * GIB
+    kv = (p.available_kv_cache_gib or 0.0) * GIB
+    tokens = p.kv_cache_tokens or 0
+    blocks = p.breakdown.get("num_blocks") or tokens // max(p.block_size or 16, 1)
+    return dataclasses.replace(plan, weights=weights, kv_available=kv, tokens=tokens,
+                               blocks=blocks, prediction=p)  # fmt: skip
+
+
+def _planner_plan(
+    profile: Profile, args, arch: Architecture | None = None, host: HostSpec | None = None
+) -> Plan:
     arch = arch or profile.architecture
     host = host or HostSpec()
     # Tensor parallel: each rank (each Spark of a pair) holds half the weights and half of
@@ -126,11 +169,12 @@ async def startup(
     arch: Architecture | None = None,
     host: HostSpec | None = None,
     executor: RayExecutor | None = None,
+    checkpoint=None,
 ) -> Plan:
     """Start up as vLLM does (raises StartupFailed where vLLM would die); the plan. With a
     Ray executor (tensor parallel over a pair) the ranks are placed first and each holds
     its share of the memory on its own Spark."""
-    return await _Startup(args, profile, faults, memory, executor).run(arch, host)
+    return await _Startup(args, profile, faults, memory, executor, checkpoint).run(arch, host)
 
 
 class _Startup:
@@ -138,9 +182,10 @@ class _Startup:
 
     def __init__(
         self, args, profile: Profile, faults: Faults, memory: MemoryModel,
-        executor: RayExecutor | None = None,
+        executor: RayExecutor | None = None, checkpoint=None,
     ):  # fmt: skip
         self.args, self.profile, self.faults = args, profile, faults
+        self.checkpoint = checkpoint
         self.memory = executor if executor is not None else memory
         self.executor = executor
         # What the model's workers log: in the API server's log as they are (one process),
@@ -166,7 +211,7 @@ class _Startup:
             except ExecutorError as exc:
                 raise StartupFailed(str(exc)) from None
             self.wlog = logging.LoggerAdapter(log, {"ray_prefix": self.executor.log_prefix()})
-        self.plan = memory_plan(self.profile, args, arch, host)
+        self.plan = memory_plan(self.profile, args, arch, host, self.checkpoint)
         self.errors = VllmErrors(args.vllm_version)
         await self.pause(3.0)
         self.check_free_memory()
@@ -292,6 +337,9 @@ class _Startup:
         args, plan = self.args, self.plan
         if self.faults.fail_start_phase == "profile":
             raise StartupFailed(fail_start_error("profile"))
+        if plan.prediction is not None:
+            self._predicted_kv_cache(plan.prediction)
+            return
         if plan.kv_available <= 0:
             # (3) Nothing of the pool is left for the KV cache after the profiling run.
             raise StartupFailed(self.errors.no_cache_memory())
@@ -331,6 +379,26 @@ class _Startup:
                     estimated=max(estimated, 0),
                 )
             )
+
+    def _predicted_kv_cache(self, p) -> None:
+        """The KV cache as vLLM's accounting for the command says (sparksim/checkpoint.py):
+        its figures, or its refusal in its words."""
+        args = self.args
+        if p.available_kv_cache_gib is not None:
+            self.wlog.info("Available KV cache memory: %.2f GiB", p.available_kv_cache_gib)
+        if not p.starts:
+            raise StartupFailed(f"ValueError: {p.error}")
+        self.memory.set_footprint(int(self.plan.pool))
+        self.wlog.info(
+            *self.fmt(
+                "kv_size",
+                "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+                "GPU",
+                f"{p.kv_cache_tokens:,}",
+                f"{args.max_model_len:,}",
+                p.max_concurrency,
+            )
+        )
 
     async def capture_graphs(self) -> None:
         profile = self.profile

@@ -133,3 +133,66 @@ def test_sparksim_accepts_the_exact_argument_vector_the_panel_builds_for_every_p
             assert version["simulated"] is True, recipe.slug
         finally:
             sim.stop()
+
+
+def _cache(tmp_path, repo_id: str, config: dict, total_size: int) -> dict[str, str]:
+    """A Hugging Face hub cache holding only what vLLM reads before loading: config.json
+    and the safetensors index (its metadata.total_size) — no weights."""
+    import json
+
+    folder = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
+    commit = "c" * 40
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    index = {"metadata": {"total_size": total_size}, "weight_map": {}}
+    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
+    return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+
+
+LLAMA_70B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "intermediate_size": 28672, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_a_checkpoint_that_cannot_load_fails_as_vllm_fails(start_sim, tmp_path):
+    """sparksim loads what vLLM would load — the checkpoint in the Hugging Face cache, not a
+    profile picked by name: Llama-3.3-70B in BF16 is 141 GB, more than a Spark has, and the
+    start dies mid-load with CUDA's out-of-memory error (issue 41)."""
+    env = _cache(tmp_path, "meta-llama/Llama-3.3-70B-Instruct", LLAMA_70B, 141_107_412_992)
+    sim = start_sim("--dtype", "bfloat16", "--gpu-memory-utilization", "0.90",
+                    "--max-model-len", "131072", "--max-num-seqs", "32",
+                    model="meta-llama/Llama-3.3-70B-Instruct", ready=False, env=env)  # fmt: skip
+    assert sim.proc.wait(timeout=60) == 1
+    log = sim.log()
+    assert "from the Hugging Face cache" in log and "checkpoint 141.11 GB" in log
+    assert "Failed to load model - not enough GPU memory" in log
+    assert "torch.OutOfMemoryError: CUDA out of memory" in log
+    assert "Application startup complete." not in log
+
+
+def test_its_start_up_figures_are_vllms_accounting_for_the_command(start_sim, tmp_path):
+    """With the checkpoint known, "Model loading took", "Available KV cache memory" and "GPU
+    KV cache size" are the start-up prediction for the same command (`spark plan`), and the
+    model's own context is served when the command gives none."""
+    from sparkdomain.spark import CUDA_VISIBLE_GIB
+    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+    from vllm_adapter.startup import predict
+
+    env = _cache(tmp_path, "Qwen/Qwen3-0.6B", QWEN3_SMALL, 1_202_590_842)
+    sim = start_sim("--gpu-memory-utilization", "0.6", model="Qwen/Qwen3-0.6B", env=env)
+    log = sim.log()
+    version = log.split("vLLM server version ")[1].split(",")[0]
+    p = predict(QWEN3_SMALL, ["vllm", "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization",
+                              "0.6"], vllm_version=version, total_gib=CUDA_VISIBLE_GIB,
+                checkpoint_gib=1_202_590_842 / 2**30)  # fmt: skip
+    assert "Using max model len 40960" in log
+    assert f"Model loading took {p.model_loading_gib:.4f} GiB" in log
+    assert f"Available KV cache memory: {p.available_kv_cache_gib:.2f} GiB" in log
+    assert f"GPU KV cache size: {p.kv_cache_tokens:,} tokens" in log
+    assert f"Maximum concurrency for 40,960 tokens per request: {p.max_concurrency:.2f}x" in log

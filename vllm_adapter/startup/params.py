@@ -70,3 +70,17 @@ def draft_params(model: TextModel) -> int:
         return 0
     h = model.hidden_size
     return model.mtp_layers * (attention_params(model) + ffn_params(model) + 2 * h * h)
+
+
+def active_params(model: TextModel) -> int:
+    """What one token reads of a MoE model: every block but the routed experts, plus
+    `experts_per_token` of them (and the shared expert), and the embeddings."""
+    if not model.is_moe:
+        return total_params(model)
+    mats = 3 if model.gated_mlp else 2
+    width = model.moe_latent_size or model.hidden_size
+    one_expert = mats * width * model.moe_intermediate_size
+    routed = model.num_experts * one_expert
+    moe_layers = model.layer_pattern.count("E") if model.layer_pattern else model.num_layers
+    active = model.experts_per_token * one_expert
+    return total_params(model) - moe_layers * (routed - active)

@@ -1,0 +1,71 @@
+"""What vLLM would load for `vllm serve MODEL`: the model's snapshot in the Hugging Face
+cache (HF_HUB_CACHE / HF_HOME — sparkdomain/snapshot.py), never a guess from its name.
+
+From it sparksim takes the architecture the planner computes with (the wizard's config.json
+importer, the parameter counts of the start-up model and the checkpoint's real size) and
+the model class vLLM resolves; the start-up figures and refusals then follow vLLM's own
+accounting for the command (vllm_adapter/startup: "Model loading took", "Available KV cache
+memory", "GPU KV cache size", CUDA out of memory while loading, one sequence that does not
+fit), so sparksim and `spark plan` agree by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from sparkdomain.hf_config.config_import import ConfigImportError, parse_hf_config
+from sparkdomain.planner import Architecture
+from sparkdomain.snapshot import (
+    Snapshot,
+    SnapshotError,
+    hub_cache_dir,
+    read_snapshot,
+    with_quantization,
+)
+from vllm_adapter.startup import ModelConfigError, params
+from vllm_adapter.startup.model import read_model
+
+log = logging.getLogger("sparksim")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    snapshot: Snapshot
+    config: dict  # config.json with the ModelOpt quantization folded in
+    architecture: Architecture
+    architecture_name: str
+
+    @property
+    def size_bytes(self) -> int | None:
+        return self.snapshot.size_bytes
+
+
+def find(model: str, revision: str | None = None, environ: dict | None = None) -> Checkpoint | None:
+    """The checkpoint vLLM would load, when the cache holds its config.json; None
+    otherwise (a path, a model never downloaded: the caller falls back to a profile)."""
+    try:
+        snap = read_snapshot(hub_cache_dir(environ), model, revision or "main")
+    except (SnapshotError, OSError) as exc:
+        log.warning("sparksim: %s's cached files cannot be read: %s", model, exc)
+        return None
+    if snap is None:
+        return None
+    config = with_quantization(snap.config, snap.quant_config)
+    try:
+        fields = parse_hf_config(snap.config, snap.quant_config).fields
+        text = read_model(config)
+    except (ConfigImportError, ModelConfigError, ValueError) as exc:
+        log.warning("sparksim: %s's config.json cannot be read: %s", model, exc)
+        return None
+    known = {f.name for f in dataclasses.fields(Architecture)}
+    values = {k: v for k, v in fields.items() if k in known and v is not None}
+    total = params.total_params(text) + params.draft_params(text)
+    values["total_params_b"] = total / 1e9
+    if text.is_moe:
+        values["active_params_b"] = params.active_params(text) / 1e9
+    if snap.size_bytes:
+        values["weight_gb"] = snap.size_bytes / 1e9
+    arch = dataclasses.replace(Architecture(), **values)
+    name = str((snap.config.get("architectures") or ["LlamaForCausalLM"])[0])
+    return Checkpoint(snap, config, arch, name)
