@@ -23,6 +23,7 @@ from sparkdomain.snapshot import (
     read_snapshot,
     with_quantization,
 )
+from sparksim.decode import StepReads, step_reads
 from vllm_adapter.startup import ModelConfigError, params
 from vllm_adapter.startup.model import read_model
 
@@ -39,6 +40,25 @@ class Checkpoint:
     @property
     def size_bytes(self) -> int | None:
         return self.snapshot.size_bytes
+
+    def reads(self, args) -> StepReads | None:
+        """What a decode step of this checkpoint reads per Spark (sparksim/decode.py), with
+        the weight format `--quantization` gives (fp8 quantizes a bf16 checkpoint online)."""
+        if not self.size_bytes:
+            return None
+        fmt = self.architecture.weight_format or "bf16"
+        size = float(self.size_bytes)
+        if fmt in ("bf16", "fp16", "float16", "bfloat16"):
+            fmt = format_from_size(size, (self.architecture.total_params_b or 0) * 1e9) or fmt
+        online = str(getattr(args, "quantization", None) or "")
+        if online == "fp8" and fmt in ("bf16", "fp16"):
+            fmt, size = "fp8", size / 2
+        tp = max(getattr(args, "tensor_parallel_size", 1) or 1, 1)
+        model = read_model(self.config)
+        # The MTP layers a config declares are taken to be in the checkpoint (bf16, as
+        # ModelOpt's and the model makers' exports keep them) and not read without
+        # speculative decoding.
+        return step_reads(model, size, fmt, tp, draft_in_checkpoint=bool(model.mtp_layers))
 
 
 def find(model: str, revision: str | None = None, environ: dict | None = None) -> Checkpoint | None:
@@ -69,3 +89,17 @@ def find(model: str, revision: str | None = None, environ: dict | None = None) -
     arch = dataclasses.replace(Architecture(), **values)
     name = str((snap.config.get("architectures") or ["LlamaForCausalLM"])[0])
     return Checkpoint(snap, config, arch, name)
+
+
+def format_from_size(size_bytes: float, parameters: float) -> str | None:
+    """A checkpoint whose config names no quantization but whose bytes per parameter say it
+    is quantized (a config copied from the base model, an export that keeps the settings
+    elsewhere): about half a byte is 4-bit weights, about one byte FP8/INT8."""
+    if parameters <= 0:
+        return None
+    per_param = size_bytes / parameters
+    if per_param < 0.75:
+        return "int4"
+    if per_param < 1.3:
+        return "fp8"
+    return None

@@ -514,6 +514,9 @@ def decode_step_seconds(
     if not context_lens:
         return 0.0
     n = len(context_lens)
+    if profile.reads is not None:  # the checkpoint's own reads (sparksim/decode.py)
+        return checkpoint_step_seconds(profile, arch, element_bytes, context_lens,
+                                       enforce_eager=enforce_eager, tp=tp)  # fmt: skip
     active = active_weight_bytes(arch) or 0.0
     weights = min(
         active * (1 + profile.moe_batch_growth * (n - 1)), max(weight_bytes(arch) or active, active)
@@ -525,6 +528,40 @@ def decode_step_seconds(
     )
     overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0)
     read = (weights + kv) / tp / (BANDWIDTH_GBS * GB * profile.decode_efficiency)
+    return read + overhead + step_comm_seconds(arch, n, tp=tp)
+
+
+# A GB10 decode step from what it reads: Llama-3.3-70B NVFP4 reads 40.61 GB a token and
+# decodes 4.0–4.2 tok/s (NVIDIA/dgx-spark-playbooks #79, PR #91): 61 % of 273 GB/s. The
+# fixed cost of a step with CUDA graphs is small (0.55 ms: what is left of a 2.55 GB step
+# at that share — Nemotron-3-Nano NVFP4, 63.1 tok/s, djangodevreng/dgx-spark-benchmarks);
+# without graphs every layer's kernels are launched from Python: the vLLM blog's Nemotron-3-
+# Super went from 9.3 tok/s eager to 23.4 with graphs over 88 layers, 0.74 ms a layer.
+GB10_DECODE_EFFICIENCY = 0.61
+GRAPH_STEP_OVERHEAD_S = 0.00055
+EAGER_LAYER_OVERHEAD_S = 0.00074
+
+
+def checkpoint_step_seconds(profile: Profile, arch: Architecture, element_bytes: int,
+                            context_lens: list[int], *, enforce_eager: bool = False,
+                            tp: int = 1) -> float:  # fmt: skip
+    """One decode step from the checkpoint's reads: the weights its tokens touch, each
+    sequence's KV and recurrent state, at the GB10's measured share of its bandwidth, plus
+    the step's fixed cost and, over a pair, the all-reduces."""
+    n = len(context_lens)
+    weights = profile.reads.weights(n)
+    state = (arch.recurrent_state_mib or 0.0) * MIB
+    kv = (
+        sum(
+            (kv_bytes_per_sequence(arch, element_bytes, length) or 0.0) + state
+            for length in context_lens
+        )
+        / tp
+    )
+    overhead = GRAPH_STEP_OVERHEAD_S
+    if enforce_eager:
+        overhead += EAGER_LAYER_OVERHEAD_S * max(arch.num_layers or 1, 1)
+    read = (weights + kv) / (BANDWIDTH_GBS * GB * GB10_DECODE_EFFICIENCY)
     return read + overhead + step_comm_seconds(arch, n, tp=tp)
 
 

@@ -58,6 +58,9 @@ class Profile:
     load_gbps: float = 0.1
     moe_batch_growth: float = 0.0
     architecture_name: str = "LlamaForCausalLM"
+    # What a decode step reads, from the checkpoint vLLM loads (sparksim/decode.py); None:
+    # the active weights and `moe_batch_growth` above.
+    reads: object | None = None
     compile_seconds: float = 40.0
     graph_capture_seconds: float = 20.0
 

@@ -46,7 +46,8 @@ async def serve(args) -> int:
         checkpoint = find_checkpoint(args.model, getattr(args, "revision", None))
     if checkpoint is not None:
         profile = dataclasses.replace(profile, architecture=checkpoint.architecture,
-                                      architecture_name=checkpoint.architecture_name)  # fmt: skip
+                                      architecture_name=checkpoint.architecture_name,
+                                      reads=checkpoint.reads(args))  # fmt: skip
         log.info("sparksim: %s from the Hugging Face cache at %s (%s)", args.model,
                  checkpoint.snapshot.commit[:12], _size_text(checkpoint))  # fmt: skip
     if args.max_model_len is None or args.max_model_len < 0:
