@@ -8,14 +8,9 @@ import pytest
 
 from sparksim.checkpoint import format_from_size
 from sparksim.decode import step_reads
+from tests.sparksim.test_sim_startup import LLAMA_70B
 from vllm_adapter.startup.model import read_model
 
-LLAMA_70B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
-    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    "intermediate_size": 28672, "vocab_size": 128256, "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}  # fmt: skip
 MOE = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
     "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
