@@ -94,6 +94,7 @@ ANSWERS_POST_LIKE_GET: set[str] = set()
 MEMBER_API_WRITES = {
     "queue_job": "members queue benchmarks",
     "plan": "computes, saves nothing",
+    "startup_plan": "predicts what vLLM will do with a command; saves nothing",
     "keys_create": "creates the member's own gateway key",
 }
 # API writes on the member's own objects: someone else's is not found (404), and nothing

@@ -167,6 +167,20 @@ def api_request(
         "download_now": {"host": host.name},
         "keys_create": {"name": "walked key", "models": [recipe.model_id]},
         "plan": {"gpu_memory_utilization": "0.8", "max_model_len": 8192, "max_num_seqs": 1},
+        "startup_plan": {
+            "command": ["vllm", "serve", recipe.model_id, "--gpu-memory-utilization", "0.5"],
+            "config": {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "hidden_size": 256,
+                "max_position_embeddings": 4096,
+                "torch_dtype": "bfloat16",
+            },
+            "checkpoint_gib": 0.01,
+        },
     }
     name = api_name(op)
     url = re.sub(r"{(\w+)}", lambda m: str(values.get(m[1], "{?}")), path)
