@@ -25,7 +25,7 @@ from sparkdomain.snapshot import (
 )
 from sparksim.decode import StepReads, step_reads
 from vllm_adapter.startup import ModelConfigError, params
-from vllm_adapter.startup.model import read_model
+from vllm_adapter.startup.model import TextModel, read_model
 
 log = logging.getLogger("sparksim")
 
@@ -34,6 +34,7 @@ log = logging.getLogger("sparksim")
 class Checkpoint:
     snapshot: Snapshot
     config: dict  # config.json with the ModelOpt quantization folded in
+    model: TextModel  # the start-up model's reading of it
     architecture: Architecture
     architecture_name: str
 
@@ -54,11 +55,11 @@ class Checkpoint:
         if online == "fp8" and fmt in ("bf16", "fp16"):
             fmt, size = "fp8", size / 2
         tp = max(getattr(args, "tensor_parallel_size", 1) or 1, 1)
-        model = read_model(self.config)
         # The MTP layers a config declares are taken to be in the checkpoint (bf16, as
         # ModelOpt's and the model makers' exports keep them) and not read without
         # speculative decoding.
-        return step_reads(model, size, fmt, tp, draft_in_checkpoint=bool(model.mtp_layers))
+        return step_reads(self.model, size, fmt, tp,
+                          draft_in_checkpoint=bool(self.model.mtp_layers))  # fmt: skip
 
 
 def find(model: str, revision: str | None = None, environ: dict | None = None) -> Checkpoint | None:
@@ -88,7 +89,7 @@ def find(model: str, revision: str | None = None, environ: dict | None = None) -
         values["weight_gb"] = snap.size_bytes / 1e9
     arch = dataclasses.replace(Architecture(), **values)
     name = str((snap.config.get("architectures") or ["LlamaForCausalLM"])[0])
-    return Checkpoint(snap, config, arch, name)
+    return Checkpoint(snap, config, text, arch, name)
 
 
 def format_from_size(size_bytes: float, parameters: float) -> str | None:

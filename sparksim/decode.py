@@ -54,17 +54,12 @@ def step_reads(model: TextModel, checkpoint_bytes: float, weight_format: str,
     """The reads of one decode step of `model`, whose checkpoint is `checkpoint_bytes`
     (holding its draft layers, bf16 as the usual MTP exports keep them, when
     `draft_in_checkpoint`)."""
-    mats = 3 if model.gated_mlp else 2
     per_param = EXPERT_BYTES.get(weight_format, 2.0)
     embedding = model.vocab_size * model.hidden_size * 2  # indexed, not read (bf16)
     draft = params.draft_params(model) * 2.0 if draft_in_checkpoint else 0.0
-    if model.is_moe:
-        width = model.moe_latent_size or model.hidden_size
-        one = mats * width * model.moe_intermediate_size * per_param
-        layers = model.layer_pattern.count("E") if model.layer_pattern else model.num_layers
-        routed = layers * model.num_experts * one
-    else:
-        one, layers, routed = 0.0, 0, 0.0
+    one = params.expert_params(model) * per_param
+    layers = params.moe_layers(model)
+    routed = layers * model.num_experts * one
     dense = max(checkpoint_bytes - routed - embedding - draft, checkpoint_bytes * 0.02)
     return StepReads(dense / tp, one / tp, layers, model.num_experts,
                      model.experts_per_token, draft / tp)  # fmt: skip

@@ -124,9 +124,7 @@ def _size_text(checkpoint) -> str:
 def _native_context(checkpoint) -> int | None:
     if checkpoint is None:
         return None
-    from vllm_adapter.startup.model import read_model
-
-    return read_model(checkpoint.config).max_position_embeddings or None
+    return checkpoint.model.max_position_embeddings or None
 
 
 def _executor(args, memory: MemoryModel) -> RayExecutor | None:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from hf_adapter.errors import HubError
 from sparkdomain import spark
-from sparkdomain.meminfo import MeminfoError
 from vllm_adapter.startup import ModelConfigError, predict
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -102,13 +101,7 @@ def _host(name: str):
 def _free(host) -> float | None:
     """The free memory CUDA will see on the host now (on a GB10: MemAvailable), from the
     host agent's last reading; None when the panel has none."""
-    if host is None:
-        return None
-    try:
-        memory, _source = host.measured_memory()  # the agent's reading, as admission's
-    except MeminfoError:  # no reading: the gate is not judged
-        return None
-    return memory.available_bytes / (1 << 30) if memory.available_bytes else None
+    return (host.free_gib() or None) if host is not None else None
 
 
 def _model(args, command: list[str], host) -> tuple[dict, float | None, str]:

@@ -16,7 +16,7 @@ from apps.hosts.engines.docker import MAX_SHM_GIB, SIM_BASE_IMAGE, image_allowed
 from sparkdomain import planner, spark
 from sparkdomain.flags import IMAGE, is_hub_model
 from sparkdomain.images import OFFICIAL_IMAGES_TEXT
-from sparkdomain.meminfo import Memory, read_meminfo
+from sparkdomain.meminfo import MeminfoError, Memory, read_meminfo
 from sparkdomain.model_refs import model_folders_problem, server_model_dirs, split_model_folder
 from sparkdomain.spark import GB, GIB
 from sparksim.faults import FaultSpecError, parse_faults
@@ -317,6 +317,15 @@ class Host(models.Model):
         if self.agent_live and sample.get("mem_total") and sample.get("mem_available") is not None:
             return Memory(int(sample["mem_total"]), int(sample["mem_available"])), "agent"
         return self.memory(), "panel"
+
+    def free_gib(self) -> float | None:
+        """The free memory CUDA will see on this host now — on a GB10 the kernel's
+        MemAvailable (vLLM's start gate) — from `measured_memory`; None without a reading."""
+        try:
+            memory, _source = self.measured_memory()
+        except MeminfoError:
+            return None
+        return memory.available_bytes / GIB
 
     def weights_not_downloaded(self, model_id: str) -> str | None:
         """Why the panel does not download this model before a start here (vLLM then reads

@@ -8,7 +8,6 @@ from apps.hosts.models import Host
 from apps.recipes.launch import bind_address
 from apps.recipes.models import ModelFacts, Recipe
 from sparkdomain.command import UnsafeCommand, serve_argv
-from sparkdomain.meminfo import MeminfoError
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter.startup import ModelConfigError, predict
 
@@ -33,13 +32,8 @@ def vllm_prediction(recipe: Recipe, host: Host | None = None, *, free_now: bool 
                 if host is not None else serve_argv(recipe))  # fmt: skip
     except UnsafeCommand as exc:
         return {"missing": f"the recipe's command cannot be built: {exc}"}
-    free_gib = None
-    if free_now and host is not None:
-        try:
-            memory, _source = host.measured_memory()
-            free_gib = round(memory.available_bytes / GIB, 2)
-        except MeminfoError:
-            free_gib = None
+    free_gib = host.free_gib() if free_now and host is not None else None
+    free_gib = None if free_gib is None else round(free_gib, 2)
     try:
         prediction = predict(
             facts.config, argv, vllm_version=version,

@@ -179,23 +179,37 @@ MM_HOST_FIXED_GIB = 1.6
 MM_HOST_PIXEL_COPIES = 2
 
 
+def _dummy_items(model: TextModel, tokens: int, seqs: int,
+                 max_model_len: int) -> tuple[str, int, int] | None:  # fmt: skip
+    """The encoder family vLLM profiles for `model`, its tokens per dummy item and how many
+    items one profiling call holds (`max(max_num_batched_tokens, one item)` worth, at most
+    what max_num_seqs requests of max_model_len can hold); None when nothing is profiled or
+    the family is not known."""
+    family = next((f for f in _VISION if model.architecture.startswith(f)), None)
+    if not model.is_multimodal or family is None:
+        return None
+    per_item = _VISION[family][0]
+    budget = max(tokens, per_item)
+    items = max(1, min(budget // per_item, seqs * max(1, max_model_len // per_item)))
+    return family, per_item, items
+
+
 def encoder_peak(model: TextModel, tokens: int, seqs: int, max_model_len: int,
                  text_peak: int, rules=None) -> tuple[int, str]:  # fmt: skip
     """What profiling the vision encoder adds to the activation peak: the encoder's own
     peak over n items, or the text forward's with the encoder's outputs kept alive — the
     larger (`max(P_vit, P_text + O_enc) − P_text`)."""
-    family = next((f for f in _VISION if model.architecture.startswith(f)), None)
     if not model.is_multimodal:
         return 0, ""
-    if family is None:
+    found = _dummy_items(model, tokens, seqs, max_model_len)
+    if found is None:
         return 0, f"{model.architecture}: its encoder's profiling is not estimated"
-    per_item, patches_per_token, per_patch = _VISION[family]
+    family, per_item, items = found
+    _, patches_per_token, per_patch = _VISION[family]
     note = ""
     if family == "Gemma4" and rules is not None and not rules.at_least(GEMMA4_ONE_HOT_UNTIL):
         per_patch += GEMMA4_ONE_HOT_PATCH_BYTES
         note = " (with the one-hot position lookup of transformers before 5.10.1)"
-    budget = max(tokens, per_item)
-    items = max(1, min(budget // per_item, seqs * max(1, max_model_len // per_item)))
     patches = items * per_item * patches_per_token
     vit = int(patches * per_patch + 18 * (1 << 20))
     outputs = items * per_item * model.hidden_size * DTYPE_BYTES.get(model.dtype, 2)
@@ -205,13 +219,11 @@ def encoder_peak(model: TextModel, tokens: int, seqs: int, max_model_len: int,
 
 def encoder_host_bytes(model: TextModel, tokens: int, seqs: int, max_model_len: int) -> int:
     """The memory outside torch that profiling the vision encoder adds (MM_HOST_*)."""
-    family = next((f for f in _VISION if model.architecture.startswith(f)), None)
-    if not model.is_multimodal or family is None:
+    found = _dummy_items(model, tokens, seqs, max_model_len)
+    if found is None:
         return 0
-    per_item, patches_per_token, _ = _VISION[family]
-    items = max(1, min(max(tokens, per_item) // per_item,
-                       seqs * max(1, max_model_len // per_item)))  # fmt: skip
-    pixels = items * per_item * patches_per_token * _PIXELS_PER_PATCH[family] * 4
+    family, per_item, items = found
+    pixels = items * per_item * _VISION[family][1] * _PIXELS_PER_PATCH[family] * 4
     return int(MM_HOST_FIXED_GIB * GIB + MM_HOST_PIXEL_COPIES * pixels)
 
 

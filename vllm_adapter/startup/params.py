@@ -27,8 +27,7 @@ def moe_params(model: TextModel) -> int:
     latent width (vLLM's nemotron_h.py: fc1_latent_proj / fc2_latent_proj)."""
     mats = 3 if model.gated_mlp else 2
     h = model.hidden_size
-    width = model.moe_latent_size or h
-    experts = model.num_experts * mats * width * model.moe_intermediate_size
+    experts = model.num_experts * expert_params(model)
     latent = 2 * h * model.moe_latent_size
     shared = mats * h * (model.moe_shared_intermediate_size or model.moe_intermediate_size)
     return experts + latent + h * model.num_experts + shared
@@ -72,15 +71,26 @@ def draft_params(model: TextModel) -> int:
     return model.mtp_layers * (attention_params(model) + ffn_params(model) + 2 * h * h)
 
 
+def expert_params(model: TextModel) -> int:
+    """One routed expert of one layer (in the latent width for a latent MoE); 0 for a dense
+    model."""
+    if not model.is_moe:
+        return 0
+    mats = 3 if model.gated_mlp else 2
+    return mats * (model.moe_latent_size or model.hidden_size) * model.moe_intermediate_size
+
+
+def moe_layers(model: TextModel) -> int:
+    """The layers with routed experts (NemotronH's "E" blocks, else every layer)."""
+    if not model.is_moe:
+        return 0
+    return model.layer_pattern.count("E") if model.layer_pattern else model.num_layers
+
+
 def active_params(model: TextModel) -> int:
     """What one token reads of a MoE model: every block but the routed experts, plus
     `experts_per_token` of them (and the shared expert), and the embeddings."""
     if not model.is_moe:
         return total_params(model)
-    mats = 3 if model.gated_mlp else 2
-    width = model.moe_latent_size or model.hidden_size
-    one_expert = mats * width * model.moe_intermediate_size
-    routed = model.num_experts * one_expert
-    moe_layers = model.layer_pattern.count("E") if model.layer_pattern else model.num_layers
-    active = model.experts_per_token * one_expert
-    return total_params(model) - moe_layers * (routed - active)
+    unused = model.num_experts - model.experts_per_token
+    return total_params(model) - moe_layers(model) * unused * expert_params(model)

@@ -71,9 +71,6 @@ def plan(request: HttpRequest, payload: PlanIn):
     return plan_out(result)
 
 
-MAX_CONFIG_CHARS = 4 * 1024 * 1024
-
-
 @router.post(
     "/planner/startup",
     response={200: StartupPlanOut, **ERRORS},
@@ -89,7 +86,7 @@ def startup_plan(request: HttpRequest, payload: StartupPlanIn):
     panel's rule is `panel_allows`."""
     import json
 
-    from apps.api.plan_cli import panel_verdict
+    from apps.api.plan_cli import MAX_CONFIG_BYTES, panel_verdict
     from apps.recipes.models import ModelFacts
     from vllm_adapter import contract as vllm_contract
     from vllm_adapter.startup import ModelConfigError, predict
@@ -124,20 +121,14 @@ def startup_plan(request: HttpRequest, payload: StartupPlanIn):
         notes.append(
             f"config.json of {facts.repo_id} at {facts.commit[:12]} as the panel stored it"
         )
-    elif len(json.dumps(config)) > MAX_CONFIG_CHARS:
+    elif len(json.dumps(config)) > MAX_CONFIG_BYTES:
         raise ApiError(422, "config is over 4 MiB.", fields={"config": ["Over 4 MiB."]})
     version = payload.vllm_version or (host.contract_version if host else
                                        vllm_contract.latest_version())  # fmt: skip
     total = payload.total_gib or (float(host.cuda_visible_gib) if host else 121.69)
     free = payload.free_gib
     if free is None and host is not None:
-        from sparkdomain.meminfo import MeminfoError
-
-        try:
-            memory, _source = host.measured_memory()
-            free = memory.available_bytes / (1 << 30) or None
-        except MeminfoError:
-            free = None
+        free = host.free_gib() or None
     try:
         prediction = predict(config, command, vllm_version=version, total_gib=total,
                              free_gib=free, checkpoint_gib=checkpoint, env=env,
