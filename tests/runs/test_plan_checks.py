@@ -84,6 +84,7 @@ def test_a_ready_run_records_what_the_server_measured_beside_the_plan(
 
         page = client_as(operator).get(run.get_absolute_url()).content.decode()
         assert "Plan against measured" in page
+        assert "Predicted by the panel planner for" in page  # no config.json known: the planner
         assert "40.36 GiB" in page and "38.50 GiB" in page and "0.95×" in page
         assert "330,636" in page and "315,377" in page
         assert "no image: a local process" in page  # a process host has no image digest
