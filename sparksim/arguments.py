@@ -9,6 +9,7 @@ from sparksim import registry
 from sparksim.faults import FAULT_HELP
 from sparksim.profiles import BUILTIN
 from vllm_adapter import contract as vllm_contract
+from vllm_adapter import speculative
 
 # `python -m sparksim --help`'s description (the first line of sparksim/cli.py's docstring).
 DESCRIPTION = "`python -m sparksim serve <model> [flags]`: start-up, then serve until stopped."
@@ -81,6 +82,10 @@ def vllm_args(tokens: list[str], version: str | None = None) -> argparse.Namespa
         raise VllmArgsError(2, ["usage: vllm serve [model_tag] [options]",
                                 "vllm serve: error: a model is required"])  # fmt: skip
     merged = {**SIM_DEFAULTS, **values}
+    try:  # vLLM builds its SpeculativeConfig with the engine config and refuses a bad one
+        speculative.from_config(merged.get("speculative_config"))
+    except speculative.SpeculationError as exc:
+        raise VllmArgsError(1, [f"ValueError: {exc}"]) from None
     merged["model"] = merged.pop("model_tag")
     merged["vllm_version"] = contract.version
     return argparse.Namespace(**merged)

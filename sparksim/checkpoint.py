@@ -23,7 +23,8 @@ from sparkdomain.snapshot import (
     read_snapshot,
     with_quantization,
 )
-from sparksim.decode import StepReads, step_reads
+from sparksim.decode import StepReads, draft_reads, step_reads
+from vllm_adapter.speculative import Speculation
 from vllm_adapter.startup import ModelConfigError, params
 from vllm_adapter.startup.model import TextModel, read_model
 
@@ -42,9 +43,13 @@ class Checkpoint:
     def size_bytes(self) -> int | None:
         return self.snapshot.size_bytes
 
-    def reads(self, args) -> StepReads | None:
+    def reads(
+        self, args, spec: Speculation | None = None, environ: dict | None = None
+    ) -> StepReads | None:
         """What a decode step of this checkpoint reads per Spark (sparksim/decode.py), with
-        the weight format `--quantization` gives (fp8 quantizes a bf16 checkpoint online)."""
+        the weight format `--quantization` gives (fp8 quantizes a bf16 checkpoint online)
+        and, with speculative decoding `spec`, what one drafter pass reads (a draft
+        checkpoint it names is looked up in the same cache)."""
         if not self.size_bytes:
             return None
         fmt = self.architecture.weight_format or "bf16"
@@ -58,8 +63,16 @@ class Checkpoint:
         # The MTP layers a config declares are taken to be in the checkpoint (bf16, as
         # ModelOpt's and the model makers' exports keep them) and not read without
         # speculative decoding.
-        return step_reads(self.model, size, fmt, tp,
-                          draft_in_checkpoint=bool(self.model.mtp_layers))  # fmt: skip
+        reads = step_reads(self.model, size, fmt, tp,
+                           draft_in_checkpoint=bool(self.model.mtp_layers))  # fmt: skip
+        if spec is None:
+            return reads
+        draft_size = None
+        if spec.draft_model and spec.family != "mtp":
+            found = find(spec.draft_model, environ=environ)
+            draft_size = float(found.size_bytes) if found and found.size_bytes else None
+        draft = draft_reads(self.model, spec.family, spec.method, tp, draft_size)
+        return dataclasses.replace(reads, draft=draft)
 
 
 def find(model: str, revision: str | None = None, environ: dict | None = None) -> Checkpoint | None:

@@ -26,6 +26,7 @@ import collections
 import hashlib
 import logging
 import math
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from sparkdomain.spark import BANDWIDTH_GBS, GB, MIB
 from sparksim.corpus import TextStream, stream_seed
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import Profile
+from vllm_adapter.speculative import Speculation
 
 log = logging.getLogger("sparksim.engine")
 
@@ -48,6 +50,7 @@ BLOCK_SIZE = 16
 SPIN_S = 0.0015  # the last stretch before a step's end is awaited with sleep(0)
 LATE_WARNING_S = 0.002
 LATE_LOG_EVERY_S = 5.0
+LOG_STATS_INTERVAL_S = 10.0  # vLLM's VLLM_LOG_STATS_INTERVAL default
 
 
 class Clock:
@@ -114,6 +117,8 @@ class SimRequest:
                 hashlib.blake2b(repr(self.prompt_ids[:64]).encode(), digest_size=4).digest(), "big"
             )
         )
+        self._seed = seed
+        self._spec_rng: random.Random | None = None
         self._text = TextStream(stream_seed(seed, len(self.prompt_ids)))
         self._reasoning = TextStream(stream_seed(seed, "r"), kind="reasoning")
         # Without ignore_eos a model stops on its own: a deterministic "natural" length.
@@ -128,6 +133,12 @@ class SimRequest:
     @property
     def context_len(self) -> int:
         return self.prompt_len + self.generated
+
+    def spec_rng(self) -> random.Random:
+        """This request's draws of accepted drafts: seeded, so a run replays."""
+        if self._spec_rng is None:
+            self._spec_rng = random.Random(stream_seed(self._seed, "spec"))  # noqa: S311
+        return self._spec_rng
 
     def next_token(self) -> tuple[int, bool]:
         if self.generated < self.reasoning_tokens:
@@ -172,6 +183,45 @@ class TimingStats:
         self.tokens = 0
 
 
+class SpecDecodingLog:
+    """vLLM's periodic "SpecDecoding metrics" line (vllm/v1/spec_decode/metrics.py
+    SpecDecodingLogging), every LOG_STATS_INTERVAL_S of simulated time with drafts in it."""
+
+    def __init__(self, spec: Speculation):
+        self.k = spec.num_tokens
+        self.since = 0.0
+        self.reset(0.0)
+
+    def reset(self, now: float) -> None:
+        self.since = now
+        self.drafts = self.draft_tokens = self.accepted = 0
+        self.per_pos = [0] * self.k
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.drafts += 1
+        self.draft_tokens += drafted
+        self.accepted += accepted
+        for i in range(accepted):
+            self.per_pos[i] += 1
+
+    def maybe_log(self, now: float) -> None:
+        elapsed = now - self.since
+        if elapsed < LOG_STATS_INTERVAL_S:
+            return
+        if self.drafts:
+            rates = ", ".join(f"{n / self.drafts:.3f}" for n in self.per_pos)
+            log.info(
+                "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: "
+                "%.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, "
+                "Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance "
+                "rate: %.1f%%",
+                1 + self.accepted / self.drafts, self.accepted / elapsed,
+                self.draft_tokens / elapsed, self.accepted, self.draft_tokens, rates,
+                self.accepted / self.draft_tokens * 100,
+            )  # fmt: skip
+        self.reset(now)
+
+
 class Engine:
     def __init__(
         self,
@@ -189,8 +239,11 @@ class Engine:
         enforce_eager: bool = False,
         tensor_parallel_size: int = 1,
         hang_after_tokens: int | None = None,
+        speculation: Speculation | None = None,
     ):
         self.profile = profile
+        self.spec = speculation
+        self._spec_log = SpecDecodingLog(speculation) if speculation else None
         self.tp = max(tensor_parallel_size, 1)
         self.arch = architecture
         self.metrics = metrics
@@ -328,7 +381,7 @@ class Engine:
     def _decode_seconds(self, decoding: list[SimRequest]) -> float:
         return decode_step_seconds(
             self.profile, self.arch, self.element, [r.context_len for r in decoding],
-            enforce_eager=self.enforce_eager, tp=self.tp,
+            enforce_eager=self.enforce_eager, tp=self.tp, spec=self.spec,
         )  # fmt: skip
 
     def _plan_step(self) -> tuple[float, list[SimRequest], list[tuple[SimRequest, int]]]:
@@ -391,6 +444,10 @@ class Engine:
         for request in decoding:
             if request.finish_reason is None and not request.aborted and request.blocks > 0:
                 self._emit(request, end_sim, step_seconds=seconds)
+                if self.spec is not None:
+                    self._speculate(request, end_sim)
+        if self._spec_log is not None:
+            self._spec_log.maybe_log(end_sim)
         if self.generated_total > generated_before:
             self.metrics.observe_iteration_tokens(
                 computed + self.generated_total - generated_before
@@ -432,6 +489,25 @@ class Engine:
             reason = "stop"
         if reason:
             self._finish(request, reason, now_sim)
+
+    def _speculate(self, request: SimRequest, now_sim: float) -> None:
+        """The drafts a verified step accepted for `request`: position i is accepted with
+        its conditional rate if every position before it was (sparkdomain/speculative.py);
+        each accepted token is emitted in this step after the target's own, and the step
+        is counted as vLLM's scheduler counts a draft (SpecDecodingStats.observe_draft)."""
+        spec = self.spec
+        accepted = 0
+        for rate in spec.conditional:
+            if request.spec_rng().random() >= rate:
+                break
+            accepted += 1
+        self.metrics.observe_draft(spec.num_tokens, accepted)
+        self._spec_log.observe(spec.num_tokens, accepted)
+        for _ in range(accepted):
+            if request.finish_reason is not None or request.aborted or request.blocks == 0:
+                break
+            # No inter-token latency for these: vLLM observes one per request and step.
+            self._emit(request, now_sim)
 
     def _preempt_victim(self, exclude: SimRequest) -> SimRequest | None:
         candidates = [r for r in self.running if r is not exclude and r.blocks > 0]
@@ -504,31 +580,41 @@ def decode_step_seconds(
     *,
     enforce_eager: bool = False,
     tp: int = 1,
+    spec: Speculation | None = None,
 ) -> float:
     """Simulated seconds of one decode step for sequences at these context lengths: the
     active weights once (more for a batch of a MoE model, up to the whole checkpoint) plus
     each sequence's KV and recurrent state, at the profile's share of 273 GB/s, plus the
     per-step overhead (2.5× without CUDA graphs: kernel launches from Python). With tensor
     parallel `tp` each Spark reads its 1/tp share in parallel, then the step pays the
-    all-reduces of one token per sequence over the link (sparkdomain/planner/link.py)."""
+    all-reduces of one token per sequence over the link (sparkdomain/planner/link.py).
+    With speculative decoding `spec` the step verifies 1 + k tokens a sequence and runs
+    the drafter (sparksim/decode.py)."""
     if not context_lens:
         return 0.0
     n = len(context_lens)
     if profile.reads is not None:  # the checkpoint's own reads (sparksim/decode.py)
         return checkpoint_step_seconds(profile, arch, element_bytes, context_lens,
-                                       enforce_eager=enforce_eager, tp=tp)  # fmt: skip
+                                       enforce_eager=enforce_eager, tp=tp, spec=spec)  # fmt: skip
+    tokens = n * (1 + spec.num_tokens) if spec else n
     active = active_weight_bytes(arch) or 0.0
     weights = min(
-        active * (1 + profile.moe_batch_growth * (n - 1)), max(weight_bytes(arch) or active, active)
+        active * (1 + profile.moe_batch_growth * (tokens - 1)),
+        max(weight_bytes(arch) or active, active),
     )
+    if spec and spec.draft_passes:
+        # Estimated without a checkpoint: a drafter pass reads about one layer's share of
+        # the active weights twice over (its layer and the output head).
+        weights += spec.draft_passes * 2 * active / max(arch.num_layers or 1, 1)
     state = (arch.recurrent_state_mib or 0.0) * MIB
     kv = sum(
         (kv_bytes_per_sequence(arch, element_bytes, length) or 0.0) + state
         for length in context_lens
     )
-    overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0)
+    passes = 1 + (spec.draft_passes if spec else 0)
+    overhead = profile.step_overhead_s * (2.5 if enforce_eager else 1.0) * passes
     read = (weights + kv) / tp / (BANDWIDTH_GBS * GB * profile.decode_efficiency)
-    return read + overhead + step_comm_seconds(arch, n, tp=tp)
+    return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 
 # A GB10 decode step from what it reads: Llama-3.3-70B NVFP4 reads 40.61 GB a token and
@@ -544,12 +630,20 @@ EAGER_LAYER_OVERHEAD_S = 0.00074
 
 def checkpoint_step_seconds(profile: Profile, arch: Architecture, element_bytes: int,
                             context_lens: list[int], *, enforce_eager: bool = False,
-                            tp: int = 1) -> float:  # fmt: skip
+                            tp: int = 1, spec: Speculation | None = None) -> float:  # fmt: skip
     """One decode step from the checkpoint's reads: the weights its tokens touch, each
     sequence's KV and recurrent state, at the GB10's measured share of its bandwidth, plus
-    the step's fixed cost and, over a pair, the all-reduces."""
+    the step's fixed cost and, over a pair, the all-reduces. With speculative decoding the
+    target pass verifies n·(1 + k) tokens (each sequence's KV is read once for all of
+    them) and the drafter runs its passes over the n sequences, each a fixed cost of its
+    own."""
     n = len(context_lens)
-    weights = profile.reads.weights(n)
+    reads = profile.reads
+    tokens = n * (1 + spec.num_tokens) if spec else n
+    weights = reads.weights(tokens)
+    passes = spec.draft_passes if spec else 0
+    if passes and reads.draft is not None:
+        weights += passes * reads.draft.weights(n)
     state = (arch.recurrent_state_mib or 0.0) * MIB
     kv = (
         sum(
@@ -558,11 +652,11 @@ def checkpoint_step_seconds(profile: Profile, arch: Architecture, element_bytes:
         )
         / tp
     )
-    overhead = GRAPH_STEP_OVERHEAD_S
+    overhead = GRAPH_STEP_OVERHEAD_S * (1 + passes)
     if enforce_eager:
-        overhead += EAGER_LAYER_OVERHEAD_S * max(arch.num_layers or 1, 1)
+        overhead += EAGER_LAYER_OVERHEAD_S * (max(arch.num_layers or 1, 1) + passes)
     read = (weights + kv) / (BANDWIDTH_GBS * GB * GB10_DECODE_EFFICIENCY)
-    return read + overhead + step_comm_seconds(arch, n, tp=tp)
+    return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 
 async def _sleep_until(target: float) -> None:

@@ -102,7 +102,12 @@ class VllmMetrics:
     """The ``/metrics`` state of one simulated vLLM server (one engine core)."""
 
     def __init__(
-        self, *, model_name: str, max_model_len: int, cache_config: Mapping[str, object]
+        self,
+        *,
+        model_name: str,
+        max_model_len: int,
+        cache_config: Mapping[str, object],
+        num_speculative_tokens: int = 0,
     ) -> None:
         self.model_name = model_name
         self.registry = CollectorRegistry()
@@ -159,6 +164,18 @@ class VllmMetrics:
         self._prefill = histogram("prefill", REQUEST_LATENCY_BUCKETS)
         self._decode = histogram("decode", REQUEST_LATENCY_BUCKETS)
 
+        # Speculative decoding's counters exist only on a server that drafts, one
+        # per-position series per draft position (SpecDecodingProm).
+        self._spec = None
+        if num_speculative_tokens > 0:
+            per_pos = metric("spec_accepted_per_pos")
+            self._spec = (
+                metric("spec_drafts").labels(*labels),
+                metric("spec_draft_tokens").labels(*labels),
+                metric("spec_accepted").labels(*labels),
+                [per_pos.labels(*labels, str(i)) for i in range(num_speculative_tokens)],
+            )
+
     # -- scheduler state (set every engine step) ------------------------------------
 
     def set_queue(self, *, running: int, waiting: int) -> None:
@@ -188,6 +205,18 @@ class VllmMetrics:
         looked up, ``hits`` of them found in the cache."""
         self._prefix_queries.inc(queries)
         self._prefix_hits.inc(hits)
+
+    def observe_draft(self, drafted: int, accepted: int) -> None:
+        """One sequence's draft in one step: `drafted` tokens proposed, the first
+        `accepted` of them kept (SpecDecodingStats.observe_draft)."""
+        if self._spec is None:
+            return
+        drafts, draft_tokens, accepted_tokens, per_pos = self._spec
+        drafts.inc()
+        draft_tokens.inc(drafted)
+        accepted_tokens.inc(accepted)
+        for counter in per_pos[:accepted]:
+            counter.inc()
 
     # -- per-step and per-token observations -----------------------------------------
 

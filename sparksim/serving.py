@@ -29,7 +29,8 @@ from sparksim.startup import Plan, StartupFailed, startup
 from sparksim.tensor_parallel import RayExecutor
 from sparksim.tokenizer import DEFAULT_TOKENIZER
 from sparksim.vllm_errors import VllmErrors
-from vllm_adapter import endpoints
+from vllm_adapter import endpoints, speculative
+from vllm_adapter.speculative import Speculation
 
 log = logging.getLogger("sparksim")
 
@@ -44,10 +45,15 @@ async def serve(args) -> int:
     checkpoint = None
     if not args.profile and not os.environ.get(CHECKPOINT_ENV):
         checkpoint = find_checkpoint(args.model, getattr(args, "revision", None))
+    spec = speculative.from_config(
+        getattr(args, "speculative_config", None),
+        mtp_layers=checkpoint.model.mtp_layers if checkpoint is not None else 1,
+        model_type=checkpoint.model.model_type if checkpoint is not None else "",
+    )
     if checkpoint is not None:
         profile = dataclasses.replace(profile, architecture=checkpoint.architecture,
                                       architecture_name=checkpoint.architecture_name,
-                                      reads=checkpoint.reads(args))  # fmt: skip
+                                      reads=checkpoint.reads(args, spec))  # fmt: skip
         log.info("sparksim: %s from the Hugging Face cache at %s (%s)", args.model,
                  checkpoint.snapshot.commit[:12], _size_text(checkpoint))  # fmt: skip
     if args.max_model_len is None or args.max_model_len < 0:
@@ -96,8 +102,10 @@ async def serve(args) -> int:
         if executor is not None:
             executor.shutdown()
         return 1
-    metrics = _metrics(args, names, plan)
-    engine = _engine(args, profile, metrics, clock, plan, faults)
+    metrics = _metrics(args, names, plan, spec)
+    engine = _engine(args, profile, metrics, clock, plan, faults, spec)
+    if spec is not None:
+        log.info("sparksim: speculative decoding %s", spec.describe())
     _warm_up()
     tasks.append(asyncio.create_task(engine.run()))
     state.metrics, state.engine, state.ready = metrics, engine, True
@@ -197,9 +205,10 @@ async def _start_failed(
         task.cancel()
 
 
-def _metrics(args, names: list[str], plan: Plan) -> VllmMetrics:
+def _metrics(args, names: list[str], plan: Plan, spec: Speculation | None) -> VllmMetrics:
     return VllmMetrics(
         model_name=names[0],
+        num_speculative_tokens=spec.num_tokens if spec else 0,
         max_model_len=args.max_model_len,
         cache_config={
             "block_size": 16,
@@ -212,9 +221,16 @@ def _metrics(args, names: list[str], plan: Plan) -> VllmMetrics:
 
 
 def _engine(
-    args, profile: Profile, metrics: VllmMetrics, clock: Clock, plan: Plan, faults: Faults
+    args,
+    profile: Profile,
+    metrics: VllmMetrics,
+    clock: Clock,
+    plan: Plan,
+    faults: Faults,
+    spec: Speculation | None = None,
 ) -> Engine:
     return Engine(
+        speculation=spec,
         profile=profile,
         architecture=profile.architecture,
         metrics=metrics,

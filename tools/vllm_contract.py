@@ -229,6 +229,24 @@ def _metric_kind(func: ast.AST) -> str | None:
     return None
 
 
+def _metric_table(node: ast.Assign) -> list[dict]:
+    """The (name, documentation) pairs of an assignment like `counter_specs = [(…), …]`."""
+    target = node.targets[0] if len(node.targets) == 1 else None
+    kind = _metric_kind(target) if isinstance(target, ast.Name) else None
+    if not kind or not isinstance(node.value, ast.List | ast.Tuple):
+        return []
+    out = []
+    for element in node.value.elts:
+        if not (isinstance(element, ast.Tuple) and len(element.elts) == 2):
+            continue
+        name, doc = (_string_of(e) for e in element.elts)
+        if name and name.startswith("vllm:"):
+            out.append({"name": name, "type": kind,
+                        "documentation": " ".join((doc or "").split())[:300],
+                        "labelnames": None})  # fmt: skip
+    return out
+
+
 def _scan_source() -> tuple[list[dict], dict[str, list[dict]]]:
     metrics: dict[str, dict] = {}
     patterns = {key: re.compile(rx) for key, rx in needles.LOG_LINES.items()}
@@ -271,6 +289,13 @@ def _scan_source() -> tuple[list[dict], dict[str, list[dict]]]:
                                 "where": f"{where}:{node.lineno}",
                             },
                         )
+            if isinstance(node, ast.Assign):
+                # A table of (name, documentation) pairs that a loop turns into metrics, as
+                # SpecDecodingProm's `counter_specs = [("vllm:spec_decode_num_drafts", …)]`:
+                # its kind is in the variable's name.
+                for entry in _metric_table(node):
+                    entry["where"] = f"{where}:{node.lineno}"
+                    metrics.setdefault(entry["name"], entry)
             text = _string_of(node) if isinstance(node, ast.Constant | ast.JoinedStr) else None
             if text is None and isinstance(node, ast.BinOp):
                 text = _string_of(node)

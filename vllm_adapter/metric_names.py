@@ -67,6 +67,7 @@ class Family:
     labels: tuple[str, ...] = ()
     read_by: tuple[str, ...] = ()
     unscanned: str = ""
+    speculative: bool = False  # exported only by a server that runs speculative decoding
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -129,6 +130,17 @@ FAMILIES: tuple[Family, ...] = (
            "Histogram of time spent in PREFILL phase for request.", read_by=(_B,)),
     Family("decode", "vllm:request_decode_time_seconds", HISTOGRAM,
            "Histogram of time spent in DECODE phase for request.", read_by=(_B,)),
+    # --- speculative decoding (vllm/v1/spec_decode/metrics.py SpecDecodingProm): only on
+    # a server started with --speculative-config ----------------------------------------
+    Family("spec_drafts", "vllm:spec_decode_num_drafts", COUNTER,
+           "Number of spec decoding drafts.", read_by=(_T, _B), speculative=True),
+    Family("spec_draft_tokens", "vllm:spec_decode_num_draft_tokens", COUNTER,
+           "Number of draft tokens.", read_by=(_T, _B), speculative=True),
+    Family("spec_accepted", "vllm:spec_decode_num_accepted_tokens", COUNTER,
+           "Number of accepted tokens.", read_by=(_T, _B), speculative=True),
+    Family("spec_accepted_per_pos", "vllm:spec_decode_num_accepted_tokens_per_pos", COUNTER,
+           "Accepted tokens per draft position.", labels=("position",), read_by=(_T,),
+           speculative=True),
 )  # fmt: skip
 
 by_key: dict[str, Family] = {f.key: f for f in FAMILIES}

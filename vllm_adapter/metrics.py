@@ -278,7 +278,32 @@ class Snapshot:
     ttft: Histogram | None = None
     itl: Histogram | None = None
     e2e: Histogram | None = None
+    # Speculative decoding (only a server started with --speculative-config has them):
+    # drafts, drafted and accepted tokens, and accepted tokens by draft position.
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted: float | None = None
+    spec_accepted_per_pos: dict[int, float] | None = None
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Accepted ÷ drafted tokens since the server started (vLLM's "Avg Draft
+        acceptance rate"), 0–1; None without speculative decoding or before a draft."""
+        return acceptance(self.spec_drafts, self.spec_draft_tokens, self.spec_accepted)[0]
+
+    @property
+    def spec_mean_acceptance_length(self) -> float | None:
+        """1 + accepted tokens per draft: the tokens a verified step gives a sequence."""
+        return acceptance(self.spec_drafts, self.spec_draft_tokens, self.spec_accepted)[1]
+
+    @property
+    def spec_per_position(self) -> list[float] | None:
+        """Each draft position's unconditional acceptance rate (accepted there ÷ drafts)."""
+        if not self.spec_drafts or not self.spec_accepted_per_pos:
+            return None
+        top = max(self.spec_accepted_per_pos) + 1
+        return [self.spec_accepted_per_pos.get(i, 0.0) / self.spec_drafts for i in range(top)]
 
     @property
     def empty(self) -> bool:
@@ -297,6 +322,21 @@ _GAUGES = metric_names.read_by(metric_names.TELEMETRY, metric_names.GAUGE)
 _COUNTERS = metric_names.read_by(metric_names.TELEMETRY, metric_names.COUNTER)
 _HISTOGRAMS = metric_names.read_by(metric_names.TELEMETRY, metric_names.HISTOGRAM)
 _REASON_LABEL = metric_names.family("request_success").labels[0]  # finished_reason
+_POSITION_LABEL = metric_names.family("spec_accepted_per_pos").labels[0]  # position
+MAX_SPEC_POSITIONS = 128  # vLLM's MAX_SPEC_LEN: a label beyond it is not a draft position
+
+
+def acceptance(
+    drafts: float | None, draft_tokens: float | None, accepted: float | None
+) -> tuple[float | None, float | None]:
+    """(acceptance rate 0–1, mean acceptance length) from speculative decoding's counters
+    (or their differences over a window), as vLLM's SpecDecodingLogging computes them;
+    (None, None) without drafts."""
+    if not drafts or not draft_tokens or accepted is None:
+        return None, None
+    return accepted / draft_tokens, 1 + accepted / drafts
+
+
 # Gauges averaged over engines rather than summed.
 _MEAN_GAUGES = frozenset({"kv_usage"})
 
@@ -452,6 +492,16 @@ def parse(text: str) -> Snapshot:
                     reason = labels.get(_REASON_LABEL, "")
                     by_reason[reason] = by_reason.get(reason, 0.0) + value
                 values["request_success_by_reason"] = by_reason
+            elif key == "spec_accepted_per_pos":
+                by_position: dict[int, float] = {}
+                for _, labels, value in found:
+                    try:
+                        position = int(labels.get(_POSITION_LABEL, ""))
+                    except ValueError:
+                        continue
+                    if 0 <= position < MAX_SPEC_POSITIONS:
+                        by_position[position] = by_position.get(position, 0.0) + value
+                values[key] = by_position
     for key, names in _HISTOGRAMS.items():
         values[key] = _histogram(samples, names, errors)
     if len(errors) > MAX_ERRORS:
@@ -578,6 +628,8 @@ SAMPLE_KEYS: tuple[str, ...] = (
     "e2e_p50",
     "e2e_p95",
     "prefix_hit_rate",
+    "spec_acceptance_rate",
+    "spec_acceptance_length",
     "preemptions",
     "preemptions_total",
     "requests_total",
@@ -607,7 +659,9 @@ class Deriver:
       ``window_s`` says how many seconds they actually span): ``ttft_p50/p95``,
       ``itl_p50/p95``, ``e2e_p50/p95`` (seconds, from histogram bucket deltas; None
       without observations in the window), ``prefix_hit_rate`` (0–1; None without
-      queries), ``preemptions`` (how many in the window).
+      queries), ``spec_acceptance_rate`` (accepted ÷ drafted tokens, 0–1) and
+      ``spec_acceptance_length`` (1 + accepted per draft; both None without speculative
+      decoding or drafts in the window), ``preemptions`` (how many in the window).
 
     A value whose series is missing from the newest snapshot is None, even if older
     snapshots had it.
@@ -693,6 +747,16 @@ class Deriver:
             queries = _counter_increase([q for _, q in pairs])
             if hits is not None and queries:
                 out["prefix_hit_rate"] = min(1.0, max(0.0, hits / queries))
+
+        if new.spec_drafts is not None:
+            rows = [
+                (s.spec_drafts, s.spec_draft_tokens, s.spec_accepted)
+                for _, s in window
+                if None not in (s.spec_drafts, s.spec_draft_tokens, s.spec_accepted)
+            ]
+            increases = [_counter_increase([r[i] for r in rows]) for i in range(3)]
+            rate, length = acceptance(*increases)
+            out["spec_acceptance_rate"], out["spec_acceptance_length"] = rate, length
 
         if new.preemptions is not None:
             out["preemptions"] = _counter_increase(

@@ -249,6 +249,20 @@ def decode_ceiling(job: Job) -> float | None:
         return None
 
 
+def speculation_of(job: Job, result: Result) -> dict:
+    """What the roofline check needs of a speculative recipe: its draft length and the mean
+    acceptance length — the server's own over the level (vllm:spec_decode_*), else the
+    recipe's expected one (vllm_adapter/speculative.py); {} without speculative decoding."""
+    spec = job.recipe.speculation
+    if spec is None:
+        return {}
+    server = (result.metrics or {}).get("server") or {}
+    measured = server.get("spec_mean_acceptance_length")
+    length = measured if isinstance(measured, int | float) and measured >= 1 else None
+    return {"num_speculative_tokens": spec.num_tokens,
+            "mean_acceptance_length": length or spec.mean_acceptance_length}  # fmt: skip
+
+
 def decode_timed(result: Result) -> bool:
     """Whether the result's decode rate is a rate (harness.decode_too_short): stored by the
     harness since it knew; older results are judged from their stored numbers."""
@@ -284,7 +298,7 @@ def scenario_rows(job: Job) -> list[ScenarioRow]:
         percent, message, plausible = None, "", True
         timed = decode_timed(result)
         if ceiling and result.decode_tps_p50 and timed:
-            check = roofline_check(result.decode_tps_p50, ceiling)
+            check = roofline_check(result.decode_tps_p50, ceiling, **speculation_of(job, result))
             percent, message, plausible = check.percent, check.message, check.plausible
         seed = seed_for(job.recipe.model_id, result.prompt_tokens, result.output_tokens)
         rows.append(

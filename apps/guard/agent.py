@@ -77,6 +77,7 @@ SAMPLE_EVENT = "telemetry.sample"
 AVERAGED = (
     "kv_usage_pct", "running", "waiting", "prompt_tps", "generation_tps", "ttft_p50",
     "ttft_p95", "itl_p50", "itl_p95", "prefix_hit_rate", "preemptions",
+    "spec_acceptance_rate", "spec_acceptance_length",
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from sparkdomain.flags import (
     validate_revision,
 )
 from sparkdomain.model_refs import recipe_folders_problem
+from vllm_adapter import speculative
 
 
 def validate_utilization(value) -> None:
@@ -472,6 +473,21 @@ class Recipe(models.Model):
                     parsed = json.loads(value)
                 config = {**(config or {}), head.partition(".")[2]: parsed}
         return config
+
+    @property
+    def speculation(self) -> speculative.Speculation | None:
+        """The recipe's speculative decoding with its expected acceptance (stated with vLLM's
+        synthetic rejection sampling, else the drafter's default); None without, or for a
+        config vLLM would refuse (the recipe's checks say why)."""
+        try:
+            return speculative.from_config(self.speculative_config)
+        except speculative.SpeculationError:
+            return None
+
+    @property
+    def speculation_text(self) -> str:
+        spec = self.speculation
+        return spec.describe() if spec else ""
 
     @property
     def utilization_text(self) -> str:

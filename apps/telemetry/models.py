@@ -27,6 +27,10 @@ class HostSample(models.Model):
     itl_p95 = models.FloatField(null=True)
     prefix_hit_rate = models.FloatField(null=True)
     preemptions = models.FloatField(null=True)
+    # Speculative decoding over the bucket: accepted ÷ drafted tokens (0–1) and the mean
+    # acceptance length (1 + accepted per draft); None for a run without it.
+    spec_acceptance_rate = models.FloatField(null=True)
+    spec_acceptance_length = models.FloatField(null=True)
 
     class Meta:
         ordering = ["host", "at"]

@@ -11,7 +11,8 @@ from apps.telemetry.models import HostSample, Incident
 
 BACKFILL_MINUTES = 15
 SERIES = ("kv_usage_pct", "running", "waiting", "prompt_tps", "generation_tps", "ttft_p50",
-          "ttft_p95", "itl_p50", "itl_p95")  # fmt: skip
+          "ttft_p95", "itl_p50", "itl_p95", "spec_acceptance_rate",
+          "spec_acceptance_length")  # fmt: skip
 
 
 def backfill(host, run=None, minutes: int = BACKFILL_MINUTES) -> dict:

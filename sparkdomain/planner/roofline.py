@@ -37,11 +37,44 @@ def decode_ceilings(
     return ceiling, ceiling_full, ceiling_batch
 
 
-def roofline_check(measured_tps: float, ceiling_tps: float) -> RooflineCheck:
+def speculative_ceilings(ceiling_tps: float, mean_acceptance_length: float,
+                         num_speculative_tokens: int) -> tuple[float, float]:  # fmt: skip
+    """(expected, bound) single-stream ceilings with speculative decoding: a verified step
+    gives a stream `mean_acceptance_length` tokens on average and never more than 1 + k,
+    and it reads the active weights at least once — so the no-speculation ceiling times
+    each. The drafter's own reads and the extra experts a MoE step's 1 + k tokens touch
+    only lower what is reached (sparksim models them)."""
+    return ceiling_tps * mean_acceptance_length, ceiling_tps * (1 + num_speculative_tokens)
+
+
+def roofline_check(measured_tps: float, ceiling_tps: float, *,
+                   mean_acceptance_length: float | None = None,
+                   num_speculative_tokens: int = 0) -> RooflineCheck:  # fmt: skip
     """A measured decode rate as a share of its bandwidth ceiling; above 100 % is not
-    physically possible for one stream without speculative decoding (SPEC §4)."""
+    physically possible for one stream without speculative decoding (SPEC §4). With it
+    (`num_speculative_tokens` k and the expected mean acceptance length), the rate is
+    judged against the ceiling with speculation: its share of the expected ceiling, and
+    implausible only above 1 + k times the plain one (no step gives more tokens)."""
     if ceiling_tps <= 0:
         raise ValueError("the ceiling must be positive")
+    if num_speculative_tokens > 0 and mean_acceptance_length:
+        expected, bound = speculative_ceilings(ceiling_tps, mean_acceptance_length,
+                                               num_speculative_tokens)  # fmt: skip
+        percent = measured_tps / expected * 100
+        plausible = measured_tps <= bound
+        head = (
+            f"{measured_tps:.1f} tok/s is {percent:.0f} % of the {expected:.1f} tok/s ceiling "
+            f"with speculative decoding ({ceiling_tps:.1f} tok/s without it × a mean acceptance "
+            f"length of {mean_acceptance_length:.2f})"
+        )
+        if plausible:
+            message = head + "."
+        else:
+            message = (
+                head + f": above {bound:.1f} tok/s (1 + {num_speculative_tokens} tokens a step) "
+                "is physically implausible; check the model or the measurement."
+            )
+        return RooflineCheck(measured_tps, expected, percent, plausible, message)
     percent = measured_tps / ceiling_tps * 100
     plausible = percent <= 100.0
     if plausible:

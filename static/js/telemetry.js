@@ -73,6 +73,17 @@
         ["p95", (s) => (s.itl_p95 != null ? s.itl_p95 * 1000 : null), "#b45309"],
       ],
     },
+    // Speculative decoding, from vLLM's vllm:spec_decode_* counters over the window.
+    spec: {
+      title: "Draft tokens accepted (%)",
+      range: [0, 100],
+      unit: " %",
+      series: [["accepted", (s) => (s.spec_acceptance_rate != null ? s.spec_acceptance_rate * 100 : null), "#7c3aed"]],
+    },
+    spec_len: {
+      title: "Mean acceptance length (tokens a step)",
+      series: [["tokens a step", (s) => s.spec_acceptance_length, "#16a34a"]],
+    },
   };
   const INTEGER_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000];
 

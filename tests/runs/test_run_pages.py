@@ -115,3 +115,21 @@ def test_the_runs_list_filters_by_host_and_state(client_as, member, sim_host, qw
     assert shown("?state=failed&host=spark-other") == set()
     assert "No runs match." in client.get(reverse("runs") + "?state=stopped").content.decode()
     assert shown("?state=<script>") == {a.pk, b.pk}  # garbage is ignored, not an error
+
+
+def test_a_speculative_runs_page_charts_its_acceptance_and_says_what_it_expects(
+    client_as, member, sim_host, qwen
+):
+    """Issue 41: a run of a recipe with --speculative-config charts vLLM's own acceptance
+    (vllm:spec_decode_*) and names the draft and its expected acceptance."""
+    qwen.extra_args = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    qwen.save()
+    run = Run.objects.create(recipe=qwen, host=sim_host, port=20001, image="x",
+                             state=RunState.READY)  # fmt: skip
+    html = client_as(member).get(run.get_absolute_url()).content.decode()
+    assert 'data-telemetry-chart="spec"' in html and 'data-telemetry-chart="spec_len"' in html
+    assert "Speculative decoding: ngram, 3 tokens: mean acceptance length" in html
+    qwen.extra_args = []
+    qwen.save()
+    html = client_as(member).get(run.get_absolute_url()).content.decode()
+    assert 'data-telemetry-chart="spec"' not in html

@@ -108,14 +108,27 @@ def test_the_harness_cross_check_reads_the_table():
     }
     assert set(harness.HISTOGRAMS) == {"ttft", "itl", "e2e", "prefill", "decode", "queue"}
     assert set(harness.COUNTERS) == {"prompt_tokens", "generation_tokens", "preemptions",
-                                     "prefix_queries", "prefix_hits"}  # fmt: skip
+                                     "prefix_queries", "prefix_hits", "spec_drafts",
+                                     "spec_draft_tokens", "spec_accepted"}  # fmt: skip
     assert set(harness.GAUGES) == {"running", "waiting", "kv_usage"}
+
+
+def test_a_server_without_speculative_decoding_has_none_of_its_families():
+    from sparksim.metrics import VllmMetrics
+
+    sim = VllmMetrics(model_name="m", max_model_len=1024, cache_config={"block_size": "16"})
+    parsed = {f.name for f in text_string_to_metric_families(sim.render().decode())}
+    speculative = {f.name for f in FAMILIES if f.speculative}
+    assert len(speculative) == 4 and not parsed & speculative
+    assert {f.name for f in FAMILIES if not f.speculative} <= parsed
 
 
 def test_sparksim_emits_every_family_of_the_table_with_its_type_labels_and_help():
     from sparksim.metrics import VllmMetrics
 
-    sim = VllmMetrics(model_name="m", max_model_len=1024, cache_config={"block_size": "16"})
+    sim = VllmMetrics(model_name="m", max_model_len=1024, cache_config={"block_size": "16"},
+                      num_speculative_tokens=2)  # fmt: skip
+    sim.observe_draft(2, 1)
     parsed = {f.name: f for f in text_string_to_metric_families(sim.render().decode())}
     # The 0.0.4 text format has no "created" type: x_created reads as a family of its own.
     created = {name for name in parsed if name.endswith("_created")}

@@ -18,14 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from vllm_adapter import contract as vllm_contract
+from vllm_adapter import speculative
 from vllm_adapter.startup.budget import GIB, Budget, budget
 from vllm_adapter.startup.kv import CacheOptions, capacity, layout
 from vllm_adapter.startup.model import ModelConfigError, TextModel, read_model
 from vllm_adapter.startup.rules import rules_for
 
 __all__ = ["ModelConfigError", "Prediction", "predict", "read_options"]
-
-MTP_METHODS = ("mtp", "qwen3_next_mtp", "qwen3_5_mtp", "deepseek_mtp", "ernie_mtp", "glm4_moe_mtp")
 
 
 @dataclass
@@ -161,7 +160,7 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
     spec = _spec(options.get("speculative_config"))
     method = str(spec.get("method") or "")
     num_spec = _int(spec.get("num_speculative_tokens"), 0) or 0
-    loads_draft = method in MTP_METHODS
+    loads_draft = speculative.method_family(method) == speculative.MTP if method else False
     prefix = options.get("enable_prefix_caching")
     cache = CacheOptions(
         kv_cache_dtype=str(options.get("kv_cache_dtype") or "auto"),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from vllm_adapter import speculative
 from vllm_adapter.startup.model import (
     DTYPE_BYTES,
     FULL,
@@ -131,9 +132,8 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
     per_token = kv_bytes(options, model)
     notes: list[str] = []
     layers = list(model.layers)
-    if options.speculative_method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp", "deepseek_mtp") and (
-        model.mtp_layers
-    ):
+    mtp = speculative.method_family(options.speculative_method) == speculative.MTP
+    if options.speculative_method and mtp and model.mtp_layers:
         # Draft layers join the target's attention bucket (`is_draft` does not compare).
         target = next((layer for layer in layers if layer.kind in (FULL, MLA)), None)
         if target is not None:

