@@ -42,6 +42,7 @@ bench:
 	@bash tools/bootstrap.sh redis-server
 	.venv/bin/python -m bench.sparksim_calibration
 	.venv/bin/python -m bench.sparksim_capacity
+	.venv/bin/python -m bench.sparksim_speed
 	.venv/bin/python -m bench.harness_accuracy
 	tools/vllm_env.sh all && tools/peers_env.sh all
 	.venv/bin/python -m bench.peers_accuracy

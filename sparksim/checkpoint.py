@@ -71,7 +71,8 @@ class Checkpoint:
         if spec.draft_model and spec.family != "mtp":
             found = find(spec.draft_model, environ=environ)
             draft_size = float(found.size_bytes) if found and found.size_bytes else None
-        draft = draft_reads(self.model, spec.family, spec.method, tp, draft_size)
+        draft = draft_reads(self.model, spec.family, spec.method, tp, draft_size,
+                            head_bytes=reads.head_bytes)  # fmt: skip
         return dataclasses.replace(reads, draft=draft)
 
 

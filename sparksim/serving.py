@@ -18,6 +18,7 @@ from sparkdomain.planner import HostSpec
 from sparkdomain.spark import GB
 from sparksim.checkpoint import find as find_checkpoint
 from sparksim.corpus import TextStream
+from sparksim.decode import calibration_note
 from sparksim.engine import Clock, Engine
 from sparksim.facts import CHECKPOINT_ENV, checkpoint_architecture, host_spec
 from sparksim.faults import Faults, parse_faults
@@ -54,8 +55,9 @@ async def serve(args) -> int:
         profile = dataclasses.replace(profile, architecture=checkpoint.architecture,
                                       architecture_name=checkpoint.architecture_name,
                                       reads=checkpoint.reads(args, spec))  # fmt: skip
-        log.info("sparksim: %s from the Hugging Face cache at %s (%s)", args.model,
-                 checkpoint.snapshot.commit[:12], _size_text(checkpoint))  # fmt: skip
+        log.info("sparksim: %s from the Hugging Face cache at %s (%s); %s", args.model,
+                 checkpoint.snapshot.commit[:12], _size_text(checkpoint),
+                 calibration_note(checkpoint.model))  # fmt: skip
     if args.max_model_len is None or args.max_model_len < 0:
         # Blank: the model's own context when the checkpoint says it; auto (-1, the longest
         # that fits) and unknown models: the simulator serves 32K.

@@ -381,7 +381,7 @@ def test_startup_plan_answers_in_vllms_terms_as_spark_plan_does(member, sim_host
     given config.json, vLLM's figures and verdict, the panel's beside them; any
     utilization is predicted (0.95 too), the panel's rule says no; it never downloads."""
     from apps.recipes.models import ModelFacts
-    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+    from tests.model_configs import QWEN3_SMALL
 
     api = api_as(member)
     command = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--max-model-len", "40960",

@@ -444,7 +444,7 @@ def test_wizard_review_shows_what_vllm_will_do_once_the_model_is_known(client_as
     """The wizard's last step shows the same start-up prediction admission goes by: missing
     (and how to get it) until the panel has the model's config.json, then vLLM's figures."""
     from apps.recipes.models import ModelFacts
-    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+    from tests.model_configs import QWEN3_SMALL
 
     client = client_as(member)
     data = recipe_data(step="2", action="next", model_id="Qwen/Qwen3-0.6B", max_model_len="40960")

@@ -10,8 +10,8 @@ from apps.recipes.models import ModelFacts
 from apps.runs.models import Run
 from apps.runs.services import RunRefused, run_start
 from sparkdomain.planner import Verdict
+from tests.model_configs import QWEN3_SMALL
 from tests.recipes.factories import make_recipe
-from tests.vllm_adapter.test_startup import QWEN3_SMALL
 
 pytestmark = pytest.mark.django_db
 GIB = 1 << 30

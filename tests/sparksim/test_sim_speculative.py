@@ -16,8 +16,7 @@ from sparkdomain.planner import kv_element_bytes
 from sparksim import engine
 from sparksim.checkpoint import find
 from sparksim.profiles import resolve_profile
-from tests.sparksim.test_decode_reads import MOE
-from tests.sparksim.test_sim_startup import LLAMA_70B, _cache
+from tests.model_configs import LLAMA_70B, MOE, hf_cache
 from vllm_adapter import metrics as scrape
 from vllm_adapter.speculative import from_config
 
@@ -25,7 +24,7 @@ SYNTHETIC = {"rejection_sample_method": "synthetic", "synthetic_acceptance_rates
 
 
 def _step(tmp_path, repo, config, size, spec_json, n=1, context=2048):
-    env = _cache(tmp_path, repo, config, size)
+    env = hf_cache(tmp_path / "hub", repo, config, size)
     checkpoint = find(repo, environ=env)
     spec = from_config(spec_json, checkpoint.model.mtp_layers, checkpoint.model.model_type)
     args = types.SimpleNamespace(quantization=None, tensor_parallel_size=1)
@@ -69,7 +68,7 @@ def test_verifying_k_drafts_of_a_moe_touches_the_experts_of_1_plus_k_tokens(tmp_
 
 @pytest.mark.timeout(180)
 def test_the_server_drafts_accepts_and_counts_as_vllm_does(start_sim, tmp_path):
-    env = _cache(tmp_path, "meta-llama/Llama-3.3-70B-Instruct", LLAMA_70B, 42_709_041_152)
+    env = hf_cache(tmp_path / "hub", "meta-llama/Llama-3.3-70B-Instruct", LLAMA_70B, 42_709_041_152)
     config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, **SYNTHETIC}
     sim = start_sim("--gpu-memory-utilization", "0.85", "--max-model-len", "4096",
                     "--max-num-seqs", "4", "--speculative-config",

@@ -5,6 +5,7 @@ import httpx
 import pytest
 
 from tests.conftest import wait_for
+from tests.model_configs import LLAMA_70B, hf_cache
 from tests.sparksim.conftest import NEMOTRON_FLAGS
 
 STARTUP_ORDER = [
@@ -136,28 +137,7 @@ def test_sparksim_accepts_the_exact_argument_vector_the_panel_builds_for_every_p
 
 
 def _cache(tmp_path, repo_id: str, config: dict, total_size: int) -> dict[str, str]:
-    """A Hugging Face hub cache holding only what vLLM reads before loading: config.json
-    and the safetensors index (its metadata.total_size) — no weights."""
-    import json
-
-    folder = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
-    commit = "c" * 40
-    (folder / "refs").mkdir(parents=True)
-    (folder / "refs" / "main").write_text(commit)
-    snapshot = folder / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text(json.dumps(config))
-    index = {"metadata": {"total_size": total_size}, "weight_map": {}}
-    (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
-    return {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
-
-
-LLAMA_70B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
-    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    "intermediate_size": 28672, "vocab_size": 128256, "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}  # fmt: skip
+    return hf_cache(tmp_path / "hub", repo_id, config, total_size)
 
 
 def test_a_checkpoint_that_cannot_load_fails_as_vllm_fails(start_sim, tmp_path):
@@ -171,6 +151,7 @@ def test_a_checkpoint_that_cannot_load_fails_as_vllm_fails(start_sim, tmp_path):
     assert sim.proc.wait(timeout=60) == 1
     log = sim.log()
     assert "from the Hugging Face cache" in log and "checkpoint 141.11 GB" in log
+    assert "decode speed checked against public DGX Spark measurements" in log
     assert "Failed to load model - not enough GPU memory" in log
     assert "torch.OutOfMemoryError: CUDA out of memory" in log
     assert "Application startup complete." not in log
@@ -181,7 +162,7 @@ def test_its_start_up_figures_are_vllms_accounting_for_the_command(start_sim, tm
     KV cache size" are the start-up prediction for the same command (`spark plan`), and the
     model's own context is served when the command gives none."""
     from sparkdomain.spark import CUDA_VISIBLE_GIB
-    from tests.vllm_adapter.test_startup import QWEN3_SMALL
+    from tests.model_configs import QWEN3_SMALL
     from vllm_adapter.startup import predict
 
     env = _cache(tmp_path, "Qwen/Qwen3-0.6B", QWEN3_SMALL, 1_202_590_842)

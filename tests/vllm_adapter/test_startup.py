@@ -10,52 +10,13 @@ import sys
 
 import pytest
 
+from tests.model_configs import GEMMA4_26B, NEMOTRON_NANO, QWEN3_SMALL, QWEN36_DENSE, QWEN36_MOE
 from vllm_adapter.startup import predict
 from vllm_adapter.startup.kv import CacheOptions, layout
 from vllm_adapter.startup.model import FULL, GDN, MAMBA2, SLIDING, read_model
 from vllm_adapter.startup.rules import rules_for
 
 GIB = 1 << 30
-
-# Qwen3.6-35B-A3B's text config (public config.json, trimmed to what vLLM reads).
-QWEN36_MOE = {
-    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
-    "model_type": "qwen3_5_moe",
-    "text_config": {
-        "model_type": "qwen3_5_moe_text", "dtype": "bfloat16", "num_hidden_layers": 40,
-        "full_attention_interval": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
-        "head_dim": 256, "hidden_size": 2048, "num_experts": 256, "num_experts_per_tok": 8,
-        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
-        "linear_num_value_heads": 32, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32",
-        "mtp_num_hidden_layers": 1, "max_position_embeddings": 262144, "vocab_size": 248320,
-    },
-    "vision_config": {"depth": 27},
-}  # fmt: skip
-# Qwen3.6-27B (dense hybrid).
-QWEN36_DENSE = {
-    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-    "text_config": {**QWEN36_MOE["text_config"], "model_type": "qwen3_5_text",
-                    "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
-                    "hidden_size": 5120, "intermediate_size": 17408, "num_experts": 0,
-                    "linear_num_value_heads": 48},
-}  # fmt: skip
-# NVIDIA-Nemotron-3-Nano-30B-A3B (Mamba2 hybrid).
-NEMOTRON_NANO = {
-    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-    "vocab_size": 131072, "hidden_size": 2688, "num_hidden_layers": 52,
-    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
-    "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 2,
-    "max_position_embeddings": 262144, "ssm_state_size": 128, "mamba_num_heads": 64,
-    "n_groups": 8, "mamba_head_dim": 64, "conv_kernel": 4, "n_routed_experts": 128,
-    "num_experts_per_tok": 6, "moe_intermediate_size": 1856, "mlp_hidden_act": "relu2",
-}  # fmt: skip
-QWEN3_SMALL = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 28,
-    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 1024,
-    "intermediate_size": 3072, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
-    "vocab_size": 151936, "tie_word_embeddings": True,
-}  # fmt: skip
 
 
 def test_the_layers_are_read_as_the_model_classes_build_them() -> None:
@@ -189,19 +150,6 @@ def test_a_host_gives_its_version_and_its_free_memory(tmp_path, sim_host) -> Non
     answer = json.loads(out.getvalue())
     assert answer["vllm_version"] == sim_host.contract_version
     assert not answer["starts"] and "Free memory on device" in answer["error"]  # 57 < 97 GiB
-
-
-GEMMA4_26B = {
-    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
-    "text_config": {
-        "hidden_size": 2816, "num_hidden_layers": 30, "num_attention_heads": 16,
-        "num_key_value_heads": 8, "num_global_key_value_heads": 2, "head_dim": 256,
-        "global_head_dim": 512, "intermediate_size": 2112, "moe_intermediate_size": 704,
-        "num_experts": 128, "top_k_experts": 8, "sliding_window": 1024, "vocab_size": 262144,
-        "max_position_embeddings": 262144, "attention_k_eq_v": True, "torch_dtype": "bfloat16",
-        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
-    },
-}  # fmt: skip
 
 
 def test_sliding_and_global_layers_share_one_page_and_a_request_holds_a_window() -> None:

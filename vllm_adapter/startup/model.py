@@ -71,6 +71,10 @@ class TextModel:
     gated_mlp: bool = True  # gate + up + down (relu2 MLPs have no gate)
     hidden_guessed: bool = False
     layer_pattern: str = ""  # NemotronH's blocks (M mamba, * attention, E MoE, - MLP)
+    num_attention_heads: int = 0  # query heads (0: hidden_size / head_dim)
+    attn_output_gate: bool = False  # Qwen3.5/3-Next: q_proj also gives the output gate
+    tie_word_embeddings: bool = False
+    shared_experts: int = 0  # shared experts a MoE layer runs for every token
 
     @property
     def is_hybrid(self) -> bool:
@@ -230,6 +234,27 @@ def read_model(config: Mapping) -> TextModel:
         not in ("relu2", "gelu", "gelu_new", "relu"),
         hidden_guessed=bool(text.get("_hidden_guessed")),
         layer_pattern=str(text.get("hybrid_override_pattern") or ""),
+        num_attention_heads=heads,
+        shared_experts=_int(
+            text,
+            "n_shared_experts",
+            "num_shared_experts",
+            default=int(
+                bool(
+                    _int(
+                        text,
+                        "moe_shared_expert_intermediate_size",
+                        "shared_expert_intermediate_size",
+                    )
+                )
+            ),
+        )
+        if experts
+        else 0,
+        attn_output_gate=bool(text.get("attn_output_gate")),
+        tie_word_embeddings=bool(
+            text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+        ),
     )
 
 

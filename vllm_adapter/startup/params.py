@@ -7,13 +7,19 @@ from vllm_adapter.startup.model import FULL, GDN, MAMBA2, MLA, SLIDING, TextMode
 
 
 def attention_params(model: TextModel) -> int:
+    """q, k, v and o of one attention layer: the query width is heads × head_dim (wider
+    than hidden in gpt-oss, Qwen3.5), doubled where q_proj also gives the output gate."""
     h = model.hidden_size
     layer = next((x for x in model.layers if x.kind in (FULL, SLIDING, MLA)), None)
     if layer is None:
         return 0
     head_dim = layer.head_dim or 128
-    q_heads = max(h // head_dim, 1)
-    return 2 * q_heads * head_dim * h + 2 * max(layer.kv_heads, 1) * head_dim * h
+    q_heads = model.num_attention_heads or max(h // head_dim, 1)
+    if layer.kind == MLA:  # a latent of head_dim per token: the query as wide as hidden
+        q_heads = max(h // head_dim, 1)
+    q = q_heads * head_dim
+    gate = q if model.attn_output_gate else 0
+    return (q + gate) * h + q * h + 2 * max(layer.kv_heads, 1) * head_dim * h
 
 
 def mlp_params(model: TextModel) -> int:
@@ -29,11 +35,17 @@ def moe_params(model: TextModel) -> int:
     h = model.hidden_size
     experts = model.num_experts * expert_params(model)
     latent = 2 * h * model.moe_latent_size
-    shared = mats * h * (model.moe_shared_intermediate_size or model.moe_intermediate_size)
+    # Shared experts: their own width (Qwen, Nemotron), or n_shared_experts of the routed
+    # width (DeepSeek, GLM); none in gpt-oss, Qwen3-MoE, MiniMax, Mixtral.
+    shared = mats * h * (model.moe_shared_intermediate_size
+                         or model.shared_experts * model.moe_intermediate_size)  # fmt: skip
     return experts + latent + h * model.num_experts + shared
 
 
 def mixer_params(model: TextModel, kind: str) -> int:
+    """One layer's mixer (gated delta net, Mamba2, or attention; none for "")."""
+    if not kind:
+        return 0
     h = model.hidden_size
     if kind == GDN and model.gdn:
         g = model.gdn
