@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 from sparkdomain.planner import Plan, Severity, Verdict
+from sparkdomain.planner.roofline import speculative_ceilings
 from sparkdomain.spark import GB
+from vllm_adapter.speculative import Speculation
 
 VERDICT_CSS = {
     Verdict.FITS: "ok",
@@ -22,8 +24,15 @@ def _gb(value: float | None) -> str | None:
     return None if value is None else f"{value / GB:,.1f}"
 
 
-def plan_context(result: Plan) -> dict:
-    """What the plan templates show: formatted numbers and the stacked memory bar."""
+def plan_context(result: Plan, speculation: Speculation | None = None) -> dict:
+    """What the plan templates show: formatted numbers and the stacked memory bar; with the
+    recipe's speculative decoding, the single-stream ceiling with it (× the mean acceptance
+    length) and its physical bound (× 1 + k)."""
+    spec_ceiling = spec_bound = None
+    if speculation is not None and result.decode_ceiling_tps:
+        spec_ceiling, spec_bound = speculative_ceilings(
+            result.decode_ceiling_tps, speculation.mean_acceptance_length, speculation.num_tokens
+        )
     physical = result.physical_bytes
     segments = [
         {
@@ -58,7 +67,10 @@ def plan_context(result: Plan) -> dict:
             "ceiling": _tps(result.decode_ceiling_tps),
             "ceiling_full": _tps(result.decode_ceiling_full_context_tps),
             "ceiling_batch": _tps(result.decode_ceiling_batch_tps),
+            "ceiling_spec": _tps(spec_ceiling),
+            "ceiling_spec_bound": _tps(spec_bound),
         },
+        "speculation": speculation,
         "dangers": [w for w in result.warnings if w.severity is Severity.DANGER],
         "cautions": [w for w in result.warnings if w.severity is not Severity.DANGER],
     }

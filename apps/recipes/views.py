@@ -95,7 +95,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "weights_hosts": weights_on_hosts(recipe),
             "vllm_check": check,
             **start_form_context(selected_recipe=recipe.pk),
-            **plan_context(recipe.plan()),
+            **plan_context(recipe.plan(), recipe.speculation),
             # Plan against measured: earlier starts of this image, per host.
             "corrections": measured_corrections(
                 image=recipe.image, arch=recipe.architecture(), flags=recipe.flags(), recipe=recipe

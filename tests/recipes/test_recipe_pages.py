@@ -60,6 +60,25 @@ def test_member_sees_the_list_and_a_recipe_page_with_the_exact_commands(client_a
     assert reverse("recipe-edit", args=[recipe.slug]) not in html  # no edit button
 
 
+def test_a_speculative_recipe_shows_its_ceiling_with_speculation(client_as, member):
+    """Issue 41: the plain single-stream ceiling × the mean acceptance length, never above
+    (1 + k) × it; a stated acceptance (vLLM's synthetic rejection sampler) is used as given."""
+    recipe = Recipe.objects.get(slug="qwen3-5-35b-max-single-user")
+    plain = recipe.plan().decode_ceiling_tps
+    recipe.extra_args = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2, '
+                         '"rejection_sample_method": "synthetic", '
+                         '"synthetic_acceptance_length": 2.5}']  # fmt: skip
+    recipe.save()
+    html = client_as(member).get(recipe.get_absolute_url()).content.decode()
+    assert 'data-testid="spec-ceiling"' in html
+    assert f"{plain * 2.5:,.1f}</span> tok/s for 1 user" in html
+    assert f"never above {plain * 3:,.1f}" in html and "a default" not in html
+    recipe.extra_args = ['--speculative-config={"method": "mtp", "num_speculative_tokens": 2}']
+    recipe.save()
+    html = client_as(member).get(recipe.get_absolute_url()).content.decode()
+    assert "mean acceptance length 2.41 — a default" in html
+
+
 @pytest.mark.parametrize(
     "name, method",
     [
