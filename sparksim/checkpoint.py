@@ -67,10 +67,7 @@ class Checkpoint:
                            draft_in_checkpoint=bool(self.model.mtp_layers))  # fmt: skip
         if spec is None:
             return reads
-        draft_size = None
-        if spec.draft_model and spec.family != "mtp":
-            found = find(spec.draft_model, environ=environ)
-            draft_size = float(found.size_bytes) if found and found.size_bytes else None
+        draft_size = drafter_size(spec, environ)
         draft = draft_reads(self.model, spec.family, spec.method, tp, draft_size,
                             head_bytes=reads.head_bytes)  # fmt: skip
         return dataclasses.replace(reads, draft=draft)
@@ -104,6 +101,19 @@ def find(model: str, revision: str | None = None, environ: dict | None = None) -
     arch = dataclasses.replace(Architecture(), **values)
     name = str((snap.config.get("architectures") or ["LlamaForCausalLM"])[0])
     return Checkpoint(snap, config, text, arch, name)
+
+
+def drafter_size(spec: Speculation | None, environ: dict | None = None) -> float | None:
+    """Bytes of a speculative drafter's own checkpoint in the cache (EAGLE, DFlash, a draft
+    model; its size only — an EAGLE head's config is not a model served on its own); None
+    for MTP, a lookup, or a drafter not cached."""
+    if spec is None or not spec.draft_model or spec.family in ("mtp", "lookup"):
+        return None
+    try:
+        snap = read_snapshot(hub_cache_dir(environ), spec.draft_model, "main")
+    except (SnapshotError, OSError):
+        return None
+    return float(snap.size_bytes) if snap is not None and snap.size_bytes else None
 
 
 def format_from_size(size_bytes: float, parameters: float) -> str | None:

@@ -110,7 +110,8 @@ def predicted_plan(plan: Plan, args, checkpoint, host: HostSpec) -> Plan:
     try:
         p = predict(checkpoint.config, list(args.vllm_argv), vllm_version=args.vllm_version,
                     total_gib=host.cuda_visible_gib, free_gib=plan.free_at_start / GIB,
-                    checkpoint_gib=size / GIB if size else None, env=env)  # fmt: skip
+                    checkpoint_gib=size / GIB if size else None, env=env,
+                    drafter_gib=_drafter_gib(args))  # fmt: skip
     except (ModelConfigError, ValueError) as exc:
         log.warning("sparksim: no start-up prediction for this command (%s)", exc)
         return plan
@@ -120,6 +121,19 @@ def predicted_plan(plan: Plan, args, checkpoint, host: HostSpec) -> Plan:
     blocks = p.breakdown.get("num_blocks") or tokens // max(p.block_size or 16, 1)
     return dataclasses.replace(plan, weights=weights, kv_available=kv, tokens=tokens,
                                blocks=blocks, prediction=p)  # fmt: skip
+
+
+def _drafter_gib(args) -> float | None:
+    """The size of a speculative drafter's own checkpoint in the cache, in GiB."""
+    from sparksim.checkpoint import drafter_size
+    from vllm_adapter import speculative
+
+    try:
+        spec = speculative.from_config(getattr(args, "speculative_config", None))
+    except speculative.SpeculationError:
+        return None
+    size = drafter_size(spec)
+    return size / GIB if size else None
 
 
 def _planner_plan(

@@ -34,6 +34,7 @@ __all__ = [
     "default_acceptance",
     "from_config",
     "method_family",
+    "method_of",
 ]
 
 # vLLM caps a step's draft at 128 tokens (v1/sample/rejection_sampler.py MAX_SPEC_LEN); a
@@ -60,6 +61,17 @@ def method_family(method: str) -> str:
     if m == "draft_model":
         return DRAFT_MODEL
     return EAGLE
+
+
+def method_of(config: dict) -> str:
+    """The method of a speculative config: as given, else what vLLM infers from the draft
+    model it names (an EAGLE head by its name, else a draft model); "" with neither."""
+    method = str(config.get("method") or "")
+    draft = str(config.get("model") or "")
+    if method or not draft:
+        return method
+    low = draft.lower()
+    return "eagle3" if "eagle3" in low else "eagle" if "eagle" in low else "draft_model"
 
 
 @dataclass(frozen=True)
@@ -285,16 +297,9 @@ def from_config(config, mtp_layers: int = 1, model_type: str = "") -> Speculatio
         raise SpeculationError("--speculative-config must be a JSON object.")
     draft = config.get("model")
     draft = str(draft) if draft else None
-    method = str(config.get("method") or "")
+    method = method_of(config)
     if not method:
-        # vLLM: no method and a draft model → "draft_model" (or an EAGLE / MTP head named
-        # by the draft's own config, which needs its files); no model either → refused.
-        if not draft:
-            raise SpeculationError(
-                "--speculative-config needs a method or a draft model (`model`)."
-            )
-        low = draft.lower()
-        method = "eagle3" if "eagle3" in low else "eagle" if "eagle" in low else "draft_model"
+        raise SpeculationError("--speculative-config needs a method or a draft model (`model`).")
     raw_n = config.get("num_speculative_tokens")
     if raw_n is None:
         # vLLM's defaults (vllm/config/speculative.py): an MTP method drafts with each of

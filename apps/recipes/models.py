@@ -634,6 +634,15 @@ class ModelFacts(models.Model):
         return row
 
     @classmethod
+    def for_drafter(cls, recipe: Recipe) -> ModelFacts | None:
+        """The facts of the recipe's speculative drafter when it has a checkpoint of its own
+        (an EAGLE head, a DFlash drafter, a draft model) and the panel has read it."""
+        spec = recipe.speculation
+        if spec is None or not spec.draft_model or spec.family in ("mtp", "lookup"):
+            return None
+        return cls.objects.filter(repo_id=spec.draft_model).first()
+
+    @classmethod
     def for_recipe(cls, recipe: Recipe) -> ModelFacts | None:
         """The facts of the recipe's model: at its pinned commit, else the newest known."""
         rows = cls.objects.filter(repo_id=recipe.model_id)

@@ -34,11 +34,14 @@ def vllm_prediction(recipe: Recipe, host: Host | None = None, *, free_now: bool 
         return {"missing": f"the recipe's command cannot be built: {exc}"}
     free_gib = host.free_gib() if free_now and host is not None else None
     free_gib = None if free_gib is None else round(free_gib, 2)
+    drafter = ModelFacts.for_drafter(recipe)
     try:
         prediction = predict(
             facts.config, argv, vllm_version=version,
             total_gib=host.cuda_visible_gib if host else 121.69, free_gib=free_gib,
             checkpoint_gib=facts.checkpoint_bytes / GIB if facts.checkpoint_bytes else None,
+            drafter_gib=drafter.checkpoint_bytes / GIB
+            if drafter is not None and drafter.checkpoint_bytes else None,
         )  # fmt: skip
     except (ModelConfigError, ValueError) as exc:
         return {"missing": f"the stored config.json cannot be read: {exc}"}

@@ -105,3 +105,30 @@ def test_a_speculative_config_vllm_refuses_stops_the_start(start_sim):
                     ready=False)  # fmt: skip
     assert sim.proc.wait(timeout=60) == 1
     assert "num_speculative_tokens must be between 1 and 128" in sim.log()
+
+
+def test_a_cached_drafter_is_loaded_with_the_model_as_the_start_up_model_says(start_sim, tmp_path):
+    """sparksim's "Model loading took" with an EAGLE-3 head in the cache is the start-up
+    prediction with the head's checkpoint: the same accounting as `spark plan`."""
+    from sparkdomain.spark import CUDA_VISIBLE_GIB
+    from tests.model_configs import QWEN3_SMALL
+    from vllm_adapter.startup import predict
+
+    hub = tmp_path / "hub"
+    env = hf_cache(hub, "Qwen/Qwen3-0.6B", QWEN3_SMALL, 1_202_590_842)
+    head = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+            "hidden_size": 1024, "num_hidden_layers": 1, "num_attention_heads": 16,
+            "vocab_size": 151936, "draft_vocab_size": 32000}  # fmt: skip
+    hf_cache(hub, "x/qwen3-eagle3-head", head, 400_000_000)
+    config = '{"method": "eagle3", "model": "x/qwen3-eagle3-head", "num_speculative_tokens": 3}'
+    sim = start_sim("--gpu-memory-utilization", "0.6", "--speculative-config", config,
+                    model="Qwen/Qwen3-0.6B", env=env)  # fmt: skip
+    log = sim.log()
+    version = log.split("vLLM server version ")[1].split(",")[0]
+    p = predict(QWEN3_SMALL, ["vllm", "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization",
+                              "0.6", "--speculative-config", config], vllm_version=version,
+                total_gib=CUDA_VISIBLE_GIB, checkpoint_gib=1_202_590_842 / 2**30,
+                drafter_gib=400_000_000 / 2**30)  # fmt: skip
+    assert f"Model loading took {p.model_loading_gib:.4f} GiB" in log
+    assert p.model_loading_gib > 1_202_590_842 / 2**30 + 0.3
+    assert f"GPU KV cache size: {p.kv_cache_tokens:,} tokens" in log

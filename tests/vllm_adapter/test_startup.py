@@ -456,3 +456,53 @@ def test_the_recipe_page_judges_vllms_start_gate_by_what_the_host_has_free_now(
     assert "does not start" in section and "with the 50.0 GiB it has free now" in section
     assert "Free memory on device cuda:0 (50.00/" in section
     assert "is less than desired GPU memory utilization (0.6," in section
+
+
+def test_a_drafter_with_its_own_checkpoint_is_loaded_with_the_model_and_keeps_kv() -> None:
+    """An EAGLE-3 head (its checkpoint, e.g. 0.8 GiB) is loaded in the same profiled step
+    ("Model loading took" counts both) and its one decoder layer keeps KV like the target's;
+    without its checkpoint the notes say its weights are not counted."""
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.5"]
+    eagle = [*argv, "--speculative-config",
+             '{"method": "eagle3", "model": "x/eagle3-head", "num_speculative_tokens": 3}']  # fmt: skip
+    kwargs = {"vllm_version": "0.33.0", "total_gib": 121.69, "checkpoint_gib": 1.12}
+    plain = predict(QWEN3_SMALL, argv, **kwargs)
+    head = predict(QWEN3_SMALL, eagle, drafter_gib=0.8, **kwargs)
+    assert head.model_loading_gib == pytest.approx(plain.model_loading_gib + 0.8, abs=0.01)
+    assert "drafter's checkpoint" in head.breakdown["weights_from"]
+    # 28 target layers + 1 draft layer share the KV pool: fewer tokens fit.
+    per_token = plain.available_kv_cache_gib / plain.kv_cache_tokens
+    assert head.kv_cache_tokens == pytest.approx(
+        head.available_kv_cache_gib / per_token * 28 / 29, rel=0.01
+    )
+    unknown = predict(QWEN3_SMALL, eagle, **kwargs)
+    assert unknown.model_loading_gib == plain.model_loading_gib
+    assert any("x/eagle3-head" in n and "not counted" in n for n in unknown.notes)
+    # A prompt lookup loads nothing and keeps no draft KV.
+    ngram = predict(
+        QWEN3_SMALL,
+        [*argv, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
+        **kwargs,
+    )
+    assert ngram.model_loading_gib == plain.model_loading_gib
+    assert ngram.kv_cache_tokens == pytest.approx(plain.kv_cache_tokens, rel=0.01)
+
+
+@pytest.mark.django_db
+def test_the_recipe_page_counts_a_drafter_the_panel_has_read() -> None:
+    from apps.recipes.models import ModelFacts
+    from apps.recipes.startup import vllm_prediction
+    from tests.recipes.factories import make_recipe
+
+    recipe = make_recipe(name="Drafted", model_id="Qwen/Qwen3-0.6B", max_model_len=40960,
+                         max_num_seqs=8, extra_args=["--speculative-config",
+                         '{"method": "eagle3", "model": "x/eagle3-head", '
+                         '"num_speculative_tokens": 3}'])  # fmt: skip
+    ModelFacts.objects.create(repo_id="Qwen/Qwen3-0.6B", commit="a" * 40, config=QWEN3_SMALL,
+                              checkpoint_bytes=int(1.12 * GIB), source="hub")  # fmt: skip
+    without = vllm_prediction(recipe)["prediction"]
+    assert any("not counted" in n for n in without.notes)
+    ModelFacts.objects.create(repo_id="x/eagle3-head", commit="b" * 40, config={},
+                              checkpoint_bytes=int(0.75 * GIB), source="hub")  # fmt: skip
+    with_head = vllm_prediction(recipe)["prediction"]
+    assert with_head.model_loading_gib == pytest.approx(without.model_loading_gib + 0.75, abs=0.01)

@@ -142,7 +142,12 @@ def _int(value, default: int | None = None) -> int | None:
 
 def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gib: float,
             free_gib: float | None = None, checkpoint_gib: float | None = None,
-            env: Mapping[str, str] | None = None, device: str = "cuda") -> Prediction:  # fmt: skip
+            env: Mapping[str, str] | None = None, device: str = "cuda",
+            drafter_gib: float | None = None) -> Prediction:  # fmt: skip
+    """What vLLM `vllm_version` does at start-up for `argv` on a host with `total_gib` GiB
+    (`free_gib` free now): the model's config.json, its checkpoint's size and, for a
+    speculative drafter with a checkpoint of its own (EAGLE, DFlash, a draft model), that
+    checkpoint's size `drafter_gib` (not counted when unknown, and the notes say so)."""
     rules = rules_for(vllm_version)
     model: TextModel = read_model(config)
     options, notes = read_options(argv, vllm_version)
@@ -158,9 +163,11 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
     tokens = _int(options.get("max_num_batched_tokens"), None) or rules.default_batched_tokens
     tokens = min(tokens, seqs * max_len) if max_len else tokens
     spec = _spec(options.get("speculative_config"))
-    method = str(spec.get("method") or "")
+    method = speculative.method_of(spec)
     num_spec = _int(spec.get("num_speculative_tokens"), 0) or 0
-    loads_draft = speculative.method_family(method) == speculative.MTP if method else False
+    family = speculative.method_family(method) if method else ""
+    loads_draft = family == speculative.MTP
+    own_drafter = family in (speculative.EAGLE, speculative.DFLASH, speculative.DRAFT_MODEL)
     prefix = options.get("enable_prefix_caching")
     cache = CacheOptions(
         kv_cache_dtype=str(options.get("kv_cache_dtype") or "auto"),
@@ -185,10 +192,13 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         tokens=tokens, seqs=seqs, tp=tp, checkpoint_gib=checkpoint_gib, loads_draft=loads_draft,
         eager=bool(options.get("enforce_eager")), kv_cache_memory_bytes=pinned, rules=rules,
         env=env, max_model_len=max_len, language_only=_language_only(options),
-        num_spec=num_spec,
+        num_spec=num_spec, drafter_gib=drafter_gib if own_drafter else None,
     )  # fmt: skip
     lay = layout(model, cache, rules)
     notes += plan.notes + lay.notes
+    if own_drafter and not drafter_gib:
+        notes.append(f"the drafter's own checkpoint ({spec.get('model') or method}) is not in "
+                     "the cache: its weights are not counted")  # fmt: skip
     if pp > 1:  # not modelled yet: each rank holds its share of the layers and weights
         notes.append(f"--pipeline-parallel-size {pp}: not modelled — figures are for one rank "
                      "holding every layer, so weights are high and KV tokens low")  # fmt: skip

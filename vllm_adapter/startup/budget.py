@@ -273,11 +273,17 @@ def budget(*, model: TextModel, total_gib: float, free_gib: float | None, utiliz
            tokens: int, seqs: int, tp: int, checkpoint_gib: float | None, loads_draft: bool,
            eager: bool, kv_cache_memory_bytes: int | None, rules,
            env: dict | None = None, max_model_len: int = 0,
-           language_only: bool = False, num_spec: int = 0) -> Budget:  # fmt: skip
+           language_only: bool = False, num_spec: int = 0,
+           drafter_gib: float | None = None) -> Budget:  # fmt: skip
     total = int(total_gib * GIB)
     requested = math.ceil(total * utilization) if rules.gate_rounds_up else total * utilization
     requested = int(requested)
     weights, source = weights_bytes(model, checkpoint_gib, loads_draft, tp)
+    if drafter_gib:
+        # A drafter with its own checkpoint (EAGLE, DFlash, a draft model) is loaded in the
+        # same profiled step: "Model loading took" counts both (gpu_model_runner.load_model).
+        weights += int(drafter_gib * GIB / tp)
+        source += " and the drafter's checkpoint"
     peak = activation_peak(model, tokens, seqs, tp)
     encoder, encoder_note = (
         (0, "") if language_only else encoder_peak(model, tokens, seqs, max_model_len, peak, rules)

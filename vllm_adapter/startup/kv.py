@@ -132,13 +132,19 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
     per_token = kv_bytes(options, model)
     notes: list[str] = []
     layers = list(model.layers)
-    mtp = speculative.method_family(options.speculative_method) == speculative.MTP
-    if options.speculative_method and mtp and model.mtp_layers:
-        # Draft layers join the target's attention bucket (`is_draft` does not compare).
+    family = speculative.method_family(options.speculative_method)
+    # Draft layers join the target's attention bucket (`is_draft` does not compare): the
+    # model's MTP layers, or an EAGLE head's one decoder layer, shaped as the target's.
+    drafts = 0
+    if options.speculative_method and family == speculative.MTP:
+        drafts = model.mtp_layers
+    elif options.speculative_method and family == speculative.EAGLE:
+        drafts = 1
+    if drafts:
         target = next((layer for layer in layers if layer.kind in (FULL, MLA)), None)
         if target is not None:
             layers += [Layer(target.kind, target.kv_heads, target.head_dim, target.head_dim_v,
-                             draft=True)] * model.mtp_layers  # fmt: skip
+                             draft=True)] * drafts  # fmt: skip
     ns = options.num_speculative_tokens
     hybrid = model.is_hybrid
     prefix = options.enable_prefix_caching
