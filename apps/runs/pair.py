@@ -50,6 +50,9 @@ S = RunState
 # ~15 s here; a real pair's first start may wait for the images.
 JOIN_TIMEOUT_S = 240
 PROBE_EVERY_S = 2.0
+# How long a head whose Ray node exited waits for the worker Spark's own report: a worker
+# that cannot join (another Ray version) can take the head's node down with it.
+PEER_REPORT_GRACE_S = 10.0
 WATCH_EVERY_S = 1.0
 LOG_LINES = 40
 # The Ray ports a simulated pair's two nodes (one machine) must not share.
@@ -222,18 +225,19 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
     while time.monotonic() < deadline:
         check_stop(run)
         if engine.status(handle).state is not State.RUNNING:
-            raise _node_failure(engine, handle, side, "the cluster formed")
+            # A worker that cannot join (another Ray version) can take the head's node down
+            # with it: its own report, arriving a moment later, is the cause to name.
+            raise _worker_failure(run, peer, PEER_REPORT_GRACE_S) or _node_failure(
+                engine, handle, side, "the cluster formed"
+            )
         reported = Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first()
         if reported != seen:
             seen, deadline = reported, time.monotonic() + JOIN_TIMEOUT_S
             _step(run, pusher, f"Waiting for {peer.name} to join the Ray cluster"
                   + (f" ({reported['step']})" if (reported or {}).get("step") else ""))  # fmt: skip
-        if (reported or {}).get("error"):
-            raise PairFailed(
-                f"{peer.name} (the pair's worker) failed at “{reported.get('step', '?')}”: "
-                f"{reported['error']}",
-                advice=reported.get("advice", ""), log_lines=reported.get("log", []),
-            )  # fmt: skip
+        failed = _worker_failure(run, peer, 0)
+        if failed:
+            raise failed
         view = ray_probe.parse_probe(engine.probe_cluster(handle, pair.ray_address))
         problem = ray_probe.cluster_problem(view, sides)
         if problem is None:
@@ -258,6 +262,22 @@ def form_cluster(run: Run, engine: Engine, pusher, check_stop) -> None:
         "the pair's link addresses right? docs/two-sparks.md has the checklist.",
         log_lines=engine.tail(handle, LOG_LINES),
     )
+
+
+def _worker_failure(run: Run, peer: Host, wait_s: float) -> PairFailed | None:
+    """The worker Spark's reported failure, waiting up to `wait_s` for it; None if none."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        reported = Run.objects.filter(pk=run.pk).values_list("peer_state", flat=True).first()
+        if (reported or {}).get("error"):
+            return PairFailed(
+                f"{peer.name} (the pair's worker) failed at “{reported.get('step', '?')}”: "
+                f"{reported['error']}",
+                advice=reported.get("advice", ""), log_lines=reported.get("log", []),
+            )  # fmt: skip
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
 
 
 def _commit_mismatch(run: Run, reported: dict) -> str | None:

@@ -12,7 +12,9 @@ import time
 import httpx
 import pytest
 
+from sparksim.metrics import VllmMetrics
 from tests.real_vllm import fixtures as real
+from vllm_adapter import metric_names
 from vllm_adapter import metrics as scrape
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(600)]
@@ -34,8 +36,16 @@ def test_real_vllms_ngram_counters_read_as_its_own_log_says():
                     "model": server.model, "prompt": repetitive, "max_tokens": 48,
                     "temperature": 0})  # fmt: skip
                 assert done.status_code == 200, done.text
-            snap = scrape.parse(client.get("/metrics").text)
+            body = client.get("/metrics").text
+            snap = scrape.parse(body)
         assert snap.spec_drafts and snap.spec_drafts > 0, snap.errors
+        # sparksim drafting the same way exports the same families: names, types, labels.
+        sim = VllmMetrics(model_name=server.model, max_model_len=1024,
+                          cache_config={"block_size": "16"}, num_speculative_tokens=3)  # fmt: skip
+        sim.observe_draft(3, 2)
+        real_families, sim_families = _spec_families(body), _spec_families(sim.render().decode())
+        assert set(real_families) == {f.name for f in metric_names.FAMILIES if f.speculative}
+        assert sim_families == real_families
         assert 0 < snap.spec_draft_tokens <= 3 * snap.spec_drafts
         assert 0 <= snap.spec_accepted <= snap.spec_draft_tokens
         rates = snap.spec_per_position
@@ -56,3 +66,16 @@ def test_real_vllms_ngram_counters_read_as_its_own_log_says():
         assert float(line[1]) >= 1.0
     finally:
         server.stop()
+
+
+def _spec_families(text: str) -> dict[str, tuple[str, frozenset]]:
+    """{name: (type, label sets)} of the speculative-decoding families in a /metrics body."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("vllm:spec_decode") and not family.name.endswith("_created"):
+            labels = frozenset(frozenset(s.labels) for s in family.samples
+                               if not s.name.endswith("_created"))  # fmt: skip
+            out[family.name] = (family.type, labels)
+    return out
