@@ -308,6 +308,9 @@ def test_ctrl_c_stops_a_model_server_that_no_pid_file_names_and_marks_its_run_st
         api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
         run_id, launched = start_a_run(api, tmp_path, proc)
         server = psutil.Process(launched["pid"])
+        # A process that has only just been started can show an empty command line for a
+        # moment (/proc/PID/cmdline is filled as it execs): read it once it is there.
+        wait_for(lambda: server.cmdline(), 10, f"the model server's command line ({server})")
         assert "sparksim" in " ".join(server.cmdline())
         (tmp_path / "runs" / str(run_id) / "pid.json").unlink()
     finally:
