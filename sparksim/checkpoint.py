@@ -16,6 +16,7 @@ import logging
 
 from sparkdomain.hf_config.config_import import ConfigImportError, parse_hf_config
 from sparkdomain.planner import Architecture
+from sparkdomain.planner.link import allreduces_per_layer
 from sparkdomain.snapshot import (
     Snapshot,
     SnapshotError,
@@ -98,6 +99,7 @@ def find(model: str, revision: str | None = None, environ: dict | None = None) -
         values["active_params_b"] = params.active_params(text) / 1e9
     if snap.size_bytes:
         values["weight_gb"] = snap.size_bytes / 1e9
+    values["tp_allreduces_per_layer"] = allreduces_per_layer(snap.config)
     arch = dataclasses.replace(Architecture(), **values)
     name = str((snap.config.get("architectures") or ["LlamaForCausalLM"])[0])
     return Checkpoint(snap, config, text, arch, name)

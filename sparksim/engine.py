@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkdomain.planner import (
@@ -235,6 +236,7 @@ class Engine:
         max_num_batched_tokens: int,
         num_blocks: int,
         kv_cache_dtype: str = "auto",
+        blocks_at: Callable[[int], int] | None = None,
         enable_prefix_caching: bool = True,
         enforce_eager: bool = False,
         tensor_parallel_size: int = 1,
@@ -253,6 +255,9 @@ class Engine:
         self.max_num_batched_tokens = max(max_num_batched_tokens, max_num_seqs + 1)
         self.num_blocks = num_blocks
         self.free_blocks = num_blocks
+        # Blocks a request of n tokens holds (vLLM's KV cache layout; 16-token blocks when
+        # the start-up did not predict one).
+        self._blocks_at = blocks_at or (lambda tokens: math.ceil(tokens / BLOCK_SIZE))
         self.enable_prefix_caching = enable_prefix_caching
         self.element = kv_element_bytes(architecture, kv_cache_dtype)
         self.enforce_eager = enforce_eager
@@ -320,7 +325,7 @@ class Engine:
 
     # --- scheduling -----------------------------------------------------------------
     def _blocks_for(self, tokens: int) -> int:
-        return math.ceil(tokens / BLOCK_SIZE)
+        return self._blocks_at(tokens)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs:
@@ -457,17 +462,18 @@ class Engine:
 
     def _emit(self, request: SimRequest, now_sim: float, step_seconds: float | None = None) -> None:
         # A new token may need a new KV block; without one, preempt the youngest request.
-        if self._blocks_for(request.context_len + 1) > request.blocks:
-            while self.free_blocks == 0:
+        grow = self._blocks_for(request.context_len + 1) - request.blocks
+        if grow > 0:
+            while self.free_blocks < grow:
                 victim = self._preempt_victim(exclude=request)
                 if victim is None:
                     break
                 self._preempt(victim)
-            if self.free_blocks == 0:
+            if self.free_blocks < grow:
                 self._preempt(request)
                 return
-            request.blocks += 1
-            self.free_blocks -= 1
+            request.blocks += grow
+            self.free_blocks -= grow
         token_id, reasoning = request.next_token()
         request.generated += 1
         self.generated_total += 1
@@ -617,15 +623,19 @@ def decode_step_seconds(
     return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 
-# A GB10 decode step from what it reads: Llama-3.3-70B NVFP4 reads 40.61 GB a token and
-# decodes 4.0–4.2 tok/s (NVIDIA/dgx-spark-playbooks #79, PR #91): 61 % of 273 GB/s. The
-# fixed cost of a step with CUDA graphs is small (0.55 ms: what is left of a 2.55 GB step
-# at that share — Nemotron-3-Nano NVFP4, 63.1 tok/s, djangodevreng/dgx-spark-benchmarks);
-# without graphs every layer's kernels are launched from Python: the vLLM blog's Nemotron-3-
-# Super went from 9.3 tok/s eager to 23.4 with graphs over 88 layers, 0.74 ms a layer
-# (gpt-oss-120b on vLLM 0.19, NGC 26.04: 59 tok/s with graphs, 26 eager — 0.60 ms a layer
-# over 36 layers, conselara.dev's DGX Spark notes).
-GB10_DECODE_EFFICIENCY = 0.61
+# A GB10 decode step from what it reads, at one share of 273 GB/s for every kernel path vLLM
+# runs on a Spark: 64.5 %, the geometric-mean fit over the public measurements whose kernels
+# are stock vLLM's (docs/BENCHMARKS.md: 12 rows of 8 models, NVFP4 / MXFP4 / INT4 / FP8 /
+# BF16, one to ten streams, MTP; no row off by more than 15 % at it). The anchor it started
+# from: Llama-3.3-70B NVFP4 reads 40.61 GB a token and decodes 4.0–4.2 tok/s
+# (NVIDIA/dgx-spark-playbooks #79, PR #91), 61 %. The fixed cost of a step with CUDA graphs
+# is small (0.55 ms: what is left of Nemotron-3-Nano NVFP4's 2.55 GB step at 63.1 tok/s,
+# djangodevreng/dgx-spark-benchmarks); without graphs every layer's kernels are launched
+# from Python: the vLLM blog's Nemotron-3-Super went from 9.3 tok/s eager to 23.4 with
+# graphs over 88 layers, 0.74 ms a layer. (Images with their own kernels differ: kubis.ai's
+# gpt-oss-120b image runs eager at 57.5 tok/s, which stock weights cannot reach at all —
+# docs/sparksim.md.)
+GB10_DECODE_EFFICIENCY = 0.645
 GRAPH_STEP_OVERHEAD_S = 0.00055
 EAGER_LAYER_OVERHEAD_S = 0.00074
 

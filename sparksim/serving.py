@@ -241,6 +241,7 @@ def _engine(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_blocks=plan.blocks,
+        blocks_at=plan.blocks_at,
         kv_cache_dtype=args.kv_cache_dtype,
         enable_prefix_caching=args.enable_prefix_caching,
         enforce_eager=args.enforce_eager,

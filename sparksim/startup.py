@@ -62,6 +62,9 @@ class LogFormats:
         return (fallback, *values)
 
 
+DEFAULT_BLOCK_TOKENS = 16  # vLLM's block size without a layout that raises it
+
+
 @dataclass
 class Plan:
     weights: float
@@ -79,6 +82,15 @@ class Plan:
     # vLLM's own accounting for the command (vllm_adapter/startup), when sparksim knows the
     # checkpoint: its figures and its refusal are the ones the start-up prints.
     prediction: object | None = None
+
+    def blocks_at(self, tokens: int) -> int:
+        """The KV blocks a request of `tokens` tokens holds: vLLM's layout for the command
+        when sparksim predicted it (every KV cache group: a hybrid's state blocks and its
+        big attention blocks, a sliding window's capped ones), else 16-token blocks."""
+        lay = getattr(self.prediction, "layout", None)
+        if lay is not None and lay.per_group:
+            return lay.blocks_at(tokens)
+        return -(-tokens // DEFAULT_BLOCK_TOKENS)
 
 
 def memory_plan(

@@ -24,6 +24,9 @@ class Architecture:
     sliding_window: int | None = None
     recurrent_state_mib: float | None = None  # Mamba / linear-attention state per sequence
     checkpoint_kv_dtype: str = ""  # what kv_cache_dtype=auto becomes; "" = model dtype
+    # All-reduces a layer pays under tensor parallelism: after the mixer and after the MLP,
+    # plus what the model's own code adds (sparkdomain/planner/link.py).
+    tp_allreduces_per_layer: int = 2
 
     @property
     def is_mla(self) -> bool:

@@ -22,6 +22,9 @@ ACTIVATION_BYTES = 2  # bf16 activations, whatever the weights' format
 # At decode the latency dominates (8 KiB per token is 0.3 µs on the link), so an error here
 # moves a step by microseconds.
 DEFAULT_HIDDEN_SIZE = 4096
+# vLLM model classes whose attention normalizes q and k over every head (MiniMax-M2: its
+# MiniMaxText01RMSNormTP whatever the config says).
+WHOLE_QK_NORM_CLASSES = {"MiniMaxM2ForCausalLM"}
 
 
 def allreduce_seconds(
@@ -40,13 +43,31 @@ def allreduce_seconds(
     return latency_s + 2 * (tp - 1) / tp * message / (link_gbits * 1e9 / 8)
 
 
+def allreduces_per_layer(config: dict) -> int:
+    """The all-reduces one layer of this model pays under tensor parallelism, from its
+    config.json: the two every layer pays, plus one where vLLM's model code reduces across
+    ranks inside the attention — MiniMax-M2's query/key RMSNorm over the whole projection
+    (`qk_norm_type: per_layer`): each rank holds a slice of the heads, so the variance is
+    all-reduced before the norm (vllm/model_executor/layers/minimax_rms_norm/rms_norm_tp.py,
+    one fused reduce for q and k)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    classes = {str(a) for a in config.get("architectures") or [] if isinstance(a, str)}
+    whole_qk_norm = text.get("use_qk_norm") and text.get("qk_norm_type") == "per_layer"
+    if whole_qk_norm or classes & WHOLE_QK_NORM_CLASSES:
+        return ALLREDUCES_PER_LAYER + 1
+    return ALLREDUCES_PER_LAYER
+
+
 def step_comm_seconds(
     arch: Architecture, tokens: int, *, tp: int = 2, hidden_size: int | None = None
 ) -> float:
     """The link's share of one engine step that computes `tokens` tokens (one per decoding
-    sequence plus the step's prefill chunk): the all-reduces of every layer. 0 for one
+    sequence plus the step's prefill chunk): the all-reduces of every layer
+    (`arch.tp_allreduces_per_layer`, allreduces_per_layer). 0 for one
     rank, or when the layer count is unknown (the planner then says so)."""
     if tp <= 1 or not arch.num_layers:
         return 0.0
-    per_layer = ALLREDUCES_PER_LAYER * allreduce_seconds(tokens, tp=tp, hidden_size=hidden_size)
+    per_layer = arch.tp_allreduces_per_layer * allreduce_seconds(
+        tokens, tp=tp, hidden_size=hidden_size
+    )
     return arch.num_layers * per_layer

@@ -106,3 +106,21 @@ def test_a_model_too_big_for_one_spark_fits_a_pair():
     )
     assert pair_plan.verdict in (Verdict.FITS, Verdict.TIGHT)
     assert pair_plan.plans[0].weights_bytes == pytest.approx(100 * GB)
+
+
+def test_minimax_m2_pays_a_third_all_reduce_a_layer_for_its_whole_qk_norm():
+    """vLLM's MiniMax-M2 attention all-reduces the q/k variance across ranks before its
+    RMSNorm (rms_norm_tp.py): three all-reduces a layer under TP, not two."""
+    from sparkdomain.planner.link import allreduces_per_layer
+
+    minimax = {"architectures": ["MiniMaxM2ForCausalLM"], "use_qk_norm": True,
+               "qk_norm_type": "per_layer", "num_hidden_layers": 62}  # fmt: skip
+    assert allreduces_per_layer(minimax) == 3
+    assert allreduces_per_layer({"architectures": ["Qwen3MoeForCausalLM"]}) == 2
+    # Per-head q/k norms (Qwen3) stay on each rank.
+    assert (
+        allreduces_per_layer({"architectures": ["Qwen3ForCausalLM"], "qk_norm_type": "per_head"})
+        == 2
+    )
+    arch = Architecture(num_layers=62, tp_allreduces_per_layer=3)
+    assert step_comm_seconds(arch, 1) == pytest.approx(62 * 3 * allreduce_seconds(1))

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter import speculative
 from vllm_adapter.startup.budget import GIB, Budget, budget
-from vllm_adapter.startup.kv import CacheOptions, capacity, layout
+from vllm_adapter.startup.kv import CacheOptions, Layout, capacity, layout
 from vllm_adapter.startup.model import ModelConfigError, TextModel, read_model
 from vllm_adapter.startup.rules import rules_for
 
@@ -40,9 +40,14 @@ class Prediction:
     block_size: int = 0
     breakdown: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The KV cache layout (kv.py): `layout.blocks_at(n)` is what a request of n tokens holds
+    # over every group, as vLLM's KV cache manager allocates it. Not part of as_dict().
+    layout: Layout | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("layout", None)
+        return out
 
 
 def read_options(argv: Sequence[str], version: str) -> tuple[dict, list[str]]:
@@ -241,4 +246,5 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
     return Prediction(
         vllm_version, weights_gib, shown_kv, fit.kv_cache_tokens, round(fit.max_concurrency, 2),
         True, None, max_len, lay.block_size, {**breakdown, "num_blocks": fit.num_blocks}, notes,
+        layout=lay,
     )  # fmt: skip
