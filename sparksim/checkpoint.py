@@ -109,13 +109,24 @@ def drafter_size(spec: Speculation | None, environ: dict | None = None) -> float
     """Bytes of a speculative drafter's own checkpoint in the cache (EAGLE, DFlash, a draft
     model; its size only — an EAGLE head's config is not a model served on its own); None
     for MTP, a lookup, or a drafter not cached."""
+    snap = _drafter_snapshot(spec, environ)
+    return float(snap.size_bytes) if snap is not None and snap.size_bytes else None
+
+
+def drafter_config(spec: Speculation | None, environ: dict | None = None) -> dict | None:
+    """The config.json of a speculative drafter in the cache (what vLLM reads of a draft
+    model or DFlash drafter: its layers hold KV too); None when not cached."""
+    snap = _drafter_snapshot(spec, environ)
+    return dict(snap.config) if snap is not None and snap.config else None
+
+
+def _drafter_snapshot(spec: Speculation | None, environ: dict | None) -> Snapshot | None:
     if spec is None or not spec.draft_model or spec.family in ("mtp", "lookup"):
         return None
     try:
-        snap = read_snapshot(hub_cache_dir(environ), spec.draft_model, "main")
+        return read_snapshot(hub_cache_dir(environ), spec.draft_model, "main")
     except (SnapshotError, OSError):
         return None
-    return float(snap.size_bytes) if snap is not None and snap.size_bytes else None
 
 
 def format_from_size(size_bytes: float, parameters: float) -> str | None:

@@ -123,7 +123,8 @@ def predicted_plan(plan: Plan, args, checkpoint, host: HostSpec) -> Plan:
         p = predict(checkpoint.config, list(args.vllm_argv), vllm_version=args.vllm_version,
                     total_gib=host.cuda_visible_gib, free_gib=plan.free_at_start / GIB,
                     checkpoint_gib=size / GIB if size else None, env=env,
-                    drafter_gib=_drafter_gib(args))  # fmt: skip
+                    drafter_gib=_drafter_gib(args),
+                    drafter_config=_drafter_config(args))  # fmt: skip
     except (ModelConfigError, ValueError) as exc:
         log.warning("sparksim: no start-up prediction for this command (%s)", exc)
         return plan
@@ -138,14 +139,25 @@ def predicted_plan(plan: Plan, args, checkpoint, host: HostSpec) -> Plan:
 def _drafter_gib(args) -> float | None:
     """The size of a speculative drafter's own checkpoint in the cache, in GiB."""
     from sparksim.checkpoint import drafter_size
+
+    size = drafter_size(_speculation(args))
+    return size / GIB if size else None
+
+
+def _drafter_config(args) -> dict | None:
+    """A speculative drafter's config.json in the cache (a draft model's KV layers)."""
+    from sparksim.checkpoint import drafter_config
+
+    return drafter_config(_speculation(args))
+
+
+def _speculation(args):
     from vllm_adapter import speculative
 
     try:
-        spec = speculative.from_config(getattr(args, "speculative_config", None))
+        return speculative.from_config(getattr(args, "speculative_config", None))
     except speculative.SpeculationError:
         return None
-    size = drafter_size(spec)
-    return size / GIB if size else None
 
 
 def _planner_plan(

@@ -30,6 +30,8 @@ from sparkdomain.flags import (
 )
 from sparkdomain.model_refs import recipe_folders_problem
 from vllm_adapter import speculative
+from vllm_adapter.startup import ModelConfigError
+from vllm_adapter.startup.model import read_model
 
 
 def validate_utilization(value) -> None:
@@ -328,6 +330,7 @@ class Recipe(models.Model):
         return self.name
 
     def save(self, *args, **kwargs) -> None:
+        self.__dict__.pop("_model_kind_cache", None)  # the model may have changed
         if not self.slug:
             self.slug = slugify(self.name)[:100] or "recipe"
         if self.gpu_memory_utilization is not None:
@@ -477,12 +480,36 @@ class Recipe(models.Model):
     @property
     def speculation(self) -> speculative.Speculation | None:
         """The recipe's speculative decoding with its expected acceptance (stated with vLLM's
-        synthetic rejection sampling, else the drafter's default); None without, or for a
-        config vLLM would refuse (the recipe's checks say why)."""
+        synthetic rejection sampling, else the default of the drafter — of the model's own
+        MTP head where public measurements exist, when the panel has read the model's
+        config.json); None without, or for a config vLLM would refuse (the recipe's checks
+        say why)."""
+        config = self.speculative_config
+        if not config:
+            return None
+        model_type, mtp_layers = self._model_kind()
         try:
-            return speculative.from_config(self.speculative_config)
+            return speculative.from_config(config, mtp_layers=mtp_layers, model_type=model_type)
         except speculative.SpeculationError:
             return None
+
+    def _model_kind(self) -> tuple[str, int]:
+        """The model's config.json `model_type` and MTP layers, from the facts the panel
+        read of it (ModelFacts: the downloads, `spark plan`, the wizard); ("", 1) unknown.
+        Read once per instance."""
+        cached = self.__dict__.get("_model_kind_cache")
+        if cached is not None:
+            return cached
+        kind: tuple[str, int] = ("", 1)
+        facts = ModelFacts.for_recipe(self) if self.model_id else None
+        if facts is not None and isinstance(facts.config, dict):
+            try:
+                text = read_model(facts.config)
+                kind = (text.model_type, max(int(text.mtp_layers or 1), 1))
+            except (ModelConfigError, ValueError, TypeError):
+                pass
+        self.__dict__["_model_kind_cache"] = kind
+        return kind
 
     @property
     def speculation_text(self) -> str:

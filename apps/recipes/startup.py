@@ -42,6 +42,7 @@ def vllm_prediction(recipe: Recipe, host: Host | None = None, *, free_now: bool 
             checkpoint_gib=facts.checkpoint_bytes / GIB if facts.checkpoint_bytes else None,
             drafter_gib=drafter.checkpoint_bytes / GIB
             if drafter is not None and drafter.checkpoint_bytes else None,
+            drafter_config=drafter.config if drafter is not None else None,
         )  # fmt: skip
     except (ModelConfigError, ValueError) as exc:
         return {"missing": f"the stored config.json cannot be read: {exc}"}

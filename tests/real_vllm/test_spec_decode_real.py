@@ -79,3 +79,32 @@ def _spec_families(text: str) -> dict[str, tuple[str, frozenset]]:
                                if not s.name.endswith("_created"))  # fmt: skip
             out[family.name] = (family.type, labels)
     return out
+
+
+def test_real_vllms_draft_model_holds_kv_beside_the_model_as_the_prediction_says():
+    """vLLM's CPU build runs a draft model (the tiny model drafting for itself): its layers
+    hold KV in the same pool, so the same 1 GiB holds half the tokens — "CPU KV cache size:
+    524,288 tokens" where the model alone gets 1,048,576. The start-up prediction with the
+    drafter's config.json says the same; without it, it would say twice as many."""
+    from tests.conftest import require_service
+    from vllm_adapter.startup import predict
+
+    require_service(real.available(), f"real vLLM ({real.VLLM_EXECUTABLE}; tools/vllm_env.sh cpu)")
+    path = real.ensure_tiny_model()
+    config = json.loads((path / "config.json").read_text())
+    spec = json.dumps({"method": "draft_model", "model": real.TINY_MODEL,
+                       "num_speculative_tokens": 2})  # fmt: skip
+    server = real.start_server("--speculative-config", spec)
+    try:
+        log = server.log()
+    finally:
+        server.stop()
+    found = re.search(r"KV cache size: ([\d,]+) tokens", log)
+    assert found, log[-3000:]
+    logged = int(found[1].replace(",", ""))
+    argv = ["vllm", "serve", real.TINY_MODEL, *real.SMALL_FLAGS, "--speculative-config", spec]
+    kwargs = {"vllm_version": real.VLLM_VERSION, "total_gib": 24, "device": "cpu",
+              "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}  # fmt: skip
+    predicted = predict(config, argv, drafter_config=config, **kwargs)
+    assert predicted.kv_cache_tokens == logged
+    assert predict(config, argv, **kwargs).kv_cache_tokens == 2 * logged

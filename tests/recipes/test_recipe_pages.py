@@ -473,3 +473,29 @@ def test_wizard_review_shows_what_vllm_will_do_once_the_model_is_known(client_as
                               checkpoint_bytes=int(1.12 * 2**30), source="hub")  # fmt: skip
     html = client.post(reverse("recipe-wizard"), data).content.decode()
     assert 'data-testid="vllm-start-tokens"' in html and "Available KV cache memory" in html
+
+
+def test_an_mtp_recipe_expects_the_acceptance_measured_for_its_models_own_head(client_as, member):
+    """With the model's config.json read (ModelFacts), an MTP recipe's expected acceptance is
+    the one public measurements give that model family's head (Nemotron-H: 0.757 / 0.503 /
+    0.323 on a GB10), not the generic MTP default; unknown models keep the default."""
+    from apps.recipes.models import ModelFacts
+    from vllm_adapter.speculative import DEFAULT_ACCEPTANCE, MODEL_MTP_ACCEPTANCE
+
+    recipe = make_recipe(name="Nemotron MTP", model_id="nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+                         extra_args=["--speculative-config",
+                                     '{"method": "mtp", "num_speculative_tokens": 3}'])  # fmt: skip
+    generic = DEFAULT_ACCEPTANCE["mtp"].rates(3)
+    assert recipe.speculation.rates == pytest.approx(generic)
+    config = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+              "hidden_size": 4096, "num_hidden_layers": 4, "hybrid_override_pattern": "M*EM",
+              "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+              "vocab_size": 131072, "num_nextn_predict_layers": 1}  # fmt: skip
+    ModelFacts.objects.create(repo_id=recipe.model_id, commit="a" * 40, config=config,
+                              checkpoint_bytes=74_625_056_768, source="test")  # fmt: skip
+    recipe = Recipe.objects.get(pk=recipe.pk)
+    measured = MODEL_MTP_ACCEPTANCE["nemotron_h"].rates(3)
+    assert measured != pytest.approx(generic)
+    assert recipe.speculation.rates == pytest.approx(measured)
+    html = client_as(member).get(recipe.get_absolute_url()).content.decode()
+    assert f"mean acceptance length {1 + sum(measured):.2f}" in html

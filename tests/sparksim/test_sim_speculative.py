@@ -132,3 +132,29 @@ def test_a_cached_drafter_is_loaded_with_the_model_as_the_start_up_model_says(st
     assert f"Model loading took {p.model_loading_gib:.4f} GiB" in log
     assert p.model_loading_gib > 1_202_590_842 / 2**30 + 0.3
     assert f"GPU KV cache size: {p.kv_cache_tokens:,} tokens" in log
+
+
+def test_a_cached_draft_models_layers_hold_kv_in_the_simulated_start(start_sim, tmp_path):
+    """A draft model in the cache: sparksim's "GPU KV cache size" counts its layers' KV as
+    vLLM does (the start-up prediction with the drafter's config.json) — half the tokens
+    for a model drafted by a copy of itself."""
+    from sparkdomain.spark import CUDA_VISIBLE_GIB
+    from tests.model_configs import QWEN3_SMALL
+    from vllm_adapter.startup import predict
+
+    hub = tmp_path / "hub"
+    env = hf_cache(hub, "Qwen/Qwen3-0.6B", QWEN3_SMALL, 1_202_590_842)
+    hf_cache(hub, "x/qwen3-draft", QWEN3_SMALL, 1_202_590_842)
+    config = '{"method": "draft_model", "model": "x/qwen3-draft", "num_speculative_tokens": 3}'
+    sim = start_sim("--gpu-memory-utilization", "0.6", "--speculative-config", config,
+                    model="Qwen/Qwen3-0.6B", env=env)  # fmt: skip
+    log = sim.log()
+    version = log.split("vLLM server version ")[1].split(",")[0]
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.6",
+            "--speculative-config", config]  # fmt: skip
+    kw = {"vllm_version": version, "total_gib": CUDA_VISIBLE_GIB,
+          "checkpoint_gib": 1_202_590_842 / 2**30, "drafter_gib": 1_202_590_842 / 2**30}  # fmt: skip
+    p = predict(QWEN3_SMALL, argv, drafter_config=QWEN3_SMALL, **kw)
+    blind = predict(QWEN3_SMALL, argv, **kw)
+    assert f"GPU KV cache size: {p.kv_cache_tokens:,} tokens" in log
+    assert p.kv_cache_tokens < blind.kv_cache_tokens * 0.55

@@ -488,6 +488,39 @@ def test_a_drafter_with_its_own_checkpoint_is_loaded_with_the_model_and_keeps_kv
     assert ngram.kv_cache_tokens == pytest.approx(plain.kv_cache_tokens, rel=0.01)
 
 
+def test_a_draft_models_attention_layers_hold_kv_beside_the_targets() -> None:
+    """A draft model (or a DFlash drafter) is a model of its own whose attention layers vLLM
+    registers in the same KV cache: a 28-layer target drafted by a 28-layer copy of itself
+    fits half the tokens in the same pool. Without the drafter's config.json the notes say
+    its KV layers are not counted."""
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.5"]
+    drafted = [*argv, "--speculative-config",
+               '{"method": "draft_model", "model": "x/draft", "num_speculative_tokens": 3}']  # fmt: skip
+    kwargs = {"vllm_version": "0.33.0", "total_gib": 121.69, "checkpoint_gib": 1.12}
+    plain = predict(QWEN3_SMALL, argv, **kwargs)
+    with_draft = predict(QWEN3_SMALL, drafted, drafter_gib=1.12, drafter_config=QWEN3_SMALL,
+                         **kwargs)  # fmt: skip
+    per_token = plain.available_kv_cache_gib / plain.kv_cache_tokens
+    assert with_draft.kv_cache_tokens == pytest.approx(
+        with_draft.available_kv_cache_gib / per_token / 2, rel=0.01
+    )
+    assert not any("KV layers are not counted" in n for n in with_draft.notes)
+    blind = predict(QWEN3_SMALL, drafted, drafter_gib=1.12, **kwargs)
+    assert blind.kv_cache_tokens == pytest.approx(
+        blind.available_kv_cache_gib / per_token, rel=0.01
+    )
+    assert any("x/draft" in n and "KV layers are not counted" in n for n in blind.notes)
+    # A DFlash drafter's few layers count the same way; an EAGLE head keeps its own rule.
+    dflash = {**QWEN3_SMALL, "num_hidden_layers": 4, "architectures": ["DFlashDraftModel"]}
+    block = predict(QWEN3_SMALL, [*argv, "--speculative-config",
+                                  '{"method": "dflash", "model": "x/dflash", '
+                                  '"num_speculative_tokens": 15}'],
+                    drafter_gib=0.5, drafter_config=dflash, **kwargs)  # fmt: skip
+    assert block.kv_cache_tokens == pytest.approx(
+        block.available_kv_cache_gib / per_token * 28 / 32, rel=0.01
+    )
+
+
 @pytest.mark.django_db
 def test_the_recipe_page_counts_a_drafter_the_panel_has_read() -> None:
     from apps.recipes.models import ModelFacts

@@ -50,6 +50,24 @@ class Prediction:
         return out
 
 
+def _drafter_layers(family: str, config: Mapping | None, notes: list[str],
+                    name: str) -> tuple:  # fmt: skip
+    """The layers of a draft model or DFlash drafter whose config.json is known, for the KV
+    cache layout; () otherwise (with a note when its KV goes uncounted)."""
+    if family not in (speculative.DRAFT_MODEL, speculative.DFLASH):
+        return ()
+    if not config:
+        notes.append(f"the drafter's config.json ({name}) is not known: its KV layers are not "
+                     "counted")  # fmt: skip
+        return ()
+    try:
+        return tuple(read_model(dict(config)).layers)
+    except (ModelConfigError, ValueError, TypeError) as exc:
+        notes.append(f"the drafter's config.json ({name}) cannot be read ({exc}): its KV "
+                     "layers are not counted")  # fmt: skip
+        return ()
+
+
 def read_options(argv: Sequence[str], version: str) -> tuple[dict, list[str]]:
     """The command's options as vLLM reads them (the nearest contract), and notes on what
     was left out."""
@@ -148,11 +166,14 @@ def _int(value, default: int | None = None) -> int | None:
 def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gib: float,
             free_gib: float | None = None, checkpoint_gib: float | None = None,
             env: Mapping[str, str] | None = None, device: str = "cuda",
-            drafter_gib: float | None = None) -> Prediction:  # fmt: skip
+            drafter_gib: float | None = None,
+            drafter_config: Mapping | None = None) -> Prediction:  # fmt: skip
     """What vLLM `vllm_version` does at start-up for `argv` on a host with `total_gib` GiB
     (`free_gib` free now): the model's config.json, its checkpoint's size and, for a
     speculative drafter with a checkpoint of its own (EAGLE, DFlash, a draft model), that
-    checkpoint's size `drafter_gib` (not counted when unknown, and the notes say so)."""
+    checkpoint's size `drafter_gib` (not counted when unknown, and the notes say so) and
+    its config.json `drafter_config` (a draft model's or DFlash drafter's attention layers
+    hold KV too; without it they are not counted, and the notes say so)."""
     rules = rules_for(vllm_version)
     model: TextModel = read_model(config)
     options, notes = read_options(argv, vllm_version)
@@ -184,6 +205,7 @@ def predict(config: Mapping, argv: Sequence[str], *, vllm_version: str, total_gi
         mamba_cache_dtype=str(options.get("mamba_cache_dtype") or "auto"),
         mamba_ssm_cache_dtype=str(options.get("mamba_ssm_cache_dtype") or "auto"),
         async_scheduling=options.get("async_scheduling") is not False,
+        drafter_layers=_drafter_layers(family, drafter_config, notes, spec.get("model") or method),
     )  # fmt: skip
     pinned = _int(options.get("kv_cache_memory_bytes"), None)
     cpu_space = str(env.get("VLLM_CPU_KVCACHE_SPACE") or "").strip()

@@ -26,6 +26,7 @@ the older files are named in rules.py).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -63,6 +64,9 @@ class CacheOptions:
     mamba_ssm_cache_dtype: str = "auto"
     async_scheduling: bool = True
     pipeline_parallel_size: int = 1
+    # The attention layers of a drafter with a checkpoint of its own (a draft model, a
+    # DFlash drafter) when its config.json is known: vLLM registers them in the same KV cache.
+    drafter_layers: tuple[Layer, ...] = ()
 
 
 @dataclass
@@ -145,6 +149,13 @@ def layout(model: TextModel, options: CacheOptions, rules: Rules) -> Layout:
         if target is not None:
             layers += [Layer(target.kind, target.kv_heads, target.head_dim, target.head_dim_v,
                              draft=True)] * drafts  # fmt: skip
+    elif options.speculative_method and family in (speculative.DRAFT_MODEL, speculative.DFLASH):
+        # A draft model's (or DFlash drafter's) attention layers hold KV for every sequence
+        # too (the drafter's layers are in vLLM's forward context like the target's); a
+        # layer joins the bucket of its kind, counted at that bucket's page (the usual draft
+        # shares the target's KV heads and head size: Qwen3-0.6B for Qwen3-32B, DFlash heads).
+        layers += [dataclasses.replace(layer, draft=True) for layer in options.drafter_layers
+                   if layer.kind in (FULL, SLIDING, MLA)]  # fmt: skip
     ns = options.num_speculative_tokens
     hybrid = model.is_hybrid
     prefix = options.enable_prefix_caching
