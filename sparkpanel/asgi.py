@@ -43,7 +43,12 @@ class HttpRouter:
     async def __call__(self, scope, receive, send):
         if handles(scope["path"]):
             connection = connection_of(scope)
-            if connection is not None and not connection.authenticated:
+            # A CORS preflight's 204 admits no key: it never marks the connection.
+            if (
+                connection is not None
+                and not connection.authenticated
+                and scope["method"] != "OPTIONS"
+            ):
                 send = mark_on_success(send, connection)
             return await self.gateway(scope, receive, send)
         return await self.django_app(scope, receive, send)

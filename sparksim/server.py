@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from sparksim import __version__
+from sparksim import openai_responses_api as responses_api
 from sparksim.engine import Engine, Event, SimRequest
 from sparksim.faults import Faults, Http500Gate, TokenCrashCounter, mangle_metrics
 from sparksim.metrics import CONTENT_TYPE, VllmMetrics
@@ -34,6 +35,7 @@ from sparksim.openai_requests import (
 )
 from sparksim.openai_responses import CompletionStream, send_json, send_raw, whole_completion
 from sparksim.tokenizer import DEFAULT_TOKENIZER, apply_chat_template
+from sparksim.tool_choice import ToolParsing, check_tool_parser, requested_tool_choice
 from sparksim.trace import TRACE_IDS_MAX, Trace, TraceStore
 from vllm_adapter import contract as vllm_contract
 from vllm_adapter import endpoints
@@ -55,6 +57,8 @@ class ServerState:
     engine: Engine | None = None
     ready: bool = False
     reasoning: bool = False
+    # --enable-auto-tool-choice / --tool-call-parser: whether a tool choice can be answered.
+    tools: ToolParsing = field(default_factory=ToolParsing)
     started: float = field(default_factory=time.time)
     gate: Http500Gate = field(init=False)
     crash: TokenCrashCounter = field(init=False)
@@ -278,7 +282,9 @@ class App:
     # --- completions -------------------------------------------------------------------
     async def chat(self, scope, receive, send) -> None:
         body = await read_body(receive)
+        tool_choice = requested_tool_choice(body)  # vLLM: a validator of the request model
         name = self._check_model(body)
+        check_tool_parser(tool_choice, self.state.tools)  # vLLM: before the chat template
         text = apply_chat_template(chat_messages(body), add_generation_prompt=True)
         ids = self.tokenizer.encode(text)[: self.state.max_model_len + 1]  # as vLLM truncates
         await self._complete(body, name, ids, send, receive, chat=True)
@@ -301,6 +307,26 @@ class App:
         else:
             raise ApiError(400, "'prompt' must be a string or a list of token ids.")
         await self._complete(body, name, ids, send, receive, chat=False)
+
+    async def responses(self, scope, receive, send) -> None:
+        """vLLM's Responses API (sparksim/openai_responses_api.py): the input as chat
+        messages through the chat template, answered as a response object or its events."""
+        body = await read_body(receive)
+        name = self._check_model(body)
+        messages = responses_api.messages(body)
+        chat = responses_api.chat_body(body, self.state.max_model_len)
+        text = apply_chat_template(messages, add_generation_prompt=True)
+        ids = self.tokenizer.encode(text)[: self.state.max_model_len + 1]
+        engine = self._engine()
+        request = sim_request(chat, ids, chat=True, max_model_len=self.state.max_model_len,
+                              reasoning=False, tokenizer=self.tokenizer)  # fmt: skip
+        engine.submit(request)
+        watcher = asyncio.create_task(_watch_disconnect(receive, engine, request))
+        try:
+            await responses_api.answer(self, send, request, body, name)
+        finally:
+            watcher.cancel()
+            engine.abort(request)  # no-op when it finished
 
     async def _complete(self, body, name, prompt_ids, send, receive, *, chat: bool) -> None:
         engine = self._engine()
@@ -374,6 +400,7 @@ ROUTES = {
     ("POST", "/detokenize"): App.detokenize,
     ("POST", "/v1/chat/completions"): App.chat,
     ("POST", "/v1/completions"): App.completions,
+    ("POST", "/v1/responses"): App.responses,
 }
 
 

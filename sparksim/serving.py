@@ -29,6 +29,7 @@ from sparksim.server import App, ServerState
 from sparksim.startup import Plan, StartupFailed, startup
 from sparksim.tensor_parallel import RayExecutor
 from sparksim.tokenizer import DEFAULT_TOKENIZER
+from sparksim.tool_choice import ToolParsing
 from sparksim.vllm_errors import VllmErrors
 from vllm_adapter import endpoints, speculative
 from vllm_adapter.speculative import Speculation
@@ -70,6 +71,7 @@ async def serve(args) -> int:
         max_model_len=args.max_model_len,
         faults=faults,
         reasoning=bool(args.reasoning_parser),
+        tools=ToolParsing.from_args(args, profile.architecture_name),
         time_scale=args.time_scale,
         vllm_version=args.vllm_version,
         # vLLM: `args.api_key or [envs.VLLM_API_KEY]` (serve/middleware/register.py)

@@ -69,6 +69,7 @@ TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
 CHAT_COMPLETIONS = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 METRICS = "/metrics"
 
 API_KEY_ENV = "VLLM_API_KEY"

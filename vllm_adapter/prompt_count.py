@@ -131,6 +131,8 @@ def estimate(payload: dict[str, Any]) -> int:
         return sum(len(p) for p in prompt)
     size = _text_bytes(payload.get("messages")) + _text_bytes(prompt)
     size += _text_bytes(payload.get("tools"))
+    # The Responses API's input (a string or messages) and instructions.
+    size += _text_bytes(payload.get("input")) + _text_bytes(payload.get("instructions"))
     return -(-size // BYTES_PER_TOKEN_ESTIMATE)
 
 

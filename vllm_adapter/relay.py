@@ -28,7 +28,7 @@ __all__ = ["BodyError", "Budget", "StreamTap", "TapError", "request_body", "whol
 
 # A chunk that carries generated text (chat delta content or reasoning, or completion
 # text): not the role-only first chat chunk, not the usage chunk.
-_TOKEN_BEARING = re.compile(rb'"(?:content|text|reasoning_content|reasoning)":"[^"]')
+_TOKEN_BEARING = re.compile(rb'"(?:content|text|reasoning_content|reasoning|delta)":"[^"]')
 _EVENT_END = b"\n\n"
 
 
@@ -42,10 +42,20 @@ def request_body(
     served_name: str,
     stream: bool,
     max_tokens_cap: int | None,
+    responses: bool = False,
 ) -> tuple[bytes, bool]:
-    """The upstream body, and whether the client asked for the usage chunk itself."""
+    """The upstream body, and whether the client asked for the usage chunk itself. A
+    Responses API request (`responses`) streams its usage in its last event anyway (no
+    stream_options), and its limit is max_output_tokens."""
     payload["model"] = served_name
     client_wants_usage = False
+    if responses:
+        if max_tokens_cap is not None:
+            asked = payload.get("max_output_tokens")
+            if not (isinstance(asked, int) and not isinstance(asked, bool)
+                    and asked <= max_tokens_cap):  # fmt: skip
+                payload["max_output_tokens"] = max_tokens_cap
+        return json.dumps(payload, separators=(",", ":")).encode(), True
     if stream:
         options = payload.get("stream_options")
         if options is None:
@@ -241,6 +251,9 @@ class StreamTap:
                     if isinstance(payload.get("error"), dict):
                         self.error = payload["error"]
                     usage = payload.get("usage")
+                    inner = payload.get("response")
+                    if usage is None and isinstance(inner, dict):
+                        usage = inner.get("usage")  # the Responses API's response.completed
                     if isinstance(usage, dict):
                         self.usage = usage
                         if self._drop_usage and payload.get("choices") == []:

@@ -3,7 +3,7 @@ from django.contrib import admin
 
 from apps.audit.admin import ReadOnlyAdmin
 from apps.gateway.keys import key_revoke
-from apps.gateway.models import GatewayKey, Limit, ModelAlias, UsageRecord
+from apps.gateway.models import AllowedOrigin, GatewayKey, Limit, ModelAlias, UsageRecord
 from sparkdomain.flags import SERVED_NAME
 
 
@@ -24,6 +24,15 @@ class ModelAliasAdmin(admin.ModelAdmin):
     form = AliasForm
     list_display = ["name", "recipe", "created_at"]
     search_fields = ["name", "recipe__name"]
+
+
+@admin.register(AllowedOrigin)
+class AllowedOriginAdmin(admin.ModelAdmin):
+    """Web origins whose pages may call /v1 from a browser with a person's key (CORS)."""
+
+    list_display = ["origin", "note", "created_at"]
+    fields = ["origin", "note"]
+    search_fields = ["origin", "note"]
 
 
 @admin.register(Limit)

@@ -1,8 +1,8 @@
 """The panel's OpenAI-compatible endpoint: a bare ASGI app in front of Django (docs/gateway.md).
 
 ``GET /v1/models``, ``GET /v1/models/<name>``, ``POST /v1/chat/completions``,
-``POST /v1/completions``, ``POST /v1/embeddings``, ``POST /v1/score``, ``POST /v1/rerank``,
-``POST /tokenize``, ``POST /detokenize``.
+``POST /v1/completions``, ``POST /v1/responses``, ``POST /v1/embeddings``,
+``POST /v1/score``, ``POST /v1/rerank``, ``POST /tokenize``, ``POST /detokenize``.
 Each request: the key and the limits in one Redis round trip (apps/gateway/store.py), the
 route from the in-memory table (apps/gateway/routing.py), the body rewritten once
 (vllm_adapter/relay.py), the upstream over a kept-alive connection (vllm_adapter/http1.py),
@@ -30,7 +30,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from apps.core.redisconn import RedisError
-from apps.gateway import keys, refusals, routing
+from apps.gateway import cors, keys, refusals, routing
 from apps.gateway.store import AsyncStore
 from vllm_adapter import endpoints, prompt_count, relay, sse
 from vllm_adapter.http1 import Pool, UpstreamError
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 POST_ROUTES = {
     endpoints.CHAT_COMPLETIONS: ("chat", True),
     endpoints.COMPLETIONS: ("completions", True),
+    endpoints.RESPONSES: ("responses", True),  # vLLM's Responses API (OpenAI's newer one)
     "/v1/embeddings": ("embeddings", False),
     # Pooling models (a recipe with --runner pooling): vLLM's own score and rerank APIs.
     "/v1/score": ("score", False),
@@ -89,6 +90,17 @@ async def _send_error(send, exc: Refused) -> None:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _with_headers(send, extra: list[tuple[bytes, bytes]]):
+    """`send` that adds `extra` headers to the response's start."""
+
+    async def adding(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return adding
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -143,6 +155,18 @@ class Gateway:
     async def __call__(self, scope, receive, send) -> None:
         self._bind()
         state = {"started": False}
+        origin = _header(scope, b"origin")
+        if origin is not None:
+            # A browser page: answer its preflight, and name its origin on every answer
+            # when admins allowed it (apps/gateway/cors.py). The list rides on the route
+            # table, brought up to date first.
+            with contextlib.suppress(RedisError):  # the request itself says so below
+                await self._ensure_table(await self.store.routes_version())
+            allowed = origin in self.table.origins
+            if scope["method"] == "OPTIONS" and _header(scope, b"access-control-request-method"):
+                return await self._preflight(scope, send, origin, allowed)
+            if allowed:
+                send = _with_headers(send, cors.answer_headers(origin))
 
         async def tracked(message):
             if message["type"] == "http.response.start":
@@ -168,6 +192,21 @@ class Gateway:
                     500, "The gateway failed this request (see the panel's log).",
                     "server_error", "internal_error",
                 ))  # fmt: skip
+
+    async def _preflight(self, scope, send, origin: str, allowed: bool) -> None:
+        """A CORS preflight: 204 with the origin named for an allowed origin (no key is
+        checked: a preflight carries none), else 403 in OpenAI's shape (no CORS header,
+        so the browser stops there)."""
+        if not allowed:
+            await _send_error(send, Refused(
+                403, f"The origin {origin[:200]} may not call this panel's /v1 from a browser; "
+                "an admin can allow it (admin › Gateway › Allowed origins).",
+                "permission_error", "origin_not_allowed",
+            ))  # fmt: skip
+            return
+        headers = cors.preflight_headers(origin, _header(scope, b"access-control-request-headers"))
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"]
@@ -302,13 +341,16 @@ class Gateway:
             raise Refused(400, "Say which model: 'model' is missing (GET /v1/models lists "
                           "them).", "invalid_request_error", "model_missing")  # fmt: skip
         stream = streams and payload.get("stream") is True
-        asked = payload.get("max_completion_tokens", payload.get("max_tokens"))
+        if label == "responses":
+            asked = payload.get("max_output_tokens")
+        else:
+            asked = payload.get("max_completion_tokens", payload.get("max_tokens"))
         asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else -1
         if asked < 0:
             # Unset: vLLM may generate up to the context length; a token budget reserves that.
             asked = self.table.max_len(model) or -1
         request_id = uuid.uuid4().hex
-        capped = label in ("chat", "completions")
+        capped = label in ("chat", "completions", "responses")
         # Every endpoint counts against tokens per day (the prompt bound: the body's bytes).
         admission = await self._admit(digest, request_id, model, len(body), asked if capped else 0)
         row = {"id": request_id, "at": time.time(), "u": int(admission.user),
@@ -360,6 +402,7 @@ class Gateway:
                 upstream_body, wants_usage = relay.request_body(
                     dict(payload), served_name=replica.served_name, stream=stream,
                     max_tokens_cap=_cap(admission.cap, replica),
+                    responses=scope["path"] == endpoints.RESPONSES,
                 )  # fmt: skip
             else:
                 payload["model"] = replica.served_name
@@ -551,6 +594,10 @@ def _max_events(replica: routing.Replica, payload: dict) -> int | None:
     usage, [DONE]). None when the run's context length is not known."""
     if not replica.max_model_len:
         return None
+    if "input" in payload and "messages" not in payload and "prompt" not in payload:
+        # The Responses API: one text delta a step, plus its items' opening and closing
+        # events (a dozen for text; reasoning and tool items add theirs).
+        return replica.max_model_len + 64
     n = payload.get("n")
     n = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1024 else 1
     prompt = payload.get("prompt")
@@ -589,8 +636,9 @@ class _Outcome:
     def take_usage(self, usage: dict | None) -> None:
         if usage:
             self.usage_seen = True
-            self.prompt = _count(usage.get("prompt_tokens"))
-            self.completion = _count(usage.get("completion_tokens"))
+            # Chat and completions say prompt/completion, the Responses API input/output.
+            self.prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
+            self.completion = _count(usage.get("completion_tokens", usage.get("output_tokens")))
 
     def take_answer(self, body: bytes) -> None:
         """A whole 200 answer's tokens: its usage, or what /tokenize and /detokenize did."""

@@ -3,6 +3,8 @@ request. See docs/gateway.md."""
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -86,6 +88,59 @@ def alias_name_problem(name: str, exclude: int | None = None) -> str:
     if recipes_answering_to(name):
         return f"{name!r} is a recipe's own served name already."
     return ""
+
+
+_ORIGIN = re.compile(r"^(https?)://([a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*"
+                     r"|\[[0-9a-f:.]+\])(:(\d{1,5}))?$")  # fmt: skip
+_DEFAULT_PORT = {"http": "80", "https": "443"}
+
+
+def normalize_origin(value: str) -> str:
+    """An origin as a browser sends it in `Origin`: scheme://host[:port], lower case, no
+    path, no default port. ValidationError for anything else (a path, a wildcard, a key)."""
+    text = str(value or "").strip().rstrip("/").lower()
+    match = _ORIGIN.match(text)
+    if not match or len(text) > 200:
+        raise ValidationError(
+            "An origin is scheme://host[:port] with http or https and nothing after it, "
+            "e.g. https://openwebui.lan or http://10.0.0.5:3000 (no path, no *)."
+        )
+    port = match.group(7)
+    if port is not None and not 0 < int(port) < 65536:
+        raise ValidationError(f"{port} is not a port.")
+    if port == _DEFAULT_PORT[match.group(1)]:
+        text = text[: -len(port) - 1]
+    return text
+
+
+class AllowedOrigin(models.Model):
+    """A web page origin whose browser code may call /v1 with a person's own key (CORS):
+    Open WebUI's per-user Direct Connections, a team's own web tools. Admins keep the
+    list (admin › Gateway › Allowed origins); the gateway answers preflights for these
+    origins only. Keys still go in the Authorization header, never in a URL."""
+
+    origin = models.CharField(
+        max_length=200, unique=True,
+        help_text="scheme://host[:port] as the browser shows it, e.g. https://openwebui.lan",
+    )  # fmt: skip
+    note = models.CharField(max_length=200, blank=True, help_text="What serves from there.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["origin"]
+
+    def __str__(self) -> str:
+        return self.origin
+
+    def save(self, *args, **kwargs) -> None:
+        self.origin = normalize_origin(self.origin)
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        try:
+            self.origin = normalize_origin(self.origin)
+        except ValidationError as exc:
+            raise ValidationError({"origin": exc.messages}) from None
 
 
 ROLE_CHOICES = [(role.value, role.value.title()) for role in ROLE_ORDER]

@@ -8,7 +8,7 @@ serves right now is "known": the gateway answers 503 with the recipe and any sta
 way instead of 404.
 
 The table is rebuilt from the database when `gw:routes` (apps/gateway/store.py) moves:
-every run state change, recipe and alias change bumps it.
+every run state change, recipe, alias and allowed-origin change bumps it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from apps.gateway.models import ModelAlias
+from apps.gateway.models import AllowedOrigin, ModelAlias
 from apps.recipes.models import Recipe
 from apps.runs.models import STARTING_STATES, Run, RunState
 
@@ -48,6 +48,8 @@ class RouteTable:
     ready: dict[str, list[Replica]] = field(default_factory=dict)
     known: dict[str, Known] = field(default_factory=dict)
     created: dict[str, int] = field(default_factory=dict)  # name -> unix time it became ready
+    # Browser origins that may call /v1 (AllowedOrigin): CORS, apps/gateway/cors.py.
+    origins: frozenset[str] = frozenset()
 
     def names(self) -> list[str]:
         return sorted(self.ready)
@@ -74,6 +76,7 @@ class RouteTable:
 def build(version: str) -> RouteTable:
     """The table as the database has it now (a few queries)."""
     table = RouteTable(version=version)
+    table.origins = frozenset(AllowedOrigin.objects.values_list("origin", flat=True))
     aliases: dict[int, list[str]] = {}
     for alias in ModelAlias.objects.all():
         aliases.setdefault(alias.recipe_id, []).append(alias.name)

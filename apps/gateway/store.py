@@ -211,6 +211,14 @@ class AsyncStore:
         args = [request_id, model, prompt_bound, asked, settings.GATEWAY_LEASE_S, int(count)]
         return await self.client().script(ADMIT, [key_name(digest), GEN, ROUTES], args)
 
+    async def routes_version(self) -> str:
+        """The route table's version now (`gw:routes`), without a key: a browser's
+        preflight carries none."""
+        value = await self.client().call("GET", ROUTES)
+        if isinstance(value, bytes):
+            value = value.decode()
+        return value or "0"
+
     async def release(self, user, request_id, day, reserved, used, row: dict | None, refund):
         payload = json.dumps(row, separators=(",", ":")) if row else ""
         args = [user, request_id, day, reserved, used, payload, int(refund)]

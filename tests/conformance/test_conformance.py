@@ -451,3 +451,64 @@ NOT_IMITATED_0_32 = {
     "vllm:request_num_preemptions", "vllm:request_params_max_tokens", "vllm:request_params_n",
     "vllm:request_prefill_kv_computed_tokens",
 }  # fmt: skip
+
+
+# --- the Responses API (issue 42: the gateway relays it) ------------------------------------
+
+
+def _response_events(target, body: dict) -> list[tuple[str, dict]]:
+    """(event name, data) of a streamed /v1/responses answer."""
+    out: list[tuple[str, dict]] = []
+    with httpx.stream("POST", target.url + "/v1/responses", json=body, timeout=120) as response:
+        assert response.status_code == 200, (target.name, response.read())
+        name = None
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                assert line != "data: [DONE]", f"{target.name}: the Responses API sends no [DONE]"
+                out.append((name, json.loads(line[len("data: ") :])))
+    return out
+
+
+def test_the_responses_api_answers_with_vllms_object(both):
+    body = {"input": "Hello there", "max_output_tokens": 5, "ignore_eos": True}
+    real, sim = both_post(both, "/v1/responses", body)
+    assert real.status_code == sim.status_code == 200
+    assert_same_shape(real.json(), sim.json(), "a response object")
+    for target, answer in zip(both, (real.json(), sim.json()), strict=True):
+        assert answer["object"] == "response" and answer["id"].startswith("resp_")
+        assert answer["model"] == target.model
+        assert answer["status"] == "incomplete", target.name
+        assert answer["incomplete_details"] == {"reason": "max_output_tokens"}
+        usage = answer["usage"]
+        assert usage["output_tokens"] == 5, target.name
+        assert usage["total_tokens"] == usage["input_tokens"] + 5
+        (item,) = answer["output"]
+        assert (item["type"], item["role"], item["status"]) == ("message", "assistant", "completed")
+    missing = [post(t, "/v1/responses", {"model": t.model}) for t in both]
+    assert missing[0].status_code == missing[1].status_code == 400
+    assert missing[0].json() == missing[1].json()
+
+
+def test_the_responses_api_streams_vllms_events(both):
+    body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+            "instructions": "Be brief.", "max_output_tokens": 6, "ignore_eos": True,
+            "stream": True}  # fmt: skip
+    real, sim = (_response_events(t, {**body, "model": t.model}) for t in both)
+    for target, events in zip(both, (real, sim), strict=True):
+        names = [n for n, _ in events]
+        deltas = [n for n in names if n == "response.output_text.delta"]
+        assert 1 <= len(deltas) <= 6, target.name
+        assert [n for n in names if n != "response.output_text.delta"] == [
+            "response.created", "response.in_progress", "response.output_item.added",
+            "response.content_part.added", "response.output_text.done",
+            "response.content_part.done", "response.output_item.done", "response.completed",
+        ], target.name  # fmt: skip
+        assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+        assert all(d["type"] == n for n, d in events)
+        text = "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+        assert events[-1][1]["response"]["output"][0]["content"][0]["text"] == text
+        assert events[-1][1]["response"]["usage"]["output_tokens"] == 6
+    for name in dict(real):
+        assert_same_shape(dict(real)[name], dict(sim)[name], name)

@@ -77,6 +77,43 @@ def test_models_chat_and_completions_streamed_and_not(panel, replica, member, ga
     assert generated == sum(r.completion_tokens for r in rows)
 
 
+def test_the_responses_api_passes_through_with_usage_and_limits(panel, replica, member,
+                                                               gateway_key):  # fmt: skip
+    """Issue 42: vLLM serves OpenAI's Responses API (/v1/responses): the gateway relays it
+    with the same key, the public model name in the answer, its usage (input/output tokens)
+    settled and recorded, whole and streamed."""
+    sim, run = replica()
+    client = sdk(panel, gateway_key(member))
+    name = run.served_name
+
+    whole = client.responses.create(model=name, input="Say hi", max_output_tokens=6)
+    assert whole.output_text and whole.model == name
+    assert whole.usage.output_tokens == 6 and whole.usage.input_tokens > 0
+    assert whole.status == "incomplete"  # cut by max_output_tokens, as vLLM says
+
+    events = list(client.responses.create(
+        model=name, instructions="Be brief.",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Count"}]}],
+        max_output_tokens=5, stream=True,
+    ))  # fmt: skip
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = events[-1].response
+    assert text and done.output_text == text and done.model == name
+    assert done.usage.output_tokens == 5
+
+    usage.drain()
+    rows = list(UsageRecord.objects.filter(user=member).order_by("at"))
+    assert [(r.endpoint, r.completion_tokens, r.status) for r in rows] == [
+        ("responses", 6, 200), ("responses", 5, 200)]  # fmt: skip
+    assert rows[0].prompt_tokens == whole.usage.input_tokens
+    assert rows[1].prompt_tokens == done.usage.input_tokens
+    assert rows[0].ttft_ms is None and 0 < rows[1].ttft_ms <= rows[1].duration_ms
+    generated = sum(v for (n, _), v in sim.metrics().items() if n == "vllm:generation_tokens_total")
+    assert generated == 11
+
+
 def test_requests_one_after_another_reuse_one_upstream_connection(panel, replica, member,
                                                                   gateway_key):  # fmt: skip
     """The gateway keeps its connection to the model server alive: answers one after another,
