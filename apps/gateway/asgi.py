@@ -68,9 +68,11 @@ def handles(path: str) -> bool:
 
 
 class Refused(Exception):
-    def __init__(self, status: int, message: str, type_: str, code: str, headers=()):
+    def __init__(self, status: int, message: str, type_: str, code: str, headers=(),
+                 counted: bool = False):  # fmt: skip
         super().__init__(message)
         self.status, self.type, self.code, self.headers = status, type_, code, list(headers)
+        self.counted = counted  # the admission script counted it already (store.py)
 
 
 def error_body(message: str, type_: str, code: str | int | None, param=None) -> bytes:
@@ -176,6 +178,11 @@ class Gateway:
         try:
             await self._route(scope, receive, tracked)
         except Refused as exc:
+            if exc.status in (401, 403, 429) and not exc.counted:
+                # No key, or one that is not a key: counted here (the admission script
+                # counts the refusals it makes itself).
+                with contextlib.suppress(RedisError):
+                    await self.store.count_refusal("-", exc.code)
             if not state["started"]:
                 await _send_error(send, exc)
         except RedisError as exc:
@@ -198,6 +205,8 @@ class Gateway:
         checked: a preflight carries none), else 403 in OpenAI's shape (no CORS header,
         so the browser stops there)."""
         if not allowed:
+            with contextlib.suppress(RedisError):
+                await self.store.count_refusal("-", "origin_not_allowed")
             await _send_error(send, Refused(
                 403, f"The origin {origin[:200]} may not call this panel's /v1 from a browser; "
                 "an admin can allow it (admin › Gateway › Allowed origins).",
@@ -741,4 +750,4 @@ def _refusal(verdict: str, answer: list, model: str) -> Refused:
     said = refusals.refusal(verdict, answer, model)
     retry = said.retry_after_s
     headers = [(b"retry-after", str(retry).encode())] if retry is not None else []
-    return Refused(said.status, said.message, said.type, said.code, headers=headers)
+    return Refused(said.status, said.message, said.type, said.code, headers=headers, counted=True)

@@ -44,17 +44,28 @@ def key_name(digest: str) -> str:
 
 
 ADMIT = """
+local function refused(who, code)
+  local day = math.floor(tonumber(redis.call('TIME')[1]) / 86400)
+  local field = who .. '|' .. code
+  redis.call('HINCRBY', 'gw:refused', field, 1)
+  redis.call('HINCRBY', 'gw:refused:' .. day, field, 1)
+  redis.call('EXPIRE', 'gw:refused:' .. day, 691200)
+end
 local rec = redis.call('GET', KEYS[1])
 if not rec then return {'miss'} end
-if rec == 'revoked' or rec == 'unknown' then return {'bad', rec} end
+if rec == 'revoked' or rec == 'unknown' then
+  refused('-', 'invalid_api_key')
+  return {'bad', rec}
+end
 local r = cjson.decode(rec)
 if tostring(r.g) ~= (redis.call('GET', KEYS[2]) or '0') then return {'stale'} end
 local t = redis.call('TIME')
 local sec = tonumber(t[1])
 local now = sec * 1000 + math.floor(tonumber(t[2]) / 1000)
 local version = redis.call('GET', KEYS[3]) or '0'
-if r.x and now >= r.x then return {'expired'} end
-if not r.use then return {'role'} end
+local who = tostring(r.u)
+if r.x and now >= r.x then refused(who, 'key_expired'); return {'expired'} end
+if not r.use then refused(who, 'no_role'); return {'role'} end
 if ARGV[6] == '0' then
   return {'ok', tostring(r.u), tostring(r.k), -1, 0, 0, version, r.m and cjson.encode(r.m) or ''}
 end
@@ -63,7 +74,7 @@ if r.m then
   for _, name in ipairs(r.m) do
     if name == ARGV[2] then allowed = true end
   end
-  if not allowed then return {'model'} end
+  if not allowed then refused(who, 'model_not_allowed'); return {'model'} end
 end
 local u = tostring(r.u)
 local rpm = 'gw:rpm:' .. u
@@ -72,12 +83,16 @@ if r.rpm then
   redis.call('ZREMRANGEBYSCORE', rpm, '-inf', now - 60000)
   if redis.call('ZCARD', rpm) >= r.rpm then
     local oldest = redis.call('ZRANGE', rpm, 0, 0, 'WITHSCORES')
+    refused(u, 'requests_per_minute')
     return {'rpm', tonumber(oldest[2]) + 60000 - now, r.rpm}
   end
 end
 if r.conc then
   redis.call('ZREMRANGEBYSCORE', conc, '-inf', now)
-  if redis.call('ZCARD', conc) >= r.conc then return {'conc', 1000, r.conc} end
+  if redis.call('ZCARD', conc) >= r.conc then
+    refused(u, 'concurrent_requests')
+    return {'conc', 1000, r.conc}
+  end
 end
 local cap = -1
 local reserved = 0
@@ -87,7 +102,10 @@ if r.tpd then
   local used = tonumber(redis.call('GET', tpd) or '0')
   local prompt = tonumber(ARGV[3])
   local left = r.tpd - used - prompt
-  if left < 1 then return {'tpd', ((day + 1) * 86400 - sec) * 1000, r.tpd} end
+  if left < 1 then
+    refused(u, 'tokens_per_day')
+    return {'tpd', ((day + 1) * 86400 - sec) * 1000, r.tpd}
+  end
   cap = left
   local asked = tonumber(ARGV[4])
   if asked >= 0 and asked < cap then cap = asked end
@@ -106,6 +124,38 @@ if r.conc then
 end
 return {'ok', u, tostring(r.k), cap, reserved, day, version}
 """
+
+# Refusals, counted where they happen (the admission script, or COUNT_REFUSAL): `gw:refused`
+# holds "<user id or ->|<code>" -> count since the start (the Prometheus counter), and
+# `gw:refused:<day>` the same for one UTC day (the Usage page; kept 8 days). Bounded: users
+# × a dozen codes — one field a kind, never one row a request, whatever a client sends.
+REFUSED = "gw:refused"
+COUNT_REFUSAL = """
+local day = math.floor(tonumber(redis.call('TIME')[1]) / 86400)
+local field = ARGV[1] .. '|' .. ARGV[2]
+redis.call('HINCRBY', 'gw:refused', field, 1)
+redis.call('HINCRBY', 'gw:refused:' .. day, field, 1)
+redis.call('EXPIRE', 'gw:refused:' .. day, 691200)
+return 1
+"""
+
+
+def refusals(day: int | None = None) -> dict[tuple[str, str], int]:
+    """{(user id or "-", code): count}: since the start, or of one UTC day (days since
+    1970-01-01). Empty when Redis is unreachable."""
+    name = REFUSED if day is None else f"{REFUSED}:{day}"
+    try:
+        raw = _sync().hgetall(name)
+    except redisconn.RedisError as exc:
+        log.warning("gateway refusal counters unreadable: %s", exc)
+        return {}
+    out: dict[tuple[str, str], int] = {}
+    for field, count in raw.items():
+        field = field.decode() if isinstance(field, bytes) else field
+        who, _, code = field.partition("|")
+        out[(who, code)] = int(count)
+    return out
+
 
 RELEASE = """
 local u = ARGV[1]
@@ -210,6 +260,11 @@ class AsyncStore:
     async def admit(self, digest, request_id, model, prompt_bound, asked, *, count=True):
         args = [request_id, model, prompt_bound, asked, settings.GATEWAY_LEASE_S, int(count)]
         return await self.client().script(ADMIT, [key_name(digest), GEN, ROUTES], args)
+
+    async def count_refusal(self, who: str, code: str) -> None:
+        """Count a refusal made before the admission script (no key, a malformed one, a
+        browser origin not allowed): the same counters the script keeps for its own."""
+        await self.client().script(COUNT_REFUSAL, [], [who, code])
 
     async def routes_version(self) -> str:
         """The route table's version now (`gw:routes`), without a key: a browser's

@@ -237,3 +237,44 @@ def csv_text(qs) -> str:
         for r in qs.select_related("user", "key").order_by("at")[:CSV_MAX_ROWS]
     )  # fmt: skip
     return csvsafe.csv_text(CSV_FIELDS, rows)
+
+
+# What each refusal code means on the Usage page (the codes the gateway answers with,
+# docs/gateway.md; key_expired is counted apart from invalid_api_key).
+REFUSAL_WORDS = {
+    "missing_api_key": "no key", "invalid_api_key": "not a valid key",
+    "key_expired": "expired key", "no_role": "no role that may use models",
+    "model_not_allowed": "model not allowed for the key",
+    "requests_per_minute": "over requests per minute",
+    "concurrent_requests": "over requests at once", "tokens_per_day": "over tokens per day",
+    "origin_not_allowed": "browser origin not allowed",
+}  # fmt: skip
+
+
+def refusals_today(user=None) -> list[dict]:
+    """Requests the gateway refused today (UTC) before they reached a model — no key, a
+    bad one, a limit — per user and reason, most first: everyone's, or one user's. Those
+    without a key have no user ("(no key)"); a user's own view leaves them out."""
+    day = int(timezone.now().timestamp()) // 86400
+    counts = store.refusals(day)
+    ids = {int(who) for who, _ in counts if who.isdigit()}
+    names = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+    out = []
+    for (who, code), count in counts.items():
+        if user is not None and who != str(user.pk):
+            continue
+        name = names.get(int(who), "(deleted)") if who.isdigit() else "(no key)"
+        out.append({"user": name, "code": code, "reason": REFUSAL_WORDS.get(code, code),
+                    "count": count})  # fmt: skip
+    return sorted(out, key=lambda r: (-r["count"], r["user"], r["code"]))
+
+
+def refusal_counters() -> list[tuple[str, str, int]]:
+    """(username or "", code, count since the start) for /metrics."""
+    counts = store.refusals()
+    ids = {int(who) for who, _ in counts if who.isdigit()}
+    names = dict(get_user_model().objects.filter(pk__in=ids).values_list("pk", "username"))
+    return sorted(
+        (names.get(int(who), "(deleted)") if who.isdigit() else "", code, count)
+        for (who, code), count in counts.items()
+    )

@@ -79,6 +79,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "users": get_user_model().objects.order_by("username").values_list("username", flat=True)
         if f["everyone"] else [],
         "query": request.GET.urlencode(),
+        "refused": usage.refusals_today(None if f["everyone"] else request.user),
     }  # fmt: skip
     return render(request, "gateway/usage.html", context)
 

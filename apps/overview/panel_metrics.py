@@ -209,7 +209,15 @@ def gateway_counters():
         failed.add_metric(key, row["errors"])
         prompt.add_metric(key, row["prompt"])
         completion.add_metric(key, row["completion"])
-    yield from (requests, failed, prompt, completion)
+    refused = CounterMetricFamily(
+        "sparkpanel_gateway_refused_requests",
+        "Requests refused before any model: no or bad key, no role, a limit, a browser "
+        "origin (code); user is empty when no key named one.",
+        labels=["user", "code"],
+    )
+    for user, code, count in usage.refusal_counters():
+        refused.add_metric([user, code], count)
+    yield from (requests, failed, prompt, completion, refused)
 
 
 @login_not_required
