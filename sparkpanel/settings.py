@@ -278,6 +278,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     "runs-reconcile": {"task": "runs.reconcile_all", "schedule": 60.0},
     # The gateway's usage rows, from Redis into the database (apps/gateway/usage.py).
     "gateway-drain-usage": {"task": "gateway.drain_usage", "schedule": 10.0},
+    "gateway-unload-idle": {"task": "gateway.unload_idle", "schedule": 30.0},
     # Usage rows past GATEWAY_USAGE_RETENTION_DAYS: summed into totals, then deleted.
     "gateway-prune-usage": {"task": "gateway.prune_usage", "schedule": 3600.0},
     # A host agent or worker gone silent: an incident (apps/guard/tasks.py).

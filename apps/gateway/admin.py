@@ -3,7 +3,14 @@ from django.contrib import admin
 
 from apps.audit.admin import ReadOnlyAdmin
 from apps.gateway.keys import key_revoke
-from apps.gateway.models import AllowedOrigin, GatewayKey, Limit, ModelAlias, UsageRecord
+from apps.gateway.models import (
+    AllowedOrigin,
+    GatewayKey,
+    Limit,
+    ModelAlias,
+    OnDemand,
+    UsageRecord,
+)
 from sparkdomain.flags import SERVED_NAME
 
 
@@ -33,6 +40,19 @@ class AllowedOriginAdmin(admin.ModelAdmin):
     list_display = ["origin", "note", "created_at"]
     fields = ["origin", "note"]
     search_fields = ["origin", "note"]
+
+
+@admin.register(OnDemand)
+class OnDemandAdmin(admin.ModelAdmin):
+    """The on-demand catalog: recipes a /v1 request loads when no run serves them, and
+    stops again when idle (docs/gateway.md, "Models on demand")."""
+
+    list_display = ["recipe", "priority", "idle_timeout_s", "exclusive_group",
+                    "may_replace_manual"]  # fmt: skip
+    fields = ["recipe", "hosts", "priority", "idle_timeout_s", "exclusive_group",
+              "may_replace_manual"]  # fmt: skip
+    filter_horizontal = ["hosts"]
+    autocomplete_fields = ["recipe"]
 
 
 @admin.register(Limit)

@@ -30,7 +30,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from apps.core.redisconn import RedisError
-from apps.gateway import cors, keys, refusals, routing
+from apps.gateway import catalog, cors, keys, refusals, routing
 from apps.gateway.store import AsyncStore
 from vllm_adapter import endpoints, prompt_count, relay, sse
 from vllm_adapter.http1 import Pool, UpstreamError
@@ -296,6 +296,23 @@ class Gateway:
                 live = {r.run_id for replicas in self.table.ready.values() for r in replicas}
                 self.down = {k: v for k, v in self.down.items() if k in live}
 
+    async def _load_on_demand(self, model: str, admission: _Admission) -> Refused:
+        """An on-demand model no run serves: start it (or join the start under way) and
+        answer 503 with where it stands and when to come back (apps/gateway/catalog.py)."""
+        recipe_id = self.table.on_demand[model]
+        state = await sync_to_async(catalog.request_load_for)(recipe_id, int(admission.user))
+        retry = [(b"retry-after", str(state.retry_after_s).encode())]
+        if state.state == "cannot_load":
+            return Refused(503, state.message + ".", "service_unavailable", "model_cannot_load",
+                           headers=retry)  # fmt: skip
+        if state.state == "ready":  # ready a moment ago: the table catches up at once
+            message = f"{state.message}; send the request again."
+            return Refused(503, message, "service_unavailable", "model_loading",
+                           headers=[(b"retry-after", b"1")])  # fmt: skip
+        return Refused(503, f"{state.message[0].upper()}{state.message[1:]}. "
+                       f"Try again in {state.retry_after_s} s.", "service_unavailable",
+                       "model_loading", headers=retry)  # fmt: skip
+
     def _unroutable(self, model: str, allowed: list[str] | None = None) -> Refused:
         known = self.table.known.get(model)
         if known is not None and model not in self.table.ready:
@@ -321,7 +338,17 @@ class Gateway:
         allowed = (await self._admit(digest, uuid.uuid4().hex, "", 0, -1, count=False)).allowed
         names = [n for n in self.table.names() if not allowed or n in allowed]
         data = [{"id": n, "object": "model", "created": self.table.created.get(n, 0),
-                 "owned_by": "sparkpanel"} for n in names]  # fmt: skip
+                 "owned_by": "sparkpanel", "sparkpanel": {"state": "ready"}}
+                for n in names]  # fmt: skip
+        # On-demand models that no run serves yet: listed with where they stand, in an
+        # extension field OpenAI clients ignore (asking loads nothing: only a request does).
+        waiting = {n: rid for n, rid in self.table.on_demand.items()
+                   if n not in self.table.ready and (not allowed or n in allowed)}  # fmt: skip
+        if waiting:
+            states = await sync_to_async(catalog.states)(waiting)
+            data += [{"id": n, "object": "model", "created": 0, "owned_by": "sparkpanel",
+                      "sparkpanel": {**states[n].as_dict(), "on_demand": True}}
+                     for n in sorted(states)]  # fmt: skip
         if one is not None:
             match = [d for d in data if d["id"] == one]
             if not match:
@@ -387,7 +414,8 @@ class Gateway:
             # send unknown names without limit); its reserved tokens come back all the same.
             with contextlib.suppress(RedisError):
                 await self.store.release(admission.user, request_id, admission.day,
-                                         admission.reserved, used, row, False)  # fmt: skip
+                                         admission.reserved, used, row, False,
+                                         run=outcome.run)  # fmt: skip
 
         outcome.settle = settle
         try:
@@ -405,6 +433,8 @@ class Gateway:
         tried: set[int] = set()
         while True:
             replica = self.table.pick(model, self.inflight, self.down, tried)
+            if replica is None and model in self.table.on_demand and not tried:
+                raise await self._load_on_demand(model, admission)
             if replica is None:
                 raise self._unroutable(model)
             if rewrite:

@@ -139,7 +139,7 @@ def _keep(coro) -> asyncio.Task:
 async def _release(ticket: ChatTicket, used: int, row: dict | None, *, refund: bool) -> None:
     try:
         await _store.release(ticket.user_id, ticket.request_id, ticket.day, ticket.reserved,
-                             used, row, refund)  # fmt: skip
+                             used, row, refund, run=(row or {}).get("run"))  # fmt: skip
     except RedisError as exc:
         log.error("chat: could not settle answer %s for user %s (its usage row is lost): %s",
                   ticket.request_id, ticket.user_id, exc)  # fmt: skip

@@ -7,6 +7,7 @@ import re
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -141,6 +142,44 @@ class AllowedOrigin(models.Model):
             self.origin = normalize_origin(self.origin)
         except ValidationError as exc:
             raise ValidationError({"origin": exc.messages}) from None
+
+
+class OnDemand(models.Model):
+    """A recipe in the on-demand catalog: a request through /v1 for its model starts it on
+    a Spark when none serves it, and it is stopped again after `idle_timeout_s` without a
+    request (apps/gateway/catalog.py, docs/gateway.md "Models on demand")."""
+
+    recipe = models.OneToOneField(
+        "recipes.Recipe", on_delete=models.CASCADE, related_name="on_demand"
+    )
+    hosts = models.ManyToManyField(
+        "hosts.Host", blank=True, related_name="on_demand",
+        help_text="The Sparks it may run on; none: any.",
+    )  # fmt: skip
+    priority = models.IntegerField(
+        default=0, help_text="A load may stop an idle on-demand model of this priority or lower."
+    )
+    idle_timeout_s = models.PositiveIntegerField(
+        default=900, validators=[MinValueValidator(60), MaxValueValidator(7 * 86400)],
+        help_text="Stopped after this many seconds without an inference request (60 s – 7 days).",
+    )  # fmt: skip
+    exclusive_group = models.CharField(
+        max_length=64, blank=True,
+        help_text="Models of one group never share a Spark (kept for co-location).",
+    )  # fmt: skip
+    may_replace_manual = models.BooleanField(
+        default=False,
+        help_text="A load may stop an idle run of this recipe that an operator started by hand.",
+    )  # fmt: skip
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-priority", "recipe__name"]
+        verbose_name = "on-demand model"
+        verbose_name_plural = "on-demand models"
+
+    def __str__(self) -> str:
+        return f"{self.recipe} (on demand)"
 
 
 ROLE_CHOICES = [(role.value, role.value.title()) for role in ROLE_ORDER]

@@ -13,7 +13,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from apps.accounts.profile import register
 from apps.accounts.signals import revoke_credentials
 from apps.gateway import keys, store
-from apps.gateway.models import AllowedOrigin, Limit, ModelAlias
+from apps.gateway.models import AllowedOrigin, Limit, ModelAlias, OnDemand
 from apps.recipes.models import Recipe
 from apps.runs.signals import run_state_changed
 
@@ -31,7 +31,7 @@ def connect() -> None:
     run_state_changed.connect(
         lambda **kw: store.bump(store.ROUTES), weak=False, dispatch_uid="gateway.run_state"
     )
-    for model in (Recipe, ModelAlias, AllowedOrigin):  # the table holds the origins too
+    for model in (Recipe, ModelAlias, AllowedOrigin, OnDemand):  # all held by the table
         for signal in (post_save, post_delete):
             signal.connect(
                 _routes_changed,

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from apps.gateway.models import AllowedOrigin, ModelAlias
+from apps.gateway.models import AllowedOrigin, ModelAlias, OnDemand
 from apps.recipes.models import Recipe
 from apps.runs.models import STARTING_STATES, Run, RunState
 
@@ -50,6 +50,9 @@ class RouteTable:
     created: dict[str, int] = field(default_factory=dict)  # name -> unix time it became ready
     # Browser origins that may call /v1 (AllowedOrigin): CORS, apps/gateway/cors.py.
     origins: frozenset[str] = frozenset()
+    # Public names of on-demand models (apps/gateway/catalog.py) -> their recipe's id: a
+    # request for one that no run serves loads it.
+    on_demand: dict[str, int] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted(self.ready)
@@ -89,6 +92,12 @@ def build(version: str) -> RouteTable:
             table.known.setdefault(name, Known()).recipes.append(recipe.name)
             models.setdefault(name, set()).add(recipe.model_id)
     owner = _owners(recipes, models)
+    catalog = set(OnDemand.objects.values_list("recipe_id", flat=True))
+    for recipe in recipes:
+        if recipe.pk in catalog:
+            for name in [*recipe.served_names, *aliases.get(recipe.pk, [])]:
+                if owner.get(name, recipe.model_id) == recipe.model_id:
+                    table.on_demand[name] = recipe.pk
     runs = (
         Run.objects.filter(state__in=[RunState.READY, *STARTING_STATES])
         .select_related("recipe", "host")

@@ -167,6 +167,9 @@ if reserved > 0 then
   if delta ~= 0 then redis.call('INCRBY', 'gw:tpd:' .. u .. ':' .. ARGV[3], delta) end
 end
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[1], ARGV[6]) end
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('SET', 'gw:used:' .. ARGV[8], redis.call('TIME')[1], 'EX', 604800)
+end
 return 1
 """
 
@@ -207,6 +210,43 @@ def tombstone(digest: str) -> None:
 
 def put_record(digest: str, record: dict) -> None:
     _sync().eval(FILL, 1, key_name(digest), json.dumps(record), settings.GATEWAY_KEY_CACHE_S)
+
+
+def used_key(run_id: int) -> str:
+    """When run `run_id` last served an inference request through the panel (unix time,
+    set by RELEASE): the on-demand catalog's idle clock (apps/gateway/catalog.py)."""
+    return f"gw:used:{run_id}"
+
+
+def last_used(run_id: int) -> float | None:
+    try:
+        value = _sync().get(used_key(run_id))
+    except redisconn.RedisError:
+        return None
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def lock(name: str, ttl_s: int) -> str | None:
+    """Take a short lock across panel processes: its token, or None when someone holds it."""
+    token = uuid.uuid4().hex
+    return token if _sync().set(name, token, nx=True, ex=ttl_s) else None
+
+
+def unlock(name: str, token: str) -> None:
+    """Give back a lock taken with `lock` (only one's own: an expired one may be another's)."""
+    try:
+        _sync().eval(UNLOCK, 1, name, token)
+    except redisconn.RedisError as exc:
+        log.warning("could not give back %s: %s", name, exc)
+
+
+UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def generation() -> str:
@@ -274,9 +314,12 @@ class AsyncStore:
             value = value.decode()
         return value or "0"
 
-    async def release(self, user, request_id, day, reserved, used, row: dict | None, refund):
+    async def release(self, user, request_id, day, reserved, used, row: dict | None, refund,
+                      run: int | None = None):  # fmt: skip
+        """Free the request's slot, settle its tokens, queue its usage row and, when a run
+        served it (`run`), mark that run used now (the on-demand idle clock)."""
         payload = json.dumps(row, separators=(",", ":")) if row else ""
-        args = [user, request_id, day, reserved, used, payload, int(refund)]
+        args = [user, request_id, day, reserved, used, payload, int(refund), run or ""]
         await self.client().script(RELEASE, [USAGE_QUEUE], args)
 
     async def fill(self, digest: str, record: dict | None, *, revoked: bool = False):

@@ -13,3 +13,30 @@ def drain_usage() -> int:
 def prune_usage() -> int:
     """Usage rows past the retention policy: summed into totals, then deleted (hourly)."""
     return usage.prune()
+
+
+@shared_task(name="gateway.unload_idle", ignore_result=True)
+def unload_idle() -> list[int]:
+    """Stop on-demand runs idle past their timeout (every 30 s, beat)."""
+    from apps.gateway import catalog
+
+    return catalog.unload_idle()
+
+
+@shared_task(name="gateway.load_after_stop", ignore_result=True)
+def load_after_stop(recipe_id: int, host_id: int, requester_id: int | None = None) -> str:
+    """On the host's own queue, behind the stop of the run it replaces: start the
+    on-demand model there (admission as any start; a refusal is logged and audited)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.gateway import catalog
+    from apps.gateway.models import OnDemand
+    from apps.hosts.models import Host
+
+    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
+    host = Host.objects.filter(pk=host_id).first()
+    if entry is None or host is None:
+        return "gone"
+    requester = get_user_model().objects.filter(pk=requester_id).first() if requester_id else None
+    state = catalog.start_on(entry, host, requester)
+    return state.state

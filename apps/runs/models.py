@@ -159,6 +159,9 @@ class Run(models.Model):
     # Why the panel stopped it for other work ("stopped to run benchmark job 12"); blank
     # when an operator, the watchdog or a failure ended it (each says so elsewhere).
     stop_reason = models.CharField(max_length=200, blank=True)
+    # Started by a request for an on-demand model (apps/gateway/catalog.py): stopped again
+    # when idle; an operator's own start is left alone unless the catalog says otherwise.
+    on_demand = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -1,0 +1,310 @@
+"""Models on demand: the catalog (OnDemand rows), where a model loads when someone asks for
+it through /v1, and which runs are stopped again when idle. docs/gateway.md, "Models on
+demand".
+
+One model a Spark, as everywhere in the panel today: a load goes to an allowed Spark with
+nothing on it (one whose cache holds the weights first), else replaces the on-demand run
+that has been idle longest on an allowed Spark, if its priority is not higher and it is
+not pinned, not claimed by a benchmark and not serving a request; else it cannot load now,
+and says why. vLLM's sleep mode is not used (it has crashed GB10 hosts: vllm #50011): a
+switch is a stop and a start. Requests share one start (the run is the start: while it
+loads, every request for the model sees it). Every automatic start and stop is an audit
+row and a team notice with its reason.
+
+Use: only inference requests mark a run used (`gw:used:<run>`, set by the gateway's
+release script, apps/gateway/store.py); listing models does not keep one alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit import services as audit
+from apps.audit.context import Actor, acting_as
+from apps.core.models import Notice
+from apps.core.redisconn import RedisError
+from apps.core.services import notice_post
+from apps.gateway import store
+from apps.gateway.models import OnDemand
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import STARTING_STATES, Run, RunState
+from apps.runs.services import Occupancy, RunRefused, run_start, run_stop
+from apps.telemetry.models import HostSample
+
+log = logging.getLogger(__name__)
+
+LOAD_LOCK_S = 30  # one placement decision at a time per model, across panel processes
+# A run replaced for another model must have served nothing for this long (a request that
+# just ended is often followed by the next one).
+MIN_IDLE_TO_REPLACE_S = 60
+ACTOR = Actor(source="on-demand")
+NOTICE_HOURS = 2
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """Where an on-demand model stands, for /v1/models and a waiting request."""
+
+    state: str  # "ready", "loading", "can_load", "cannot_load"
+    message: str
+    run_id: int | None = None
+    host: str = ""
+    percent: float | None = None
+    eta_s: float | None = None
+
+    @property
+    def retry_after_s(self) -> int:
+        """When a client should ask again: soon while it loads, later when it cannot."""
+        if self.state == "cannot_load":
+            return 60
+        if self.eta_s:
+            return max(5, min(int(self.eta_s / 4), 60))
+        return 15
+
+    def as_dict(self) -> dict:
+        out = {"state": self.state, "message": self.message}
+        if self.host:
+            out["host"] = self.host
+        if self.percent is not None:
+            out["percent"] = round(self.percent, 1)
+        if self.eta_s is not None:
+            out["eta_s"] = int(self.eta_s)
+        return out
+
+
+def _minutes(seconds: float) -> str:
+    return f"about {max(1, round(seconds / 60))} min" if seconds >= 60 else "under a minute"
+
+
+def _loading(run: Run, name: str) -> LoadState:
+    eta = run.remaining_seconds()
+    if eta is None:
+        past = last_cold_start_s(run.recipe, run.host)
+        if past:
+            eta = max(past - run.elapsed_seconds(), 0.0) or None
+    words = f"loading model {name} on {run.host.name}: {run.get_state_display().lower()}"
+    if run.state == RunState.LOADING and run.percent:
+        words += f", {run.percent:.0f} %"
+    if eta:
+        words += f", {_minutes(eta)}"
+    percent = run.percent if run.state in (RunState.LOADING, RunState.PULLING) else None
+    return LoadState("loading", words, run.pk, run.host.name, percent, eta)
+
+
+def last_cold_start_s(recipe: Recipe, host: Host) -> float | None:
+    """The last measured start-up (queued to ready) of the recipe on that Spark."""
+    for run in Run.objects.filter(recipe=recipe, host=host, timings__has_key="ready").order_by(
+        "-created_at"
+    )[:5]:
+        seconds = run.ready_after_seconds()
+        if seconds:
+            return seconds
+    return None
+
+
+def state_of(entry: OnDemand, name: str = "") -> LoadState:
+    """Where the entry's model stands now (no side effect)."""
+    name = name or entry.recipe.public_name
+    runs = Run.objects.active().filter(recipe=entry.recipe).select_related("host", "recipe")
+    for run in runs:
+        if run.state == RunState.READY:
+            return LoadState("ready", f"{name} is ready on {run.host.name}", run.pk, run.host.name)
+    for run in runs:
+        if run.state in STARTING_STATES:
+            return _loading(run, name)
+    placement = place(entry)
+    if placement.host is None:
+        return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
+    if placement.replaces is not None:
+        words = (f"{name} can load on {placement.host.name} (replacing idle "
+                 f"“{placement.replaces.recipe}”)")  # fmt: skip
+    else:
+        words = f"{name} can load on {placement.host.name}"
+    return LoadState("can_load", words, host=placement.host.name)
+
+
+@dataclass(frozen=True)
+class Placement:
+    host: Host | None
+    replaces: Run | None = None
+    why: str = ""  # why no Spark can take it now
+
+
+def place(entry: OnDemand) -> Placement:
+    """The Spark a load of the entry's model goes to (module docstring), or why none."""
+    allowed = list(entry.hosts.all()) or list(Host.objects.all())
+    if not allowed:
+        return Placement(None, why="no Spark is registered")
+    free, replaceable, reasons = [], [], []
+    for host in sorted(allowed, key=lambda h: h.name):
+        occupancy = Occupancy.of(host)
+        active = occupancy.active
+        if active is None and not occupancy.reserved:
+            free.append(host)
+            continue
+        if occupancy.reserved:
+            reasons.append(f"{host.name} is reserved for a benchmark")
+            continue
+        why = _why_not_replace(active, entry)
+        if why:
+            reasons.append(f"{host.name} runs “{active.recipe}” ({why})")
+        else:
+            replaceable.append((idle_seconds(active), host, active))
+    if free:
+        cached = [h for h in free if h.cached_model(entry.recipe.model_id)]
+        return Placement((cached or free)[0])
+    if replaceable:
+        replaceable.sort(key=lambda item: -item[0])  # idle longest first
+        _, host, victim = replaceable[0]
+        return Placement(host, victim)
+    return Placement(None, why="; ".join(reasons) or "no Spark can take it")
+
+
+def _why_not_replace(run: Run, entry: OnDemand) -> str:
+    """Why a load of `entry` may not stop `run` ("" when it may)."""
+    if run.recipe_id == entry.recipe_id:
+        return "already this model"
+    if run.pinned:
+        return "pinned"
+    theirs = OnDemand.objects.filter(recipe_id=run.recipe_id).first()
+    if not run.on_demand and not (theirs and theirs.may_replace_manual):
+        return "started by an operator"
+    if theirs is not None and theirs.priority > entry.priority:
+        return f"priority {theirs.priority} over {entry.priority}"
+    if run.state != RunState.READY:
+        return run.get_state_display().lower()
+    if busy(run):
+        return "serving requests"
+    idle = idle_seconds(run)
+    if idle < MIN_IDLE_TO_REPLACE_S:
+        return f"used {int(idle)} s ago"
+    return ""
+
+
+def idle_seconds(run: Run) -> float:
+    """Seconds since the run last served a request through the panel, or since it became
+    ready when it never did."""
+    used = store.last_used(run.pk)
+    if used is None:
+        ready = (run.timings.get(RunState.READY) or {}).get("start")
+        since = datetime.fromisoformat(ready) if ready else run.created_at
+        used = since.timestamp()
+    return max(time.time() - used, 0.0)
+
+
+def busy(run: Run) -> bool:
+    """Requests running or waiting on the run's server, by its latest telemetry."""
+    sample = HostSample.objects.filter(run=run).order_by("-at").first()
+    if sample is None:
+        return False
+    return bool((sample.running or 0) > 0 or (sample.waiting or 0) > 0)
+
+
+def request_load_for(recipe_id: int, requester_id: int | None) -> LoadState:
+    """request_load for the gateway, which knows the requester by id."""
+    from django.contrib.auth import get_user_model
+
+    requester = get_user_model().objects.filter(pk=requester_id).first() if requester_id else None
+    return request_load(recipe_id, requester)
+
+
+def states(names: dict[str, int]) -> dict[str, LoadState]:
+    """Where each on-demand model stands ({public name: recipe id} -> {name: state}), for
+    GET /v1/models: at most the catalog's size of entries."""
+    rows = OnDemand.objects.select_related("recipe").filter(recipe_id__in=set(names.values()))
+    entries = {e.recipe_id: e for e in rows}
+    return {name: state_of(entries[rid], name) for name, rid in names.items() if rid in entries}
+
+
+def request_load(recipe_id: int, requester=None) -> LoadState:
+    """A request for an on-demand model that no run serves: start it (or say where it
+    stands, when a start is already under way — requests share one start), or say why it
+    cannot load now. Safe to call from many requests at once."""
+    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
+    if entry is None:
+        return LoadState("cannot_load", "this model is not in the on-demand catalog")
+    name = entry.recipe.public_name
+    lock = f"gw:load:{recipe_id}"
+    try:
+        token = store.lock(lock, LOAD_LOCK_S)
+    except RedisError:
+        return LoadState("cannot_load", f"{name} cannot load now: the panel's Redis is down")
+    if token is None:  # another request is placing it right now: it will show as loading
+        return LoadState("loading", f"loading model {name}: starting")
+    try:
+        current = state_of(entry, name)
+        if current.state != "can_load":
+            return current
+        return _load(entry, name, requester)
+    finally:
+        store.unlock(lock, token)
+
+
+def _load(entry: OnDemand, name: str, requester) -> LoadState:
+    placement = place(entry)
+    if placement.host is None:
+        return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
+    host, victim = placement.host, placement.replaces
+    who = requester.get_username() if requester is not None else "a request"
+    if victim is not None:
+        reason = f"replaced by on-demand {name}, asked for by {who}"
+        with acting_as(ACTOR):
+            run_stop(run=victim, reason=reason)
+            _notice(f"{host.name}: stopping idle “{victim.recipe}” to load {name} for {who}.")
+        from apps.gateway.tasks import load_after_stop
+
+        args = [entry.recipe_id, host.pk, getattr(requester, "pk", None)]
+        transaction.on_commit(lambda: load_after_stop.apply_async(args=args, queue=host.queue))
+        return LoadState("loading", f"loading model {name} on {host.name}: stopping idle "
+                         f"“{victim.recipe}” first", host=host.name)  # fmt: skip
+    return start_on(entry, host, requester)
+
+
+def start_on(entry: OnDemand, host: Host, requester) -> LoadState:
+    """Start the entry's model on `host` now (admission as any start)."""
+    name = entry.recipe.public_name
+    who = requester.get_username() if requester is not None else "a request"
+    try:
+        with transaction.atomic(), acting_as(ACTOR):
+            run = run_start(recipe=entry.recipe, host=host, user=None)
+            Run.objects.filter(pk=run.pk).update(on_demand=True)
+            audit.record("run.on_demand_load", run, message=f"asked for by {who}",
+                         after={"recipe": entry.recipe.name, "host": host.name})  # fmt: skip
+            _notice(f"Loading {name} on {host.name}: asked for by {who} (on demand).")
+    except RunRefused as exc:
+        return LoadState("cannot_load", f"{name} cannot load on {host.name} now: {exc}")
+    run.refresh_from_db()
+    return _loading(run, name)
+
+
+def _notice(message: str) -> None:
+    notice_post(author=None, message=message[: Notice.MAX_LENGTH], level=Notice.Level.INFO,
+                expires_at=timezone.now() + timedelta(hours=NOTICE_HOURS))  # fmt: skip
+
+
+def unload_idle() -> list[int]:
+    """Stop the on-demand runs idle past their catalog entry's timeout (and serving
+    nothing); returns their ids. Runs an operator started are left alone unless the
+    catalog lets a load replace them."""
+    stopped = []
+    runs = Run.objects.active().filter(state=RunState.READY).select_related("recipe", "host")
+    for run in runs:
+        entry = OnDemand.objects.filter(recipe_id=run.recipe_id).first()
+        if entry is None or run.pinned or not (run.on_demand or entry.may_replace_manual):
+            continue
+        idle = idle_seconds(run)
+        if idle < entry.idle_timeout_s or busy(run):
+            continue
+        reason = f"idle for {_minutes(idle).removeprefix('about ')} (on demand)"
+        with transaction.atomic(), acting_as(ACTOR):
+            run_stop(run=run, reason=reason)
+            _notice(f"{run.host.name}: stopped {run.recipe.public_name}, {reason}.")
+        stopped.append(run.pk)
+    return stopped

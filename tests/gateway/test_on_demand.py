@@ -1,0 +1,159 @@
+"""Models on demand through /v1 (issue 42, first part: the catalog, load on request, one
+start shared, replacing an idle on-demand model, idle unload). The real panel and Redis;
+the runs' lifecycle is moved by hand where a host's worker would move it (the full flow
+with workers and sparksim is the next step, docs/gateway.md)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+
+import openai
+import pytest
+
+from apps.audit.models import AuditEntry
+from apps.core.models import Notice
+from apps.gateway import catalog, store
+from apps.gateway.models import OnDemand
+from apps.hosts.models import Host
+from apps.runs.models import Run, RunState
+from tests.conftest import ports
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture
+def spark(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    # A name of its own: a load queued for it on the broker reaches no other test's worker.
+    return Host.objects.create(name=f"spark-od-{uuid.uuid4().hex[:6]}", engine=Host.Engine.PROCESS,
+                               simulated=True, sim_time_scale=50, **ports(21000, 21099))  # fmt: skip
+
+
+def _sdk(panel, key):
+    return openai.OpenAI(base_url=panel.v1, api_key=key, max_retries=0, timeout=60)
+
+
+def _ready(run: Run) -> None:
+    for to in (RunState.STARTING, RunState.WARMING, RunState.READY):
+        run.transition(to)
+
+
+def test_a_request_loads_an_on_demand_model_once_and_says_where_it_stands(
+    panel, member, gateway_key, qwen, spark
+):
+    OnDemand.objects.create(recipe=qwen, idle_timeout_s=600).hosts.add(spark)
+    client = _sdk(panel, gateway_key(member))
+    name = qwen.public_name
+    listed = {m.id: m for m in client.models.list().data}
+    assert listed[name].model_extra["sparkpanel"]["state"] == "can_load"
+    assert not Run.objects.exists()  # listing loads nothing
+
+    with pytest.raises(openai.InternalServerError) as first:
+        client.chat.completions.create(model=name, messages=HI, max_tokens=2)
+    assert first.value.status_code == 503
+    assert first.value.body["code"] == "model_loading"
+    assert f"Loading model {name} on {spark.name}" in first.value.body["message"]
+    assert int(first.value.response.headers["retry-after"]) >= 5
+    run = Run.objects.get()
+    assert (run.recipe_id, run.host_id, run.on_demand, run.started_by) == (qwen.pk, spark.pk,
+                                                                           True, None)  # fmt: skip
+    # Many requests at once share that start: no second run.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: _code(client, name), range(8)))
+    assert codes == ["model_loading"] * 8 and Run.objects.count() == 1
+    listed = {m.id: m for m in client.models.list().data}
+    assert listed[name].model_extra["sparkpanel"]["state"] == "loading"
+    assert AuditEntry.objects.filter(action="run.on_demand_load").count() == 1
+    assert Notice.objects.filter(message__contains=f"Loading {name} on {spark.name}").exists()
+
+
+def _code(client, name):
+    try:
+        client.chat.completions.create(model=name, messages=HI, max_tokens=2)
+    except openai.APIStatusError as exc:
+        return exc.body["code"]
+    return "ok"
+
+
+def test_a_load_replaces_the_idle_on_demand_model_but_never_a_pinned_or_busy_one(
+    panel, member, operator, gateway_key, qwen, too_long, spark
+):
+    OnDemand.objects.create(recipe=qwen, priority=5).hosts.add(spark)
+    OnDemand.objects.create(recipe=too_long, priority=1).hosts.add(spark)
+    other = Run.objects.create(recipe=too_long, host=spark, port=21001, image="x",
+                               state=RunState.QUEUED, on_demand=True)  # fmt: skip
+    _ready(other)
+    client = _sdk(panel, gateway_key(member))
+    name = qwen.public_name
+
+    # Used a moment ago: not replaced yet.
+    store._sync().set(store.used_key(other.pk), int(time.time()))
+    assert _code(client, name) == "model_cannot_load"
+    assert catalog.state_of(OnDemand.objects.get(recipe=qwen)).state == "cannot_load"
+    # Pinned: never replaced.
+    store._sync().set(store.used_key(other.pk), int(time.time()) - 3600)
+    Run.objects.filter(pk=other.pk).update(pinned=True)
+    with pytest.raises(openai.InternalServerError) as pinned:
+        client.chat.completions.create(model=name, messages=HI, max_tokens=2)
+    assert "pinned" in pinned.value.body["message"]
+    # Idle for an hour and unpinned: stopped, and the load follows on the host's queue.
+    Run.objects.filter(pk=other.pk).update(pinned=False)
+    assert _code(client, name) == "model_loading"
+    other.refresh_from_db()
+    assert other.state == RunState.STOPPING
+    assert other.stop_reason.startswith(f"replaced by on-demand {name}")
+    assert Notice.objects.filter(message__contains="stopping idle").exists()
+
+
+def test_an_operators_own_run_is_not_replaced_unless_the_catalog_says_so(
+    panel, member, gateway_key, qwen, too_long, spark
+):
+    OnDemand.objects.create(recipe=qwen).hosts.add(spark)
+    manual = Run.objects.create(recipe=too_long, host=spark, port=21002, image="x",
+                                state=RunState.QUEUED)  # fmt: skip
+    _ready(manual)
+    store._sync().set(store.used_key(manual.pk), int(time.time()) - 3600)
+    client = _sdk(panel, gateway_key(member))
+    assert _code(client, qwen.public_name) == "model_cannot_load"
+    OnDemand.objects.create(recipe=too_long, may_replace_manual=True)
+    assert _code(client, qwen.public_name) == "model_loading"
+
+
+def test_idle_on_demand_runs_are_stopped_and_listing_does_not_keep_them(
+    panel, member, gateway_key, qwen, spark
+):
+    OnDemand.objects.create(recipe=qwen, idle_timeout_s=60).hosts.add(spark)
+    run = Run.objects.create(recipe=qwen, host=spark, port=21003, image="x",
+                             state=RunState.QUEUED, on_demand=True)  # fmt: skip
+    _ready(run)
+    client = _sdk(panel, gateway_key(member))
+    store._sync().set(store.used_key(run.pk), int(time.time()) - 30)
+    assert catalog.unload_idle() == []  # used 30 s ago, timeout 60 s
+    store._sync().set(store.used_key(run.pk), int(time.time()) - 120)
+    client.models.list()  # polling the list is no use
+    client.models.list()
+    assert catalog.unload_idle() == [run.pk]
+    run.refresh_from_db()
+    assert run.state == RunState.STOPPING and "(on demand)" in run.stop_reason
+    # A run an operator started is left alone.
+    manual = Run.objects.create(recipe=qwen, host=Host.objects.create(
+        name=f"spark-od2-{uuid.uuid4().hex[:6]}", engine=Host.Engine.PROCESS, simulated=True, **ports(21100, 21199)),
+        port=21100, image="x", state=RunState.QUEUED)  # fmt: skip
+    _ready(manual)
+    store._sync().set(store.used_key(manual.pk), int(time.time()) - 3600)
+    assert catalog.unload_idle() == []
+
+
+def test_a_served_request_marks_its_run_used(panel, replica, member, gateway_key, qwen):
+    _sim, run = replica(qwen)
+    OnDemand.objects.create(recipe=qwen)
+    before = time.time()
+    _sdk(panel, gateway_key(member)).chat.completions.create(
+        model=run.served_name, messages=HI, max_tokens=2
+    )
+    used = store.last_used(run.pk)
+    assert used is not None and used >= int(before)
+    assert catalog.idle_seconds(run) < 5
