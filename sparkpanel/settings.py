@@ -307,6 +307,10 @@ GATEWAY_BUFFER_MAX_BYTES = env_int("GATEWAY_BUFFER_MAX_MB", 256) * 1_000_000
 GATEWAY_STREAM_MAX_BYTES = env_int("GATEWAY_STREAM_MAX_MB", 1024) * 1_000_000
 # Asking a model server how many prompt tokens a cut-short answer cost (/tokenize).
 GATEWAY_TOKENIZE_TIMEOUT_S = 5.0
+# Models on demand (docs/gateway.md): the longest a request may ask to be held while its
+# model loads (X-SparkPanel-Wait), and how many requests one process holds for one model.
+GATEWAY_ONDEMAND_WAIT_MAX_S = env_int("GATEWAY_ONDEMAND_WAIT_MAX_S", 1800)
+GATEWAY_ONDEMAND_HELD_MAX = env_int("GATEWAY_ONDEMAND_HELD_MAX", 64)
 # Usage rows older than this are summed into per-user, per-model totals and deleted
 # (apps/gateway/usage.py::prune, daily); 0 keeps every row.
 GATEWAY_USAGE_RETENTION_DAYS = env_int("GATEWAY_USAGE_RETENTION_DAYS", 400)

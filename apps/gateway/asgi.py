@@ -94,6 +94,25 @@ async def _send_error(send, exc: Refused) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+WAIT_HEADER = b"x-sparkpanel-wait"
+HOLD_POLL_S = 5.0  # how often a held request looks again (and a stream hears of it)
+
+
+def _wait_seconds(scope) -> float:
+    """How long the client will wait for an on-demand model to load (X-SparkPanel-Wait:
+    seconds, at most GATEWAY_ONDEMAND_WAIT_MAX_S); 0 when it did not ask."""
+    raw = _header(scope, WAIT_HEADER)
+    if not raw:
+        return 0.0
+    try:
+        seconds = float(raw.strip())
+    except ValueError:
+        return 0.0
+    if not seconds > 0:  # also NaN
+        return 0.0
+    return min(seconds, float(settings.GATEWAY_ONDEMAND_WAIT_MAX_S))
+
+
 def _with_headers(send, extra: list[tuple[bytes, bytes]]):
     """`send` that adds `extra` headers to the response's start."""
 
@@ -138,6 +157,7 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         # What this process holds of answers not yet passed on (vllm_adapter/relay.py).
         self.budget = relay.Budget(settings.GATEWAY_BUFFER_MAX_BYTES)
+        self._held: dict[str, int] = {}  # model -> requests held for its load (this process)
 
     def _bind(self) -> None:
         """Connections and locks belong to one event loop: a new loop (a server restarted in
@@ -152,6 +172,7 @@ class Gateway:
             self.inflight.clear()
             self.down.clear()
             self.budget = relay.Budget(settings.GATEWAY_BUFFER_MAX_BYTES)
+            self._held = {}
 
     # --- entry ----------------------------------------------------------------------------
     async def __call__(self, scope, receive, send) -> None:
@@ -296,6 +317,72 @@ class Gateway:
                 live = {r.run_id for replicas in self.table.ready.values() for r in replicas}
                 self.down = {k: v for k, v in self.down.items() if k in live}
 
+    async def _hold(self, receive, send, model, admission, outcome, *, stream) -> bool:
+        """Hold a request that asked to wait (X-SparkPanel-Wait) while its on-demand model
+        loads: a streamed one gets its 200 at once and an SSE comment with the load's
+        progress every few seconds; a whole one waits silently. True when a replica is
+        ready (the caller sends the request on); False when the client left or, on a
+        stream, the load failed (said in an error event). A load that cannot happen, or
+        outlasts the wait, is a 503 for a request that has no stream yet."""
+        held = self._held.setdefault(model, 0)
+        if held >= settings.GATEWAY_ONDEMAND_HELD_MAX:
+            raise Refused(429, f"{held} requests already wait for '{model}' to load; try again "
+                          "shortly.", "rate_limit_exceeded", "load_queue_full",
+                          headers=[(b"retry-after", b"10")])  # fmt: skip
+        self._held[model] = held + 1
+        gone = asyncio.Event()
+
+        async def watch():
+            while True:
+                if (await receive())["type"] == "http.disconnect":
+                    gone.set()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            recipe_id = self.table.on_demand[model]
+            state = None
+            while True:
+                with contextlib.suppress(RedisError):
+                    await self._ensure_table(await self.store.routes_version())
+                if self.table.ready.get(model):
+                    return True
+                load = sync_to_async(catalog.request_load_for)
+                state = await load(recipe_id, int(admission.user))
+                now = time.monotonic()
+                failed = state.state == "cannot_load" or now >= outcome.hold_until
+                if failed:
+                    message = (
+                        state.message + "." if state.state == "cannot_load"
+                        else f"'{model}' did not load within the wait: {state.message}."
+                    )  # fmt: skip
+                    if not outcome.sse_started:
+                        raise Refused(503, message, "service_unavailable", "model_cannot_load"
+                                      if state.state == "cannot_load" else "model_loading",
+                                      headers=[(b"retry-after",
+                                                str(state.retry_after_s).encode())])  # fmt: skip
+                    outcome.status, outcome.error = 503, message[:300]
+                    event = b"data: " + error_body(message, "service_unavailable", 503) + b"\n\n"
+                    await send({"type": "http.response.body", "body": event + sse.DONE_EVENT,
+                                "more_body": False})  # fmt: skip
+                    return False
+                if stream:
+                    if not outcome.sse_started:
+                        outcome.sse_started = True
+                        await send({"type": "http.response.start", "status": 200,
+                                    "headers": _SSE_HEADERS})  # fmt: skip
+                    comment = f": {state.message}\n\n".encode("utf-8", "replace")
+                    await send({"type": "http.response.body", "body": comment, "more_body": True})
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(HOLD_POLL_S):
+                        await gone.wait()
+                if gone.is_set():
+                    outcome.cancelled, outcome.status = True, 499
+                    return False
+        finally:
+            watcher.cancel()
+            self._held[model] -= 1
+
     async def _load_on_demand(self, model: str, admission: _Admission) -> Refused:
         """An on-demand model no run serves: start it (or join the start under way) and
         answer 503 with where it stands and when to come back (apps/gateway/catalog.py)."""
@@ -434,7 +521,14 @@ class Gateway:
         while True:
             replica = self.table.pick(model, self.inflight, self.down, tried)
             if replica is None and model in self.table.on_demand and not tried:
-                raise await self._load_on_demand(model, admission)
+                wait = _wait_seconds(scope)
+                if not wait:
+                    raise await self._load_on_demand(model, admission)
+                if outcome.hold_until is None:
+                    outcome.hold_until = time.monotonic() + wait
+                if not await self._hold(receive, send, model, admission, outcome, stream=stream):
+                    return  # the client left, or the load failed (said on the stream)
+                continue
             if replica is None:
                 raise self._unroutable(model)
             if rewrite:
@@ -501,7 +595,8 @@ class Gateway:
         )  # fmt: skip
         watcher = _DisconnectWatcher(receive, response)
         outcome.status = 200
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        if not outcome.sse_started:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         try:
             async for data in response.chunks():
                 out = tap.feed(data)
@@ -586,6 +681,11 @@ class Gateway:
                     body = body.replace(*rename, 1)
             else:
                 outcome.error = endpoints.error_message(body)[:300]
+            if outcome.sse_started:  # held with keep-alives: the answer goes as an event
+                await outcome.settle()
+                event = b"data: " + body.strip() + b"\n\n" + sse.DONE_EVENT
+                await send({"type": "http.response.body", "body": event, "more_body": False})
+                return
             content_type = response.header(b"content-type") or b"application/json"
             headers = [(b"content-type", content_type),
                        (b"content-length", str(len(body)).encode())]  # fmt: skip
@@ -654,9 +754,9 @@ def _cap(cap: int | None, replica: routing.Replica) -> int | None:
 
 
 class _Outcome:
-    __slots__ = ("cancelled", "completion", "error", "first_token_at", "path", "payload",
-                 "prompt", "replica", "run", "server_status", "settle", "status",
-                 "usage_seen")  # fmt: skip
+    __slots__ = ("cancelled", "completion", "error", "first_token_at", "hold_until", "path",
+                 "payload", "prompt", "replica", "run", "server_status", "settle",
+                 "sse_started", "status", "usage_seen")  # fmt: skip
 
     def __init__(self):
         self.settle = None  # the request's settle() (Gateway._relay), once, before its end
@@ -671,6 +771,8 @@ class _Outcome:
         self.replica: routing.Replica | None = None  # the server the request was sent to
         self.server_status = 0  # what that server answered (0: no answer's head came)
         self.usage_seen = False
+        self.hold_until: float | None = None  # held for an on-demand load until (monotonic)
+        self.sse_started = False  # a held stream's 200 and keep-alives went out already
 
     def take_usage(self, usage: dict | None) -> None:
         if usage:

@@ -157,3 +157,148 @@ def test_a_served_request_marks_its_run_used(panel, replica, member, gateway_key
     used = store.last_used(run.pk)
     assert used is not None and used >= int(before)
     assert catalog.idle_seconds(run) < 5
+
+
+# --- requests that ask to wait (X-SparkPanel-Wait) ----------------------------------------
+
+
+@pytest.fixture
+def one_port_spark(settings, tmp_path):
+    """A Spark whose port range is one free port: the on-demand run gets it, and a real
+    sparksim can be started there as the host's worker would start it."""
+    from tests.conftest import free_port
+
+    settings.VAR_DIR = tmp_path
+    port = free_port()
+    return Host.objects.create(name=f"spark-hold-{uuid.uuid4().hex[:6]}",
+                               engine=Host.Engine.PROCESS, simulated=True, sim_time_scale=50,
+                               port_min=port, port_max=port)  # fmt: skip
+
+
+def _serve(run: Run, tmp_path):
+    """What the host's worker does for a queued run: its server on its port, then ready."""
+    from tests.sparksim.conftest import launch
+
+    sim = launch(tmp_path, "--port", str(run.port), "--gpu-memory-utilization", "0.8",
+                 "--max-model-len", "8192", model=run.recipe.model_id, time_scale=20,
+                 api_key=run.api_key)  # fmt: skip
+    _ready(run)
+    return sim
+
+
+def _await_run(timeout: float = 20) -> Run:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.filter(on_demand=True).first()
+        if run is not None:
+            return run
+        time.sleep(0.1)
+    raise AssertionError("no on-demand run was created")
+
+
+def test_a_streamed_request_that_waits_is_held_with_progress_and_answered(
+    panel, member, gateway_key, qwen, one_port_spark, tmp_path
+):
+    import threading
+
+    import httpx
+
+    OnDemand.objects.create(recipe=qwen).hosts.add(one_port_spark)
+    key = gateway_key(member)
+    lines: list[str] = []
+
+    def ask():
+        body = {"model": qwen.public_name, "messages": HI, "max_tokens": 5, "stream": True}
+        headers = {"Authorization": f"Bearer {key}", "X-SparkPanel-Wait": "120"}
+        with httpx.stream("POST", panel.v1 + "/chat/completions", json=body, headers=headers,
+                          timeout=120) as response:  # fmt: skip
+            lines.append(f"status {response.status_code}")
+            for line in response.iter_lines():
+                lines.append(line)
+
+    client = threading.Thread(target=ask)
+    client.start()
+    run = _await_run()
+    deadline = time.monotonic() + 20
+    while not any(line.startswith(": loading model") for line in lines):
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+    assert lines[0] == "status 200"
+    sim = _serve(run, tmp_path)
+    try:
+        client.join(timeout=60)
+        assert not client.is_alive()
+    finally:
+        sim.stop()
+    data = [line for line in lines if line.startswith("data: ")]
+    assert data[-1] == "data: [DONE]"
+    assert any('"content"' in line for line in data), lines
+    # The comments came first, then the answer: one request, held through the load.
+    first_data = lines.index(data[0])
+    assert all(line.startswith(":") or not line for line in lines[1:first_data])
+
+
+def test_a_whole_request_that_waits_gets_its_answer_once_loaded(
+    panel, member, gateway_key, qwen, one_port_spark, tmp_path
+):
+    OnDemand.objects.create(recipe=qwen).hosts.add(one_port_spark)
+    client = _sdk(panel, gateway_key(member))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: client.chat.completions.create(
+            model=qwen.public_name, messages=HI, max_tokens=4,
+            extra_headers={"X-SparkPanel-Wait": "120"}))  # fmt: skip
+        run = _await_run()
+        sim = _serve(run, tmp_path)
+        try:
+            answer = future.result(timeout=60)
+        finally:
+            sim.stop()
+    assert answer.usage.completion_tokens == 4
+
+
+def test_a_wait_for_a_model_that_cannot_load_is_a_503(
+    panel, member, gateway_key, qwen, too_long, spark, settings
+):
+    OnDemand.objects.create(recipe=qwen).hosts.add(spark)
+    pinned = Run.objects.create(recipe=too_long, host=spark, port=21005, image="x",
+                                state=RunState.QUEUED, pinned=True)  # fmt: skip
+    _ready(pinned)
+    client = _sdk(panel, gateway_key(member))
+    with pytest.raises(openai.InternalServerError) as refused:
+        list(client.chat.completions.create(model=qwen.public_name, messages=HI, max_tokens=2,
+                                            stream=True,
+                                            extra_headers={"X-SparkPanel-Wait": "60"}))  # fmt: skip
+    assert refused.value.body["code"] == "model_cannot_load"
+    assert "pinned" in refused.value.body["message"]
+
+
+def test_requests_held_for_one_load_are_bounded(panel, member, gateway_key, qwen,
+                                                one_port_spark, settings):  # fmt: skip
+    import threading
+
+    import httpx
+
+    settings.GATEWAY_ONDEMAND_HELD_MAX = 1
+    OnDemand.objects.create(recipe=qwen).hosts.add(one_port_spark)
+    key = gateway_key(member)
+    headers = {"Authorization": f"Bearer {key}", "X-SparkPanel-Wait": "20"}
+    body = {"model": qwen.public_name, "messages": HI, "max_tokens": 2, "stream": True}
+    seen: list[str] = []
+
+    def first():
+        with httpx.stream("POST", panel.v1 + "/chat/completions", json=body, headers=headers,
+                          timeout=60) as response:  # fmt: skip
+            for line in response.iter_lines():
+                seen.append(line)
+
+    holder = threading.Thread(target=first, daemon=True)
+    holder.start()
+    deadline = time.monotonic() + 20
+    while not any(line.startswith(": loading") for line in seen):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    second = httpx.post(panel.v1 + "/chat/completions", json=body, headers=headers, timeout=30)
+    assert second.status_code == 429 and second.json()["error"]["code"] == "load_queue_full"
+    assert int(second.headers["retry-after"]) > 0
+    holder.join(timeout=40)  # the first gives up at its wait, with an error event
+    assert any('"code": 503' in line or '"code":503' in line for line in seen), seen
