@@ -99,12 +99,17 @@ def _loading(run: Run, name: str) -> LoadState:
 
 
 def last_cold_start_s(recipe: Recipe, host: Host) -> float | None:
-    """The last measured start-up (queued to ready) of the recipe on that Spark."""
-    for run in Run.objects.filter(recipe=recipe, host=host, timings__has_key="ready").order_by(
-        "-created_at"
-    )[:5]:
-        seconds = run.ready_after_seconds()
-        if seconds:
+    """The last measured start-up of the recipe on that Spark: wall seconds from its first
+    phase to ready (what a waiting request waits, on a simulated host too)."""
+    runs = Run.objects.filter(recipe=recipe, host=host, timings__has_key="ready")
+    for run in runs.order_by("-created_at")[:5]:
+        try:
+            starts = [datetime.fromisoformat(span["start"]) for span in run.timings.values()]
+            ready = datetime.fromisoformat(run.timings["ready"]["start"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        seconds = (ready - min(starts)).total_seconds()
+        if seconds > 0:
             return seconds
     return None
 
@@ -308,3 +313,39 @@ def unload_idle() -> list[int]:
             _notice(f"{run.host.name}: stopped {run.recipe.public_name}, {reason}.")
         stopped.append(run.pk)
     return stopped
+
+
+def overview(now=None) -> list[dict]:
+    """Each catalog entry with what it costs, for the Models page: where it stands (and,
+    when it is not loaded, which Spark a load would take and what it would stop), its last
+    measured cold start on each Spark it may run on, its idle timeout, and who used it in
+    the last hour."""
+    from apps.gateway.models import UsageRecord
+
+    now = now or timezone.now()
+    out = []
+    entries = OnDemand.objects.select_related("recipe").prefetch_related("hosts")
+    for entry in entries:
+        recipe = entry.recipe
+        state = state_of(entry)
+        hosts = list(entry.hosts.all()) or list(Host.objects.order_by("name"))
+        cold = []
+        for host in hosts:
+            seconds = last_cold_start_s(recipe, host)
+            words = _minutes(seconds) if seconds else "never started there"
+            cold.append({"host": host.name, "seconds": seconds, "words": words})
+        users = sorted(set(
+            UsageRecord.objects.filter(model__in=recipe.served_names,
+                                       at__gte=now - timedelta(hours=1), user__isnull=False)
+            .values_list("user__username", flat=True)
+        ))  # fmt: skip
+        evicts = ""
+        if state.state == "can_load":
+            placement = place(entry)
+            if placement.replaces is not None:
+                evicts = f"“{placement.replaces.recipe}” on {placement.host.name}"
+        out.append({"entry": entry, "name": recipe.public_name, "state": state,
+                    "sparks": [h.name for h in entry.hosts.all()], "cold": cold,
+                    "users": users, "evicts": evicts,
+                    "idle": _minutes(entry.idle_timeout_s).removeprefix("about ")})  # fmt: skip
+    return out

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, MANAGE_USERS
-from apps.gateway import usage
+from apps.gateway import catalog, usage
 from apps.gateway.models import ModelAlias, UsageRecord, alias_name_problem
 from apps.gateway.routing import build as build_routes
 from apps.recipes.models import Recipe
@@ -118,7 +118,8 @@ def _models_context(request: HttpRequest, form: AliasForm | None = None) -> dict
     aliases = ModelAlias.objects.select_related("recipe")
     return {"current": "models", "rows": rows, "aliases": aliases,
             "alias_form": form or AliasForm(), "base": request.build_absolute_uri("/v1"),
-            "can_edit": request.user.has_perm(EDIT_RECIPES)}  # fmt: skip
+            "can_edit": request.user.has_perm(EDIT_RECIPES),
+            "on_demand": catalog.overview()}  # fmt: skip
 
 
 @require_http_methods(["GET", "POST"])

@@ -302,3 +302,42 @@ def test_requests_held_for_one_load_are_bounded(panel, member, gateway_key, qwen
     assert int(second.headers["retry-after"]) > 0
     holder.join(timeout=40)  # the first gives up at its wait, with an error event
     assert any('"code": 503' in line or '"code":503' in line for line in seen), seen
+
+
+def test_the_models_page_shows_each_on_demand_models_cost(panel, member, operator, gateway_key,
+                                                          qwen, too_long, spark):  # fmt: skip
+    """Issue 42 §7: the last cold start per Spark (measured), the idle timeout, who used it
+    in the last hour, and what loading it would stop."""
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.utils import timezone
+
+    from apps.gateway.models import UsageRecord
+
+    OnDemand.objects.create(recipe=qwen, idle_timeout_s=1200, priority=3).hosts.add(spark)
+    OnDemand.objects.create(recipe=too_long)
+    earlier = Run.objects.create(recipe=qwen, host=spark, port=21010, image="x",
+                                 state=RunState.STOPPED)  # fmt: skip
+    start = timezone.now() - timedelta(hours=3)
+    earlier.timings = {"queued": {"start": start.isoformat(), "end": (start + timedelta(
+        seconds=20)).isoformat()}, "loading": {"start": (start + timedelta(seconds=20)).isoformat(),
+        "end": (start + timedelta(seconds=380)).isoformat()},
+        "ready": {"start": (start + timedelta(seconds=380)).isoformat()}}  # fmt: skip
+    earlier.save(update_fields=["timings"])
+    idle = Run.objects.create(recipe=too_long, host=spark, port=21011, image="x",
+                              state=RunState.QUEUED, on_demand=True)  # fmt: skip
+    _ready(idle)
+    store._sync().set(store.used_key(idle.pk), int(time.time()) - 3600)
+    UsageRecord.objects.create(request_id="r1", at=timezone.now() - timedelta(minutes=10),
+                               user=member, model=qwen.public_name, endpoint="chat",
+                               status=200)  # fmt: skip
+    web = Client()
+    web.force_login(operator)
+    page = web.get("/gateway/").content.decode()
+    table = page.split('data-testid="on-demand"')[1].split("</table>")[0]
+    row = table.split(f"<code>{qwen.public_name}</code>")[1].split("</tr>")[0]
+    assert f"{spark.name}: about 6 min" in row  # 380 s queued to ready
+    assert "20 min" in row and ">3<" in row
+    assert member.username in row
+    assert f"“{too_long}” on {spark.name}" in row  # the idle on-demand run a load would stop
