@@ -102,10 +102,55 @@ def serve_argv(
     if recipe.reasoning_parser:
         argv += ["--reasoning-parser", recipe.reasoning_parser]
     if recipe.tool_call_parser:
+        # vLLM uses a tool-call parser only with auto tool choice on (without it a chat
+        # request carrying `tools` gets a 400); extra arguments that set it decide instead.
+        if not sets_auto_tool_choice(recipe.extra_args or []):
+            argv.append(AUTO_TOOL_CHOICE)
         argv += ["--tool-call-parser", recipe.tool_call_parser]
     argv += list(recipe.extra_args or [])
     assert_safe_argv(argv, model_dirs=model_dirs)
     return argv
+
+
+AUTO_TOOL_CHOICE = "--enable-auto-tool-choice"
+_PARSER_FIELDS = {
+    "--tool-call-parser": "tool_call_parser",
+    "--reasoning-parser": "reasoning_parser",
+}
+
+
+def _auto_tool_choice(flag: str):
+    """vLLM's auto-tool-choice switch when a spelling names it exactly in a known vLLM."""
+    for contract in options.contracts():
+        option = contract.option(flag)
+        if option is not None:
+            return option if option.dest == "enable_auto_tool_choice" else None
+    return None
+
+
+def sets_auto_tool_choice(tokens: Iterable[str]) -> bool:
+    """Whether options (a recipe's extra arguments) turn vLLM's auto tool choice on or off
+    themselves, in any spelling a known vLLM has (`--enable-auto-tool-choice`,
+    `--disable-auto-tool-choice`, `--no-enable-auto-tool-choice`, underscores)."""
+    return any(_auto_tool_choice(flag) for flag, _ in options.given(list(tokens)))
+
+
+def tool_calling(argv: list[str]) -> dict:
+    """What a `vllm serve` vector tells vLLM about tool calls and reasoning: the tool-call
+    parser, whether auto tool choice is on (the last spelling wins, as in vLLM's parser),
+    `served` — vLLM picks a tool parser only with both (`ParserManager.get_tool_parser`);
+    without one it answers a chat request carrying `tools` with HTTP 400 — and the
+    reasoning parser ("" for none)."""
+    out: dict = {"tool_call_parser": "", "auto_tool_choice": False, "reasoning_parser": ""}
+    for flag, value in options.given(argv[3:]):
+        spelled = vllm_contract.Contract.normalise(flag)
+        if spelled in _PARSER_FIELDS:
+            none = spelled == "--reasoning-parser" and value == "none"  # vLLM: unset
+            out[_PARSER_FIELDS[spelled]] = "" if none else value
+        elif (switch := _auto_tool_choice(flag)) is not None:
+            out["auto_tool_choice"] = not switch.negative(spelled)
+    out["served"] = bool(out["tool_call_parser"] and out["auto_tool_choice"])
+    return out
 
 
 def utilization_text(value) -> str:

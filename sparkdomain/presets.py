@@ -2,6 +2,13 @@
 
 Architecture numbers come from the models' published config.json files (SPEC's table);
 where a number is not known it is left out, and the planner says what it cannot compute.
+
+Each model also names the parsers vLLM needs to serve its tool calls and reasoning (the
+recipe's `tool_call_parser` and `reasoning_parser`; a tool-call parser adds
+`--enable-auto-tool-choice` too, `sparkdomain/command.py`): without them vLLM answers a
+chat request that carries `tools` — what every coding agent sends — with HTTP 400. The
+names are ones vLLM 0.33 registers (tests/recipes/test_preset_parsers.py checks them against
+its contract) and the model makers' published vLLM commands use (docs/recipes.md).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ MODELS: dict[str, dict] = {
         "head_dim": 128,
         "recurrent_state_mib": 162.0,
         "checkpoint_kv_dtype": "fp8",
+        "reasoning_parser": "nemotron_v3",
+        "tool_call_parser": "qwen3_coder",
     },
     "qwen3.5-35b-a3b-nvfp4": {
         "label": "Qwen3.5-35B-A3B (NVFP4, linear-attention MoE)",
@@ -36,6 +45,8 @@ MODELS: dict[str, dict] = {
         "kv_heads": 2,
         "head_dim": 256,
         "recurrent_state_mib": 61.0,
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "qwen3_coder",
     },
     "qwen3.5-122b-a10b-nvfp4": {
         "label": "Qwen3.5-122B-A10B (NVFP4, linear-attention MoE)",
@@ -48,6 +59,8 @@ MODELS: dict[str, dict] = {
         "kv_heads": 2,
         "head_dim": 256,
         "recurrent_state_mib": 147.0,
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "qwen3_coder",
     },
     "llama-3.3-70b-nvfp4": {
         "label": "Llama-3.3-70B-Instruct (NVFP4, dense)",
@@ -57,6 +70,7 @@ MODELS: dict[str, dict] = {
         "num_layers": 80,
         "kv_heads": 8,
         "head_dim": 128,
+        "tool_call_parser": "llama3_json",
     },
     "qwen3-32b-bf16": {
         "label": "Qwen3-32B (BF16, dense)",
@@ -66,6 +80,8 @@ MODELS: dict[str, dict] = {
         "num_layers": 64,
         "kv_heads": 8,
         "head_dim": 128,
+        "reasoning_parser": "qwen3",
+        "tool_call_parser": "hermes",
     },
     "gpt-oss-120b": {
         "label": "gpt-oss-120b (MXFP4 experts, sliding-window attention)",
@@ -79,6 +95,8 @@ MODELS: dict[str, dict] = {
         "sliding_window": 128,
         "kv_heads": 8,
         "head_dim": 64,
+        "reasoning_parser": "openai_gptoss",
+        "tool_call_parser": "openai",
     },
 }
 
@@ -133,7 +151,14 @@ def architecture_of(model_key: str) -> dict:
     return {k: model[k] for k in _ARCH_KEYS if k in model} | {"model_id": model["model_id"]}
 
 
-# The four reference recipes (SPEC §2), created by a data migration.
+def parsers_of(model_key: str) -> dict:
+    """The model's reasoning and tool-call parsers, both keys always ("": none)."""
+    model = MODELS[model_key]
+    return {k: model.get(k, "") for k in ("reasoning_parser", "tool_call_parser")}
+
+
+# The four reference recipes (SPEC §2), created by a data migration (0002; 0013 gave the
+# rows of existing installs their parsers).
 RECIPES: list[dict] = [
     {
         "name": "Nemotron-3-Super 120B — official vLLM Spark recipe",
@@ -144,6 +169,7 @@ RECIPES: list[dict] = [
             "3.9 s at 7,234 tokens, measured with vllm/vllm-openai:cu130-nightly."
         ),
         **architecture_of("nemotron-3-super-120b-nvfp4"),
+        **parsers_of("nemotron-3-super-120b-nvfp4"),
         "image": DEFAULT_IMAGE,
         "gpu_memory_utilization": Decimal("0.85"),
         "max_model_len": 131072,
@@ -158,6 +184,7 @@ RECIPES: list[dict] = [
             "reported with stock vLLM."
         ),
         **architecture_of("qwen3.5-35b-a3b-nvfp4"),
+        **parsers_of("qwen3.5-35b-a3b-nvfp4"),
         "image": DEFAULT_IMAGE,
         "gpu_memory_utilization": Decimal("0.90"),
         "max_model_len": 32768,
@@ -173,6 +200,7 @@ RECIPES: list[dict] = [
             "read per token at 273 GB/s), below the 15–20 tok/s the seed reports."
         ),
         **architecture_of("llama-3.3-70b-nvfp4"),
+        **parsers_of("llama-3.3-70b-nvfp4"),
         "image": DEFAULT_IMAGE,
         "gpu_memory_utilization": Decimal("0.85"),
         "max_model_len": 4096,
@@ -188,6 +216,7 @@ RECIPES: list[dict] = [
             "had no CPU swap since 0.18.)"
         ),
         **architecture_of("nemotron-3-super-120b-nvfp4"),
+        **parsers_of("nemotron-3-super-120b-nvfp4"),
         "image": DEFAULT_IMAGE,
         "gpu_memory_utilization": Decimal("0.80"),
         "max_model_len": 8192,

@@ -32,6 +32,7 @@ from sparkdomain.command import (
     docker_run_argv,
     serve_argv,
     shell_line,
+    tool_calling,
 )
 from sparkdomain.planner import plan
 from vllm_adapter import contract as vllm_contract
@@ -90,6 +91,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "serve_argv": argv,
             "serve_line": shell_line(argv),
             "docker_line": docker_line,
+            "tool_calls": tool_calling(argv) if argv else None,  # and the reasoning parser
             "image_note": image_note(recipe.image),
             "runs": recipe.runs.select_related("host")[:20],
             "weights_hosts": weights_on_hosts(recipe),

@@ -81,7 +81,8 @@ def wizard(request: HttpRequest) -> HttpResponse:
         if key in presets.MODELS:
             for name in ARCH_FIELDS:  # a preset replaces the whole architecture
                 data[name] = ""
-            _fill(data, presets.architecture_of(key))
+            # ... and sets the model's parsers (tool calls for coding agents, reasoning).
+            _fill(data, presets.architecture_of(key) | presets.parsers_of(key))
             notes.append(f"Filled in {presets.MODELS[key]['label']}.")
         return _render(request, data, step=1, notes=notes)
     if action.startswith("workload:"):

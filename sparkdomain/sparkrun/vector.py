@@ -102,10 +102,19 @@ def read_vector(argv: list[str], model: str, recipe: SparkrunRecipe, where: str)
         return
     newest = vllm_contract.load()
     extra: list[str] = []
+    # `--enable-auto-tool-choice` beside `--tool-call-parser`: the parser field adds it
+    # (sparkdomain/command.py), so it is not kept twice; (where in extra, its tokens).
+    auto_tools: list[tuple[int, list[str]]] = []
+    parser_given = False
     parallel = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1}
     for read in options.read_options(flags, model_dirs=None, panel_sets=True):
         dest = read.dest
         values = read.tokens[1:]  # [option, *values]; a switch or a JSON key: none
+        parser_given = parser_given or (dest == "tool_call_parser" and not read.problem)
+        if dest == "enable_auto_tool_choice" and not read.problem \
+                and not read.options[-1].negative(read.spelled):  # fmt: skip
+            auto_tools.append((len(extra), read.tokens))
+            continue
         if read.problem and not read.options:
             gone = advice.REMOVED.get(read.spelled)
             if gone:
@@ -139,6 +148,9 @@ def read_vector(argv: list[str], model: str, recipe: SparkrunRecipe, where: str)
                 parallel[dest] = int(recipe.fields[dest])  # type: ignore[arg-type]
             continue
         extra += read.tokens
+    if not parser_given:  # no tool-call parser to add it: the option stays where it was
+        for at, tokens in reversed(auto_tools):
+            extra[at:at] = tokens
     if extra:
         recipe.fields["extra_args"] = [*recipe.fields.get("extra_args", []), *extra]  # type: ignore[misc]
     world = parallel["tensor_parallel_size"] * parallel["pipeline_parallel_size"] * parallel[

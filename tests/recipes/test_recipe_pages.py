@@ -34,7 +34,8 @@ def test_the_four_spec_presets_exist_after_migrate():
     safest = presets["120b-moe-safest"]
     assert serve_argv(safest)[3:] == [
         "--gpu-memory-utilization", "0.80", "--max-model-len", "8192", "--max-num-seqs", "1",
-        "--kv-cache-dtype", "fp8", "--enable-prefix-caching",
+        "--kv-cache-dtype", "fp8", "--enable-prefix-caching", "--reasoning-parser", "nemotron_v3",
+        "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder",
     ]  # fmt: skip
 
 

@@ -117,9 +117,10 @@ def test_a_registry_recipe_keeps_every_option_its_command_passes() -> None:
     assert fields["reasoning_parser"] == "qwen3"
     assert fields["tensor_parallel_size"] == 1
     assert (fields["total_params_b"], fields["active_params_b"]) == (35.0, 3.0)  # 35B-A3B
+    # --enable-auto-tool-choice is not among them: the tool-call parser field adds it.
     assert extra_of(recipe) == [
         "--speculative-config", SPEC, "--load-format", "instanttensor", "--trust-remote-code",
-        "--enable-auto-tool-choice", "--attention-backend", "FLASHINFER",
+        "--attention-backend", "FLASHINFER",
         "--default-chat-template-kwargs.enable_thinking=false",
         "--chat-template", "template.jinja",
     ]  # fmt: skip
