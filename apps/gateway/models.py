@@ -157,8 +157,9 @@ class OnDemand(models.Model):
         help_text="The Sparks it may run on; none: any.",
     )  # fmt: skip
     priority = models.IntegerField(
-        default=0, help_text="A load may stop an idle on-demand model of this priority or lower."
-    )
+        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)],
+        help_text="-100 … 100: a load may stop an idle on-demand model of this priority or lower.",
+    )  # fmt: skip
     idle_timeout_s = models.PositiveIntegerField(
         default=900, validators=[MinValueValidator(60), MaxValueValidator(7 * 86400)],
         help_text="Stopped after this many seconds without an inference request (60 s – 7 days).",

@@ -12,5 +12,11 @@ urlpatterns = [
     path("usage/", views.usage_page, name="usage"),
     path("gateway/", views.models_page, name="gateway-models"),
     path("gateway/aliases/<int:pk>/delete/", views.alias_delete, name="gateway-alias-delete"),
+    path("gateway/on-demand/", views.on_demand_save, name="gateway-on-demand-save"),
+    path(
+        "gateway/on-demand/<int:pk>/delete/",
+        views.on_demand_delete,
+        name="gateway-on-demand-delete",
+    ),
     path("usage.csv", views.usage_csv, name="usage-csv"),
 ]

@@ -13,12 +13,14 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, MANAGE_USERS
+from apps.audit import services as audit
 from apps.gateway import catalog, usage
-from apps.gateway.models import ModelAlias, UsageRecord, alias_name_problem
+from apps.gateway.models import ModelAlias, OnDemand, UsageRecord, alias_name_problem
 from apps.gateway.routing import build as build_routes
 from apps.recipes.models import Recipe
 from sparkdomain.flags import SERVED_NAME
@@ -108,7 +110,73 @@ class AliasForm(forms.Form):
         return name
 
 
-def _models_context(request: HttpRequest, form: AliasForm | None = None) -> dict:
+class OnDemandForm(forms.ModelForm):
+    """Put a recipe in the on-demand catalog, or change its entry (operators)."""
+
+    idle_minutes = forms.IntegerField(
+        min_value=1, max_value=7 * 24 * 60, initial=15, label="Idle timeout (minutes)",
+        help_text="Stopped after this long without an inference request.",
+    )  # fmt: skip
+
+    class Meta:
+        model = OnDemand
+        fields = ["recipe", "hosts", "priority", "exclusive_group", "may_replace_manual"]
+        labels = {"hosts": "Sparks (none: any)", "may_replace_manual": "May replace manual runs"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["recipe"].queryset = Recipe.objects.order_by("name")
+        self.fields["hosts"].required = False
+        if self.instance.pk:
+            self.fields["idle_minutes"].initial = max(1, self.instance.idle_timeout_s // 60)
+
+    def save(self, commit: bool = True):
+        self.instance.idle_timeout_s = self.cleaned_data["idle_minutes"] * 60
+        return super().save(commit=commit)
+
+
+def _entry_fields(entry: OnDemand) -> dict:
+    return {"recipe": entry.recipe.name, "hosts": sorted(h.name for h in entry.hosts.all()),
+            "priority": entry.priority, "idle_timeout_s": entry.idle_timeout_s,
+            "exclusive_group": entry.exclusive_group,
+            "may_replace_manual": entry.may_replace_manual}  # fmt: skip
+
+
+@require_POST
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def on_demand_save(request: HttpRequest) -> HttpResponse:
+    """Add a recipe to the on-demand catalog, or change its entry (one per recipe)."""
+    raw = str(request.POST.get("recipe", ""))
+    # The entry of that recipe, when there is one (the form refuses what is not a recipe).
+    existing = (OnDemand.objects.filter(recipe_id=int(raw)).first()
+                if raw.isdigit() and len(raw) < 19 else None)  # fmt: skip
+    before = _entry_fields(existing) if existing else None
+    form = OnDemandForm(request.POST, instance=existing)
+    if not form.is_valid():
+        context = _models_context(request, on_demand_form=form)
+        return render(request, "gateway/models.html", context, status=400)
+    entry = form.save()
+    audit.record("gateway.on_demand", entry, before=before, after=_entry_fields(entry),
+                 message="changed" if before else "added")  # fmt: skip
+    messages.success(request, f"“{entry.recipe}” is on demand: a request for "
+                     f"{entry.recipe.public_name} loads it.")  # fmt: skip
+    return redirect(reverse("gateway-models") + "#on-demand")
+
+
+@require_POST
+@permission_required(EDIT_RECIPES, raise_exception=True)
+def on_demand_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    entry = get_object_or_404(OnDemand.objects.select_related("recipe"), pk=pk)
+    before = _entry_fields(entry)
+    audit.record("gateway.on_demand", entry, before=before, after=None, message="removed")
+    entry.delete()
+    messages.success(request, f"“{entry.recipe}” is no longer on demand: its runs stay until "
+                     "someone stops them, and a request for it gets 503 again.")  # fmt: skip
+    return redirect(reverse("gateway-models") + "#on-demand")
+
+
+def _models_context(request: HttpRequest, form: AliasForm | None = None,
+                    on_demand_form: OnDemandForm | None = None) -> dict:  # fmt: skip
     table = build_routes("")
     names = sorted(set(table.known) | set(table.ready))
     rows = [{"name": n, "replicas": table.ready.get(n, []),
@@ -119,7 +187,8 @@ def _models_context(request: HttpRequest, form: AliasForm | None = None) -> dict
     return {"current": "models", "rows": rows, "aliases": aliases,
             "alias_form": form or AliasForm(), "base": request.build_absolute_uri("/v1"),
             "can_edit": request.user.has_perm(EDIT_RECIPES),
-            "on_demand": catalog.overview()}  # fmt: skip
+            "on_demand": catalog.overview(),
+            "on_demand_form": on_demand_form or OnDemandForm()}  # fmt: skip
 
 
 @require_http_methods(["GET", "POST"])

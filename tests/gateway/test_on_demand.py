@@ -341,3 +341,36 @@ def test_the_models_page_shows_each_on_demand_models_cost(panel, member, operato
     assert "20 min" in row and ">3<" in row
     assert member.username in row
     assert f"“{too_long}” on {spark.name}" in row  # the idle on-demand run a load would stop
+
+
+def test_operators_keep_the_catalog_on_the_models_page(operator, member, qwen, spark):
+    from django.test import Client
+
+    web = Client()
+    web.force_login(member)
+    data = {"recipe": qwen.pk, "hosts": [spark.pk], "priority": 2, "idle_minutes": 30,
+            "exclusive_group": "", "may_replace_manual": ""}  # fmt: skip
+    assert web.post("/gateway/on-demand/", data).status_code == 403
+    assert not OnDemand.objects.exists()
+    web.force_login(operator)
+    page = web.get("/gateway/").content.decode()
+    assert 'data-testid="on-demand-form"' in page
+    assert web.post("/gateway/on-demand/", data).status_code == 302
+    entry = OnDemand.objects.get()
+    assert (entry.recipe_id, entry.priority, entry.idle_timeout_s) == (qwen.pk, 2, 1800)
+    assert list(entry.hosts.all()) == [spark]
+    # Saving the same recipe again changes its entry; nonsense is refused with the reason.
+    assert (
+        web.post("/gateway/on-demand/", {**data, "idle_minutes": 5, "hosts": []}).status_code == 302
+    )
+    entry.refresh_from_db()
+    assert entry.idle_timeout_s == 300 and not entry.hosts.exists()
+    bad = web.post("/gateway/on-demand/", {**data, "idle_minutes": 0})
+    assert bad.status_code == 400 and "greater than or equal to 1" in bad.content.decode()
+    assert web.post("/gateway/on-demand/", {**data, "recipe": 999999}).status_code == 400
+    actions = list(AuditEntry.objects.filter(action="gateway.on_demand")
+                   .order_by("pk").values_list("message", flat=True))  # fmt: skip
+    assert actions == ["added", "changed"]
+    assert web.post(f"/gateway/on-demand/{entry.pk}/delete/").status_code == 302
+    assert not OnDemand.objects.exists()
+    assert AuditEntry.objects.filter(action="gateway.on_demand", message="removed").exists()
