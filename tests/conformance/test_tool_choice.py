@@ -20,23 +20,11 @@ from __future__ import annotations
 import pytest
 
 from tests.conformance.test_conformance import HI, assert_same_shape, both_post
+from tests.sparksim.test_sim_tool_choice import AUTO_NEEDS_PARSER, NAMED, TOOL
 
 pytestmark = pytest.mark.real_vllm
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
-NAMED = {"type": "function", "function": {"name": "get_weather"}}
-# vLLM 0.33's words, the reference for sparksim (real vLLM's answer is compared besides).
-AUTO_NEEDS_PARSER = (
-    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
-)
-
+# The same tool request the sparksim tests send (vLLM 0.33's words for its refusal there).
 # (id, path, body merged with the model and max_tokens, vLLM's status)
 CASES = [
     ("tools-choice-unset", "/v1/chat/completions", {"messages": HI, "tools": [TOOL]}, 400),
