@@ -11,6 +11,9 @@ import types
 import httpx
 import pytest
 
+from sparksim.engine import Clock, Engine, SimRequest
+from sparksim.metrics import VllmMetrics
+from sparksim.profiles import resolve_profile
 from sparksim.startup import Plan
 from tests.model_configs import GPT_OSS_20B, NEMOTRON_NANO, hf_cache
 from vllm_adapter.startup import predict
@@ -72,15 +75,39 @@ def test_a_plan_without_a_prediction_counts_16_token_blocks():
     assert plan.blocks_at(16) == 1 and plan.blocks_at(17) == 2
 
 
+def _engine(plan: Plan, blocks_at) -> Engine:
+    profile = resolve_profile(NANO)
+    metrics = VllmMetrics(model_name=NANO, max_model_len=8192,
+                          cache_config={"block_size": 16, "num_gpu_blocks": plan.blocks})  # fmt: skip
+    return Engine(profile=profile, architecture=profile.architecture, metrics=metrics,
+                  clock=Clock(), max_model_len=8192, max_num_seqs=8,
+                  max_num_batched_tokens=8192, num_blocks=plan.blocks,
+                  blocks_at=blocks_at)  # fmt: skip
+
+
+def test_eight_1k_requests_on_a_hybrid_are_admitted_together():
+    """The scheduler's own decision, free of wall-clock timing: eight 1.1k-token requests
+    on a cache vLLM sizes for 8 or more of 8k all run at once; the same blocks counted as
+    16-token blocks (the old accounting) would admit only a few of them."""
+    plan = _plan(_prediction(NEMOTRON_NANO, NANO_FLAGS, NANO_SIZE))
+    assert plan.blocks / plan.blocks_at(8192) >= 8
+
+    def admitted(blocks_at) -> int:
+        engine = _engine(plan, blocks_at)
+        for i in range(8):
+            engine.submit(SimRequest(request_id=f"r{i}", prompt_ids=[i] * 1100, max_tokens=96))
+        engine._admit()
+        return len(engine.running)
+
+    assert admitted(plan.blocks_at) == 8
+    assert admitted(None) < 8
+
+
 @pytest.mark.timeout(180)
 def test_concurrent_requests_a_hybrid_has_room_for_run_side_by_side(start_sim, tmp_path):
-    """Eight 1k-token requests on a hybrid whose start-up says it holds 8 or more of 8k:
-    vLLM runs them side by side; its few hundred blocks counted as 16-token blocks would
-    hold under 5k tokens, and half of them would wait for the others to finish.
-
-    In real time (time scale 1): the first wave takes over 2 s, so a request that waited
-    for it shows in vLLM's queue-time histogram above 1 s, while requests merely sent a
-    little apart by a busy machine wait a step at most."""
+    """Eight 1k-token requests through the server: all finish and none is preempted (a
+    request that waited for a slot is a matter of a busy machine's timing, so the
+    admission itself is judged by the engine test above)."""
     env = hf_cache(tmp_path / "hub", NANO, NEMOTRON_NANO, NANO_SIZE)
     sim = start_sim(*NANO_FLAGS, model=NANO, time_scale=1, env=env)
     line = sim.log().split("Maximum concurrency for 8,192 tokens per request: ")[1]
@@ -101,9 +128,6 @@ def test_concurrent_requests_a_hybrid_has_room_for_run_side_by_side(start_sim, t
     metrics = sim.metrics()
     assert metrics[("vllm:num_preemptions_total", ())] == 0
     assert metrics[("vllm:request_queue_time_seconds_count", ())] == 8
-    # Whole seconds of e2e each (the wave), and no request waited a second for a slot.
-    assert metrics[("vllm:e2e_request_latency_seconds_sum", ())] > 8 * 2.0
-    assert metrics[("vllm:request_queue_time_seconds_bucket", (("le", "1.0"),))] == 8
 
 
 def test_the_prediction_keeps_its_layout_out_of_its_dict():
