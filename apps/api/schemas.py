@@ -67,7 +67,9 @@ class HostOut(Schema):
     last_heartbeat: datetime | None
     agent: AgentOut
     memory: MemoryOut
-    active_run: RunRef | None
+    active_run: RunRef | None  # the oldest of `active_runs`
+    active_runs: list[RunRef]  # every run on the host, oldest first (co-location)
+    max_runs: int  # models it may run side by side
     jobs_running: int
     jobs_queued: int
     url: str

@@ -22,8 +22,9 @@ from apps.benchmarks.plans import plan_levels, plan_refusal
 from apps.core.tls import client_context
 from apps.hosts.clock import run_clock
 from apps.runs import runner as run_runner
+from apps.runs.colocation import runs_on
 from apps.runs.models import STARTING_STATES, Run, RunState
-from apps.runs.services import RunRefused, active_run_on, run_create, run_stop
+from apps.runs.services import RunRefused, run_create, run_stop
 from vllm_adapter import endpoints
 
 log = logging.getLogger(__name__)
@@ -88,17 +89,19 @@ def run_job(job_id: int) -> None:
 
 
 def _ensure_run(job: Job) -> Run:
-    """A ready run of the recipe on the host, reused; a run of another recipe there is
-    swapped out first (`_swap_out`; a pinned one fails the job); else start one here (on
-    the host's queue, so it cannot wait for a start task queued behind this job). Run
-    admission applies to the start, memory included, once the host is free."""
-    active = active_run_on(job.host)
-    swapped = active is not None and (
-        active.recipe_id != job.recipe_id or active.state == RunState.STOPPING
-    )
-    if swapped:
-        _swap_out(job, active)
-        active = None
+    """A ready run of the recipe on the host, reused; every run of another recipe there is
+    swapped out first, as the job takes the Spark alone (`_swap_out`; a pinned one fails
+    the job); else start one here (on the host's queue, so it cannot wait for a start
+    task queued behind this job). Run admission applies to the start, memory included,
+    once the host is free."""
+    runs = runs_on(job.host)
+    active = next((r for r in runs if r.recipe_id == job.recipe_id
+                   and r.state != RunState.STOPPING), None)  # fmt: skip
+    # The job takes the Spark alone: models beside its recipe's run share its bandwidth.
+    others = [r for r in runs if r is not active]
+    swapped = bool(others)
+    for other in others:
+        _swap_out(job, other)
     if active is not None and active.state == RunState.READY:
         _progress(job, step=f"Reusing the ready run {active.pk}")
         return active

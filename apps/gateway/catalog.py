@@ -2,14 +2,18 @@
 it through /v1, and which runs are stopped again when idle. docs/gateway.md, "Models on
 demand".
 
-One model a Spark, as everywhere in the panel today: a load goes to an allowed Spark with
-nothing on it (one whose cache holds the weights first), else replaces the on-demand run
-that has been idle longest on an allowed Spark, if its priority is not higher and it is
-not pinned, not claimed by a benchmark and not serving a request; else it cannot load now,
-and says why. vLLM's sleep mode is not used (it has crashed GB10 hosts: vllm #50011): a
-switch is a stop and a start. Requests share one start (the run is the start: while it
-loads, every request for the model sees it). Every automatic start and stop is an audit
-row and a team notice with its reason.
+Placement (`place`): a load goes to an allowed Spark with room now — nothing on it, or,
+where the host runs several models side by side (`Host.max_runs`), room beside what it
+runs: the co-location rules (apps/runs/colocation.py: the ≤ 0.90 rule over the sum of
+the pools, one start at a time, exclusive groups) and the measured memory with the freeze
+margin; one whose cache holds the weights first, then an empty one. Else it replaces one
+on-demand run on an allowed Spark whose stop makes room — the lowest priority, then the
+one idle longest — if its priority is not higher and it is not pinned, not claimed by a
+benchmark and not serving a request; else it cannot load now, and says why. vLLM's sleep
+mode is not used (it has crashed GB10 hosts: vllm #50011): a switch is a stop and a
+start. Requests share one start (the run is the start: while it loads, every request for
+the model sees it). Every automatic start and stop is an audit row and a team notice with
+its reason.
 
 Use: only inference requests mark a run used (`gw:used:<run>`, set by the gateway's
 release script, apps/gateway/store.py); listing models does not keep one alive.
@@ -35,7 +39,14 @@ from apps.gateway.models import OnDemand
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import STARTING_STATES, Run, RunState
-from apps.runs.services import Occupancy, RunRefused, run_start, run_stop
+from apps.runs.services import (
+    Occupancy,
+    RunRefused,
+    memory_refusal,
+    pool_bytes,
+    run_start,
+    run_stop,
+)
 from apps.telemetry.models import HostSample
 
 log = logging.getLogger(__name__)
@@ -127,9 +138,11 @@ def state_of(entry: OnDemand, name: str = "") -> LoadState:
     placement = place(entry)
     if placement.host is None:
         return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
-    if placement.replaces is not None:
+    if placement.stops:
         words = (f"{name} can load on {placement.host.name} (replacing idle "
-                 f"“{placement.replaces.recipe}”)")  # fmt: skip
+                 f"{placement.stops_words()})")  # fmt: skip
+    elif placement.beside:
+        words = f"{name} can load on {placement.host.name} (beside {', '.join(placement.beside)})"
     else:
         words = f"{name} can load on {placement.host.name}"
     return LoadState("can_load", words, host=placement.host.name)
@@ -138,38 +151,92 @@ def state_of(entry: OnDemand, name: str = "") -> LoadState:
 @dataclass(frozen=True)
 class Placement:
     host: Host | None
-    replaces: Run | None = None
+    stops: tuple[Run, ...] = ()  # the idle runs a load stops first, least important first
     why: str = ""  # why no Spark can take it now
+    beside: tuple[str, ...] = ()  # the models it joins on a Spark that runs several
+
+    @property
+    def replaces(self) -> Run | None:
+        return self.stops[0] if self.stops else None
+
+    def stops_words(self) -> str:
+        return " and ".join(f"“{run.recipe}”" for run in self.stops)
 
 
 def place(entry: OnDemand) -> Placement:
-    """The Spark a load of the entry's model goes to (module docstring), or why none."""
+    """The Spark a load of the entry's model goes to (module docstring), or why none:
+    one with room now — nothing on it, or room beside what it runs (apps/runs/colocation.py
+    and the measured memory) — whose cache holds the weights first, then an empty one;
+    else the one where stopping a single idle on-demand run makes room, the lowest
+    priority then the longest idle first."""
     allowed = list(entry.hosts.all()) or list(Host.objects.all())
     if not allowed:
         return Placement(None, why="no Spark is registered")
-    free, replaceable, reasons = [], [], []
+    recipe = entry.recipe
+    room, replaceable, reasons = [], [], []
     for host in sorted(allowed, key=lambda h: h.name):
         occupancy = Occupancy.of(host)
-        active = occupancy.active
-        if active is None and not occupancy.reserved:
-            free.append(host)
-            continue
         if occupancy.reserved:
             reasons.append(f"{host.name} is reserved for a benchmark")
             continue
-        why = _why_not_replace(active, entry)
-        if why:
-            reasons.append(f"{host.name} runs “{active.recipe}” ({why})")
+        runs = occupancy.runs or []
+        why = occupancy.refusal(recipe) if runs else None
+        if why is None and runs:
+            why = memory_refusal(host, recipe)
+        if why is None:
+            cached = host.cached_model(recipe.model_id) is not None
+            room.append(((not cached, len(runs), host.name), host, runs))
+            continue
+        victims, why_not = _victims(host, entry, runs)
+        if not victims:
+            reasons.append(why_not or why)
         else:
-            replaceable.append((idle_seconds(active), host, active))
-    if free:
-        cached = [h for h in free if h.cached_model(entry.recipe.model_id)]
-        return Placement((cached or free)[0])
+            cost = [(_priority(v), -idle_seconds(v)) for v in victims]
+            replaceable.append(((len(victims), max(cost)), host, victims))
+    if room:
+        room.sort(key=lambda item: item[0])
+        _, host, runs = room[0]
+        return Placement(host, beside=tuple(str(r.recipe) for r in runs))
     if replaceable:
-        replaceable.sort(key=lambda item: -item[0])  # idle longest first
-        _, host, victim = replaceable[0]
-        return Placement(host, victim)
+        replaceable.sort(key=lambda item: item[0])
+        _, host, victims = replaceable[0]
+        return Placement(host, tuple(victims))
     return Placement(None, why="; ".join(reasons) or "no Spark can take it")
+
+
+def _priority(run: Run) -> int:
+    theirs = OnDemand.objects.filter(recipe_id=run.recipe_id).first()
+    return theirs.priority if theirs is not None else 0
+
+
+def _victims(host: Host, entry: OnDemand, runs: list[Run]) -> tuple[list[Run], str]:
+    """The fewest idle runs on the host whose stop makes room for the entry's model — the
+    least important first: lowest priority, then idle longest — or why no stop may make
+    room there (a run that may not be stopped, or room that stopping all the others would
+    still not make)."""
+    stoppable, reasons = [], []
+    for run in runs:
+        why = _why_not_replace(run, entry)
+        if why:
+            reasons.append(f"{host.name} runs “{run.recipe}” ({why})")
+        else:
+            stoppable.append(run)
+    stoppable.sort(key=lambda run: (_priority(run), -idle_seconds(run)))
+    chosen: list[Run] = []
+    blocked = "nothing there may be stopped for it"
+    for run in stoppable:
+        chosen.append(run)
+        rest = [r for r in runs if r not in chosen]
+        blocked = Occupancy(host, rest[0] if rest else None, [], rest).refusal(entry.recipe)
+        if blocked is None and rest:
+            freed = sum(pool_bytes(r.recipe, host) for r in chosen)
+            blocked = memory_refusal(host, entry.recipe, freed_bytes=freed)
+        if blocked is None:
+            return chosen, ""
+    if stoppable:
+        reasons.append(f"stopping {' and '.join(f'“{r.recipe}”' for r in stoppable)} on "
+                       f"{host.name} would not make room: {blocked}")  # fmt: skip
+    return [], "; ".join(reasons)
 
 
 def _why_not_replace(run: Run, entry: OnDemand) -> str:
@@ -256,19 +323,21 @@ def _load(entry: OnDemand, name: str, requester) -> LoadState:
     placement = place(entry)
     if placement.host is None:
         return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
-    host, victim = placement.host, placement.replaces
+    host, victims = placement.host, placement.stops
     who = requester.get_username() if requester is not None else "a request"
-    if victim is not None:
+    if victims:
         reason = f"replaced by on-demand {name}, asked for by {who}"
         with acting_as(ACTOR):
-            run_stop(run=victim, reason=reason)
-            _notice(f"{host.name}: stopping idle “{victim.recipe}” to load {name} for {who}.")
+            for victim in victims:
+                run_stop(run=victim, reason=reason)
+            _notice(f"{host.name}: stopping idle {placement.stops_words()} to load {name} "
+                    f"for {who}.")  # fmt: skip
         from apps.gateway.tasks import load_after_stop
 
         args = [entry.recipe_id, host.pk, getattr(requester, "pk", None)]
         transaction.on_commit(lambda: load_after_stop.apply_async(args=args, queue=host.queue))
         return LoadState("loading", f"loading model {name} on {host.name}: stopping idle "
-                         f"“{victim.recipe}” first", host=host.name)  # fmt: skip
+                         f"{placement.stops_words()} first", host=host.name)  # fmt: skip
     return start_on(entry, host, requester)
 
 
@@ -342,8 +411,8 @@ def overview(now=None) -> list[dict]:
         evicts = ""
         if state.state == "can_load":
             placement = place(entry)
-            if placement.replaces is not None:
-                evicts = f"“{placement.replaces.recipe}” on {placement.host.name}"
+            if placement.stops:
+                evicts = f"{placement.stops_words()} on {placement.host.name}"
         out.append({"entry": entry, "name": recipe.public_name, "state": state,
                     "sparks": [h.name for h in entry.hosts.all()], "cold": cold,
                     "users": users, "evicts": evicts,

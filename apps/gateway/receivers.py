@@ -15,7 +15,7 @@ from apps.accounts.signals import revoke_credentials
 from apps.gateway import keys, store
 from apps.gateway.models import AllowedOrigin, Limit, ModelAlias, OnDemand
 from apps.recipes.models import Recipe
-from apps.runs.signals import run_state_changed
+from apps.runs.signals import colocation_conflicts, run_state_changed
 
 
 def _routes_changed(**kwargs) -> None:
@@ -26,7 +26,27 @@ def _records_changed(**kwargs) -> None:
     transaction.on_commit(lambda: store.bump(store.GEN))
 
 
+def exclusive_group_conflicts(*, host, recipe, runs, **kwargs) -> list[str]:
+    """Models of one exclusive group (the on-demand catalog) never share a Spark."""
+    ids = [recipe.pk, *(r.recipe_id for r in runs)]
+    rows = OnDemand.objects.filter(recipe_id__in=ids).exclude(exclusive_group="")
+    entries = {e.recipe_id: e for e in rows}
+    mine = entries.get(recipe.pk)
+    if mine is None:
+        return []
+    return [
+        f"“{recipe}” and “{run.recipe}” are in the exclusive group “{mine.exclusive_group}” "
+        f"(the on-demand catalog): they never share a Spark, and {host.name} runs “{run.recipe}”."
+        for run in runs
+        if run.recipe_id in entries
+        and entries[run.recipe_id].exclusive_group == mine.exclusive_group
+    ]
+
+
 def connect() -> None:
+    colocation_conflicts.connect(
+        exclusive_group_conflicts, weak=False, dispatch_uid="gateway.exclusive_group"
+    )
     # run_state_changed is sent after the commit already
     run_state_changed.connect(
         lambda **kw: store.bump(store.ROUTES), weak=False, dispatch_uid="gateway.run_state"

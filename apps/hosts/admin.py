@@ -12,7 +12,7 @@ class HostAdmin(admin.ModelAdmin):
     ]  # fmt: skip
     fieldsets = [
         (None, {"fields": ["name", "description", "engine", "vllm_version", "advertise_host",
-                           ("port_min", "port_max")]}),
+                           ("port_min", "port_max"), "max_runs"]}),
         ("Docker", {
             "description": "The container template is fixed; these are the only choices. "
             "Recipes can never add mounts, devices or privileges.",

@@ -93,6 +93,6 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         "runs": runs[:HISTORY_LIMIT],
         "history_limit": HISTORY_LIMIT,
         "run_count": runs.count(),
-        "active": host.runs.active().select_related("recipe").first(),
+        "active": list(host.runs.active().select_related("recipe").order_by("created_at")),
     }
     return render(request, "hosts/detail.html", context)

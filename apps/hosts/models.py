@@ -29,6 +29,8 @@ HOST_NAME = RegexValidator(
 HEARTBEAT_STALE = timedelta(seconds=90)
 AGENT_STALE = timedelta(seconds=5)
 SIM_MEMINFO_FRESH_S = 5.0
+# Models side by side on one Spark at most (co-location: apps/runs/colocation.py).
+MAX_RUNS_PER_HOST = 4
 
 
 def validate_image_patterns(value) -> None:
@@ -183,6 +185,15 @@ class Host(models.Model):
         validators=[MinValueValidator(0.1)],
         help_text=f"The run is stopped below this much MemAvailable. Default "
         f"{spark.WATCHDOG_ACT_GB:g} GB, the top of the seed's 2–3 GB freeze band.",
+    )  # fmt: skip
+    max_runs = models.PositiveSmallIntegerField(
+        "models at once", default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RUNS_PER_HOST)],
+        help_text=f"How many models may run on this Spark side by side (1 … {MAX_RUNS_PER_HOST}). "
+        "More than one only when their vLLM pools fit together: the sum of their "
+        "utilizations stays at or under 0.90, each start passes vLLM's free-memory gate with "
+        "the freeze margin left over, and one starts at a time (docs/runs.md, Several models "
+        "on one Spark). 1: one model at a time.",
     )  # fmt: skip
     drop_page_cache = models.BooleanField(
         "drop the page cache before a start", default=False,

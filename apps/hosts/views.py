@@ -14,7 +14,7 @@ def host_list(request: HttpRequest) -> HttpResponse:
     for host in Host.objects.all():
         row = {
             "host": host,
-            "active": host.runs.active().select_related("recipe").first(),
+            "active": list(host.runs.active().select_related("recipe").order_by("created_at")),
             "agent": agent_state(host),
             "incidents": recent_incidents(host),
         }

@@ -15,7 +15,7 @@ from apps.api.errors import DATABASE_UNAVAILABLE, json_error
 from apps.core.forms import NoticeForm
 from apps.core.models import Notice
 from apps.hosts.models import Host
-from apps.runs.models import Run
+from apps.runs.colocation import runs_on
 from apps.telemetry.selectors import agent_state, backfill
 
 
@@ -25,7 +25,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         {
             "host": host,
             "agent": agent_state(host),
-            "active": Run.objects.active().on(host).select_related("recipe").first(),
+            "runs": runs_on(host),
             "tele_id": f"tele-host-{host.pk}",
             "backfill_id": f"tele-host-{host.pk}-data",
             "backfill": backfill(host),

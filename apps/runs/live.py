@@ -14,6 +14,7 @@ from django.template.loader import render_to_string
 from apps.core import live
 from apps.core.live import Element
 from apps.hosts.live import host_or_404
+from apps.runs import colocation
 from apps.runs.models import Run
 from apps.runs.weights import cache_context
 
@@ -54,8 +55,7 @@ def _run_log_context(key: str, request) -> dict:
 
 def _host_line_context(key: str, request) -> dict:
     host = host_or_404(key)
-    active = Run.objects.active().on(host).select_related("recipe").first()
-    return {"host": host, "active": active}
+    return {"host": host, "runs": colocation.runs_on(host)}
 
 
 live.register(

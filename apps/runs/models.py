@@ -162,6 +162,9 @@ class Run(models.Model):
     # Started by a request for an on-demand model (apps/gateway/catalog.py): stopped again
     # when idle; an operator's own start is left alone unless the catalog says otherwise.
     on_demand = models.BooleanField(default=False)
+    # Which of its host's `max_runs` places the run holds while active (0 … max_runs - 1;
+    # always 0 on a host that runs one model at a time).
+    slot = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -170,11 +173,13 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-pk"]
         constraints = [
-            # The second line of defence behind admission control: one active run a host.
+            # The second line of defence behind admission control: one active run a slot of
+            # a host (a host runs `max_runs` models side by side, each in a slot of its own:
+            # apps/runs/colocation.py).
             models.UniqueConstraint(
-                fields=["host"],
+                fields=["host", "slot"],
                 condition=Q(state__in=ACTIVE_STATES),
-                name="one_active_run_per_host",
+                name="one_active_run_per_host_slot",
             ),
             # ...and for the worker side of pair runs (admission checks a host on either
             # side under a lock: apps/runs/services.py).

@@ -17,7 +17,7 @@ from apps.hosts.models import Host, SparkPair, pair_of
 from apps.recipes.launch import argv_on
 from apps.recipes.models import Recipe
 from apps.recipes.startup import vllm_prediction
-from apps.runs import live
+from apps.runs import colocation, live
 from apps.runs.models import ACTIVE_STATES, STARTING_STATES, InvalidTransition, Run, RunState
 from apps.runs.mods import ModRefused, bundles_for
 from apps.runs.signals import Claim, host_claims
@@ -64,52 +64,66 @@ def _free_port(host: Host) -> int:
 
 @dataclass
 class Occupancy:
-    """What holds a host now: its active run and what other apps claim it for (their
+    """What holds a host now: its active runs and what other apps claim it for (their
     answers to apps/runs/signals.py::host_claims: the benchmark jobs queued or running
-    there, FIFO). One model at a time per Spark: `refusal` is the one answer run admission
-    gives (a manual start: strict); `job_refusal` and `waiting_for` are what a benchmark
-    job meets — the jobs API, the queue form (for every recipe at once) and its queued row."""
+    there, FIFO). `refusal` is the one answer run admission gives (a manual start: one
+    model at a time, or several side by side where the host allows and they fit:
+    apps/runs/colocation.py); `job_refusal` and `waiting_for` are what a benchmark job
+    meets — the jobs API, the queue form (for every recipe at once) and its queued row. A
+    benchmark job always takes the host alone (a neighbour would share its bandwidth)."""
 
     host: Host
-    active: Run | None
+    active: Run | None  # the oldest active run
     # The recipes the host is claimed for, oldest claim first.
     reserved: list[Claim]
+    runs: list[Run] | None = None  # every active run, oldest first (default: `active`)
+
+    def __post_init__(self) -> None:
+        if self.runs is None:
+            self.runs = [self.active] if self.active is not None else []
 
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
         claims = gathered(host_claims, sender=cls, host=host, job=job)
         claims.sort(key=lambda claim: claim.since)
-        return cls(host, active_run_on(host), claims)
+        runs = colocation.runs_on(host)
+        return cls(host, runs[0] if runs else None, claims, runs)
 
     def reusable(self, recipe_id: int) -> Run | None:
         """The active run a benchmark job for this recipe would reuse."""
-        active = self.active
-        if (
-            active is not None
-            and active.recipe_id == recipe_id
-            and active.state != RunState.STOPPING
-        ):
-            return active
+        for run in self.runs or ():
+            if run.recipe_id == recipe_id and run.state != RunState.STOPPING:
+                return run
         return None
 
-    def refusal(self, recipe_id: int, *, reuse: bool = False) -> str | None:
-        """Why a run of the recipe cannot start here now: an active run (unless `reuse`
-        and it is of this recipe), or claims for another recipe."""
-        host, active = self.host, self.active
-        if active is not None and not (reuse and self.reusable(recipe_id)):
-            return (
-                f"{host.name} already runs “{active.recipe}” "
-                f"({active.get_state_display().lower()}): stop it first — one model at a time "
-                "per Spark."
-            )
-        others = self._others(recipe_id)
+    def refusal(self, recipe: Recipe, *, reuse: bool = False, alone: bool = False) -> str | None:
+        """Why a run of the recipe cannot start here now: active runs it may not join
+        (unless `reuse` and one is of this recipe; `alone`: a benchmark job's start, which
+        joins none), or claims for another recipe."""
+        host, runs = self.host, self.runs or []
+        if reuse and self.reusable(recipe.pk):
+            return None
+        same = next((r for r in runs if r.recipe_id == recipe.pk and r.state != RunState.STOPPING),
+                    None)  # fmt: skip
+        if same is not None and host.max_runs > 1:
+            return (f"{host.name} already runs “{recipe}” (run {same.pk}, "
+                    f"{same.get_state_display().lower()}).")  # fmt: skip
+        if alone and runs:
+            first = runs[0]
+            return (f"{host.name} already runs “{first.recipe}” "
+                    f"({first.get_state_display().lower()}): stop it first — a benchmark job "
+                    "takes its Spark alone.")  # fmt: skip
+        why = colocation.refusal(host, recipe, runs)
+        if why is not None:
+            return why
+        others = self._others(recipe.pk)
         if others:
             first = others[0]
             return (
                 f"{host.name} is reserved for “{first.recipe}”: {first.words()} queued or "
-                "running for it will start it. Wait until they finish (or cancel them) — one "
-                "model at a time per Spark."
+                "running for it will start it. Wait until they finish (or cancel them) — a "
+                "benchmark job takes its Spark alone."
             )
         return None
 
@@ -117,16 +131,16 @@ class Occupancy:
         """Why a benchmark job for the recipe cannot be queued here: only a pinned run of
         another recipe. An unpinned one is swapped when the job's turn comes, and jobs for
         other recipes ahead of it swap theirs in their own turn (the host's queue is FIFO)."""
-        active = self.active
-        if active is not None and self._swapped(active, recipe_id) and active.pinned:
-            return pinned_words(active, self.host)
+        for active in self.runs or ():
+            if self._swapped(active, recipe_id) and active.pinned:
+                return pinned_words(active, self.host)
         return None
 
     def waiting_for(self, recipe: Recipe) -> str | None:
         """What a benchmark job for the recipe, queued behind these claims, waits for
         before its turn ("waiting for spark-1 to be free: …"); None when nothing of another
         recipe holds the host (the job reuses the run, or starts its recipe on an idle host)."""
-        host, active = self.host, self.active
+        host = self.host
         others = self._others(recipe.pk)
         if others:
             first = others[0]
@@ -135,9 +149,12 @@ class Occupancy:
                 f"waiting for {host.name} to be free: {first.words()} for “{first.recipe}”"
                 f"{more} ahead of it; each job swaps in its recipe when its turn comes."
             )
-        if active is None or self.reusable(recipe.pk):
+        mine = self.reusable(recipe.pk)
+        foreign = [r for r in self.runs or () if r is not mine]
+        if not foreign:
             return None
-        if active.state == RunState.STOPPING:
+        active = foreign[0]
+        if active.state == RunState.STOPPING and len(foreign) == 1:
             return (
                 f"waiting for {host.name} to be free: its run of “{active.recipe}” is stopping; "
                 f"when this job's turn comes, it starts “{recipe}”."
@@ -147,6 +164,13 @@ class Occupancy:
             f"({active.get_state_display().lower()}); when this job's turn comes, it stops "
             f"that run and starts “{recipe}”."
         )
+        if len(foreign) > 1:
+            words = (f"waiting for {host.name} to be free: it runs {len(foreign)} other models "
+                     f"({', '.join(f'“{r.recipe}”' for r in foreign)}); when this job's turn "
+                     f"comes, it stops them (a benchmark takes its Spark alone) and "
+                     f"{'reuses' if mine else 'starts'} “{recipe}”.")  # fmt: skip
+        elif mine is not None:
+            words = words.replace(f"starts “{recipe}”", f"reuses “{recipe}”")
         if active.pinned:
             words += (
                 f" Run {active.pk} has been pinned since: unless an operator unpins it, this "
@@ -187,8 +211,11 @@ def busy_refusal(host: Host, recipe: Recipe, *, reuse: bool = False, job=None) -
     turn on the host's FIFO queue — only the active run counts: jobs queued ahead of it
     for other recipes swap theirs in their own turn."""
     if job is not None:
-        return Occupancy(host, active_run_on(host), []).refusal(recipe.pk, reuse=reuse)
-    return Occupancy.of(host).refusal(recipe.pk, reuse=reuse)
+        runs = colocation.runs_on(host)
+        return Occupancy(host, runs[0] if runs else None, [], runs).refusal(
+            recipe, reuse=reuse, alone=True
+        )
+    return Occupancy.of(host).refusal(recipe, reuse=reuse)
 
 
 def can_override_fit(user) -> bool:
@@ -351,7 +378,23 @@ def pair_fit_check(
     return _admit_fit(recipe, result.verdict, reason, where, user, fit_confirmation)
 
 
-def _memory_refusal(host: Host, recipe: Recipe) -> None:
+def memory_refusal(host: Host, recipe: Recipe, *, freed_bytes: float = 0) -> str | None:
+    """Why the host's measured memory cannot take the recipe's pool now (None when it
+    can): the start's own rule, for callers that weigh places (`freed_bytes`: memory a
+    stop they plan would give back)."""
+    try:
+        _memory_refusal(host, recipe, freed_bytes=freed_bytes)
+    except RunRefused as exc:
+        return str(exc)
+    return None
+
+
+def pool_bytes(recipe: Recipe, host: Host) -> float:
+    """The vLLM pool a run of the recipe takes on the host: utilization × total."""
+    return float(recipe.gpu_memory_utilization) * host.spec().cuda_visible_gib * GIB
+
+
+def _memory_refusal(host: Host, recipe: Recipe, *, freed_bytes: float = 0) -> None:
     try:
         memory, _source = host.measured_memory()
     except MeminfoError as exc:
@@ -359,14 +402,16 @@ def _memory_refusal(host: Host, recipe: Recipe) -> None:
     spec = host.spec()
     pool = float(recipe.gpu_memory_utilization) * spec.cuda_visible_gib * GIB
     needed = pool + spec.freeze_margin_gb * GB
-    if memory.available_bytes < needed:
+    available = memory.available_bytes + freed_bytes
+    if available < needed:
         # The same arithmetic as the host page's "largest utilization a start can ask for now".
-        panel, _gate = startable_now(memory.available_bytes, spec.cuda_visible_gib,
+        panel, _gate = startable_now(int(available), spec.cuda_visible_gib,
                                      spec.freeze_margin_gb)  # fmt: skip
         largest = (f"the largest a start can ask for there now is {panel}" if panel > 0
                    else "no start fits there now")  # fmt: skip
         raise RunRefused(
-            f"{host.name} has {memory.available_bytes / GB:.1f} GB available; this recipe's vLLM "
+            f"{host.name} has {available / GB:.1f} GB available"
+            f"{' once the runs it replaces stop' if freed_bytes else ''}; this recipe's vLLM "
             f"pool takes {pool / GB:.1f} GB ({recipe.utilization_text} × "
             f"{spec.cuda_visible_gib} GiB) and {spec.freeze_margin_gb:g} GB must stay free, so it "
             f"needs {needed / GB:.1f} GB ({largest}). Stop what else is using memory or lower "
@@ -464,8 +509,10 @@ def run_create(
         argv += [RAY_BACKEND_FLAG, "ray"]  # ranks over two nodes (sparkdomain/pair.py)
     try:
         with transaction.atomic():
+            slot = _slot(host, recipe, reuse=False, job=job)
             run = Run.objects.create(
                 recipe=recipe, host=host, started_by=user, port=port, image=recipe.image,
+                slot=slot,
                 peer_host=pair.worker if pair is not None else None,
                 argv=argv, step="Waiting for the host's worker", restart_of=restart_of,
                 fit_verdict=admission.verdict,
@@ -486,6 +533,17 @@ def run_create(
         raise RunRefused(
             f"{names} already has an active run: stop it first.", "host_busy"
         ) from None
+
+
+def _slot(host: Host, recipe: Recipe, *, reuse: bool, job) -> int:
+    """Inside the run's transaction: the host's row locked (where the database can), the
+    host's runs read again and judged again (a start admitted a moment ago counts), and
+    the smallest free slot, which the database lets one active run hold."""
+    Host.objects.select_for_update().filter(pk=host.pk).first()
+    busy = busy_refusal(host, recipe, reuse=reuse, job=job)
+    if busy is not None:
+        raise RunRefused(busy, "host_busy")
+    return colocation.free_slot(host, colocation.runs_on(host))
 
 
 def run_start(

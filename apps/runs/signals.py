@@ -23,6 +23,11 @@ returns a list of `Claim`: the benchmarks app, one per recipe its active jobs on
 are for. With a benchmark `job`, only the jobs ahead of it count; else None. (The worker
 running a job asks no claims: its turn has come, and the jobs ahead swap in theirs.)
 
+``colocation_conflicts(sender=Run, host=host, recipe=recipe, runs=[run, ...])``: why a run
+of `recipe` may not start beside `runs`, the host's active runs, when the host runs several
+models side by side (apps/runs/colocation.py). Each receiver returns a list of sentences
+(none: no objection): the gateway's catalog keeps the models of an exclusive group apart.
+
 ``stop_impact(sender=Run, run=run, now=datetime)``: who would lose something if the run
 were stopped or restarted (the confirm page, apps/runs/confirm.py). Each receiver returns
 a dict with some of ``chatting`` (usernames that chatted on the run lately or whose answer
@@ -44,6 +49,7 @@ if TYPE_CHECKING:  # a model: this module is imported before the app registry is
 host_worker_free = Signal()
 host_claims = Signal()
 stop_impact = Signal()
+colocation_conflicts = Signal()
 run_state_changed = Signal()
 
 

@@ -29,7 +29,8 @@ def host_out(host: Host) -> dict:
     memory["used_percent"] = (
         round(100 * (1 - available / total), 1) if total and available is not None else None
     )
-    active = host.runs.active().select_related("recipe").first()
+    runs = list(host.runs.active().select_related("recipe").order_by("created_at", "pk"))
+    active = runs[0] if runs else None
     jobs = Job.objects.active().filter(host=host)
     return {
         "name": host.name,
@@ -47,6 +48,8 @@ def host_out(host: Host) -> dict:
         "active_run": {"id": active.pk, "state": active.state, "recipe": active.recipe.slug}
         if active
         else None,
+        "active_runs": [{"id": r.pk, "state": r.state, "recipe": r.recipe.slug} for r in runs],
+        "max_runs": host.max_runs,
         "jobs_running": jobs.exclude(state=J.QUEUED).count(),
         "jobs_queued": jobs.filter(state=J.QUEUED).count(),
         "url": "/hosts/",
