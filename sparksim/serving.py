@@ -99,7 +99,9 @@ async def serve(args) -> int:
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     server_task = asyncio.create_task(server.serve())
     try:
-        plan = await startup(args, profile, faults, memory, arch, host, executor, checkpoint)
+        others = writer.others_bytes if writer is not None else None
+        plan = await startup(args, profile, faults, memory, arch, host, executor, checkpoint,
+                             others)  # fmt: skip
     except StartupFailed as exc:
         await _start_failed(exc, args, server, server_task, tasks)
         _release_memory(memory, writer)
@@ -171,11 +173,12 @@ def _memory_model(host: HostSpec, faults: Faults) -> MemoryModel:
 def _start_meminfo(
     args, memory: MemoryModel, clock: Clock, tasks: list[asyncio.Task]
 ) -> MeminfoWriter | None:
-    """With --meminfo-file: the file written now, then kept up to date by a task."""
+    """With --meminfo-file: the file written now, then kept up to date by a task. Shared
+    with any other server given the same file: the host's memory is theirs too."""
     if not args.meminfo_file:
         return None
     Path(args.meminfo_file).parent.mkdir(parents=True, exist_ok=True)
-    writer = MeminfoWriter(args.meminfo_file, memory, clock=clock.sim)
+    writer = MeminfoWriter(args.meminfo_file, memory, clock=clock.sim, shared=True)
     writer.write_once()
     tasks.append(asyncio.create_task(writer.run()))
     return writer
@@ -269,11 +272,12 @@ class _QuietServer(uvicorn.Server):
 
 
 def _release_memory(memory: MemoryModel, writer: MeminfoWriter | None) -> None:
-    """A stopped server gives its memory back: the last meminfo written says so."""
-    memory.set_footprint(0)
-    memory.growth_bytes_per_s = 0.0
+    """A stopped server gives its memory back: the last meminfo written says so (and its
+    footprint leaves the host's, so the other servers' next writes say so too)."""
     if writer is not None:
-        writer.write_once()
+        writer.release()
+    else:
+        memory.release()
 
 
 async def _quietly(task: asyncio.Task) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkdomain.planner import (
@@ -99,12 +100,17 @@ def memory_plan(
     arch: Architecture | None = None,
     host: HostSpec | None = None,
     checkpoint=None,
+    others_bytes: float = 0.0,
 ) -> Plan:
     """Memory as the planner computes it: the same functions, from the recipe's checkpoint
     and the host's facts where the engine passed them (sparksim/facts.py). With the
     checkpoint from the cache (sparksim/checkpoint.py), the weights, the KV cache and the
-    verdict are vLLM's own accounting for the command (`predicted_plan`)."""
-    plan = _planner_plan(profile, args, arch, host)
+    verdict are vLLM's own accounting for the command (`predicted_plan`).
+
+    `others_bytes`: what other servers on the same host hold as this one starts. They
+    lower only what is free at start (vLLM's start gate, the weight load), never the KV
+    cache, which vLLM sizes from this server's own utilization budget."""
+    plan = _planner_plan(profile, args, arch, host, others_bytes)
     if checkpoint is not None and getattr(args, "vllm_argv", None):
         return predicted_plan(plan, args, checkpoint, host or HostSpec())
     return plan
@@ -161,7 +167,11 @@ def _speculation(args):
 
 
 def _planner_plan(
-    profile: Profile, args, arch: Architecture | None = None, host: HostSpec | None = None
+    profile: Profile,
+    args,
+    arch: Architecture | None = None,
+    host: HostSpec | None = None,
+    others_bytes: float = 0.0,
 ) -> Plan:
     arch = arch or profile.architecture
     host = host or HostSpec()
@@ -181,8 +191,11 @@ def _planner_plan(
     state = (arch.recurrent_state_mib or 0.0) * MIB / tp
     for_tokens = kv_available - args.max_num_seqs * state if state else kv_available
     tokens = max(int(for_tokens // per_token), 0)
-    # What CUDA finds free when the worker starts: all but the OS and the CUDA context.
-    free_at_start = (host.physical_memory_gb - host.os_reserve_gb - host.cuda_context_gb) * GB
+    # What CUDA finds free when the worker starts: all but the OS, the CUDA context and
+    # what the other servers on the host hold (on a GB10, MemAvailable).
+    free_at_start = (
+        host.physical_memory_gb - host.os_reserve_gb - host.cuda_context_gb
+    ) * GB - max(others_bytes, 0.0)
     return Plan(
         weights,
         pool,
@@ -208,11 +221,15 @@ async def startup(
     host: HostSpec | None = None,
     executor: RayExecutor | None = None,
     checkpoint=None,
+    others: Callable[[], int] | None = None,
 ) -> Plan:
     """Start up as vLLM does (raises StartupFailed where vLLM would die); the plan. With a
     Ray executor (tensor parallel over a pair) the ranks are placed first and each holds
-    its share of the memory on its own Spark."""
-    return await _Startup(args, profile, faults, memory, executor, checkpoint).run(arch, host)
+    its share of the memory on its own Spark. `others()`: what the other servers on the
+    same host hold now (bytes), which vLLM's start gate finds in use (the ranks' hosts'
+    with a Ray executor)."""
+    startup = _Startup(args, profile, faults, memory, executor, checkpoint, others)
+    return await startup.run(arch, host)
 
 
 class _Startup:
@@ -221,9 +238,11 @@ class _Startup:
     def __init__(
         self, args, profile: Profile, faults: Faults, memory: MemoryModel,
         executor: RayExecutor | None = None, checkpoint=None,
+        others: Callable[[], int] | None = None,
     ):  # fmt: skip
         self.args, self.profile, self.faults = args, profile, faults
         self.checkpoint = checkpoint
+        self.others = others
         self.memory = executor if executor is not None else memory
         self.executor = executor
         # What the model's workers log: in the API server's log as they are (one process),
@@ -249,7 +268,8 @@ class _Startup:
             except ExecutorError as exc:
                 raise StartupFailed(str(exc)) from None
             self.wlog = logging.LoggerAdapter(log, {"ray_prefix": self.executor.log_prefix()})
-        self.plan = memory_plan(self.profile, args, arch, host, self.checkpoint)
+        held = self.held_by_others()
+        self.plan = memory_plan(self.profile, args, arch, host, self.checkpoint, held)
         self.errors = VllmErrors(args.vllm_version)
         await self.pause(3.0)
         self.check_free_memory()
@@ -262,6 +282,17 @@ class _Startup:
             await self.capture_graphs()
         self.finish()
         return self.plan
+
+    def held_by_others(self) -> int:
+        """What the other servers on this host (on the ranks' hosts: the fullest) hold as
+        this one starts; sparksim says so, since vLLM's refusal names only the free."""
+        if self.executor is not None:
+            held = self.executor.others_bytes
+        else:
+            held = self.others() if self.others is not None else 0
+        if held > 0:
+            log.info("sparksim: other servers on this host hold %.2f GB at start-up", held / GB)
+        return held
 
     def announce(self) -> None:
         """The server's version, its non-default args, the faults, the engine's config."""

@@ -18,7 +18,9 @@ group, the actors and their deaths are Ray's; only the GPU work is simulated.
 - **Each Spark's memory on that Spark**: a rank's actor keeps its own node's meminfo file
   (the file named by `SPARKSIM_NODE_MEMINFO` in the environment the panel started that Ray
   node with), holding half the weights and half the KV cache; `SPARKSIM_NODE_FAULTS` gives
-  that Spark's own faults (a leak on one side only). The API server writes none.
+  that Spark's own faults (a leak on one side only). The API server writes none. The file
+  is shared as a single server's is (sparksim/memory.py `HostFootprints`): other servers
+  on that Spark count in it, and in the start gate (the fuller Spark's).
 - **A dead rank ends the server**: each actor runs a long-lived task, as vLLM's
   `RayWorkerProc` does; a monitor waits on them, and when one ends (its node was killed,
   its process died) the server logs vLLM's `RayWorkerProc rank=[1] died unexpectedly,
@@ -104,7 +106,7 @@ class _Rank:
         self.writer = None
         if path:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            self.writer = MeminfoWriter(path, self.memory, clock=self._sim_elapsed)
+            self.writer = MeminfoWriter(path, self.memory, clock=self._sim_elapsed, shared=True)
         self.stop = asyncio.Event()
 
     def _sim_elapsed(self) -> float:
@@ -121,6 +123,8 @@ class _Rank:
             "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "meminfo": bool(self.writer),
+            # What other servers on this Spark hold: vLLM's start gate finds it in use.
+            "others_bytes": self.writer.others_bytes() if self.writer is not None else 0,
         }
 
     async def set_footprint(self, nbytes: int) -> None:
@@ -143,11 +147,11 @@ class _Rank:
         return self.rank
 
     async def shutdown(self) -> None:
-        self.memory.set_footprint(0)
-        self.memory.growth_bytes_per_s = 0.0
-        if self.writer is not None:
+        if self.writer is None:
+            self.memory.release()
+        else:
             with contextlib.suppress(OSError):
-                self.writer.write_once()
+                self.writer.release()
         self.stop.set()
 
 
@@ -175,6 +179,7 @@ class RayExecutor:
         self.workers: list[_Worker] = []
         self.group = None
         self.ray = None
+        self.others_bytes = 0  # the most other servers hold on any rank's Spark, at start
 
     async def start(self) -> None:
         """Join the cluster (RAY_ADDRESS, as vLLM's ray.init does), reserve one GPU per
@@ -277,6 +282,7 @@ class RayExecutor:
             raise ExecutorError(
                 f"RuntimeError: Ray workers have not started successfully. {exc}"
             ) from None
+        self.others_bytes = max((place.get("others_bytes", 0) for place in places), default=0)
         for actor, place in zip(actors, places, strict=True):
             worker = _Worker(place["rank"], actor, actor.run.remote(), place["ip"],
                              place["node_id"], place["pid"])  # fmt: skip
