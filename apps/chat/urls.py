@@ -8,6 +8,7 @@ urlpatterns = [
     path("<int:pk>/", views.conversation_page, name="chat-conversation"),
     path("<int:pk>/settings/", views.conversation_settings, name="chat-settings"),
     path("<int:pk>/run/", views.conversation_switch_run, name="chat-switch-run"),
+    path("<int:pk>/load/", views.conversation_load, name="chat-load"),
     path("messages/<int:pk>.json", views.message_json, name="chat-message"),
     # Keeping conversations (apps/chat/keeping.py): export, share links, presets.
     path("<int:pk>/export.md", keeping.export_md, name="chat-export-md"),

@@ -7,13 +7,15 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import search
 from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
 from apps.chat.selectors import visible_to
 from apps.core.ids import form_id
+from apps.gateway import catalog
+from apps.gateway.models import OnDemand
 from apps.runs.models import Run, RunState
 
 
@@ -29,11 +31,19 @@ def _visible(request: HttpRequest):
     return visible_to(request.user, Conversation.objects.select_related("user", "run", "recipe"))
 
 
+def _on_demand_choices(ready) -> list[dict]:
+    """The catalog's models no ready run serves, with where each stands (a chat with one
+    loads it: docs/chat.md, "Models on demand")."""
+    served = {run.recipe_id for run in ready}
+    entries = OnDemand.objects.select_related("recipe").exclude(recipe_id__in=served)
+    return [{"recipe": e.recipe, "state": catalog.state_of(e)} for e in entries[:MAX_ON_DEMAND]]
+
+
 @require_GET
 def chat_index(request: HttpRequest) -> HttpResponse:
-    ready = Run.objects.filter(state=RunState.READY).select_related("recipe", "host")
+    ready = list(Run.objects.filter(state=RunState.READY).select_related("recipe", "host"))
     return render(request, "chat/index.html", {
-        "ready_runs": ready, **_search_context(request),
+        "ready_runs": ready, "on_demand": _on_demand_choices(ready), **_search_context(request),
         "presets": SystemPromptPreset.objects.select_related("created_by")[:MAX_PRESETS_SHOWN],
         "show_owner": request.user.has_perm(MANAGE_USERS),
         "comparisons": Comparison.objects.filter(user=request.user)[:MAX_COMPARISONS_SHOWN],
@@ -43,6 +53,8 @@ def chat_index(request: HttpRequest) -> HttpResponse:
 @require_POST
 @permission_required(USE_CHAT, raise_exception=True)
 def chat_new(request: HttpRequest) -> HttpResponse:
+    if "recipe" in request.POST:
+        return _chat_on_demand(request)
     try:
         run = Run.objects.select_related("recipe").get(pk=int(request.POST.get("run", "")))
     except (ValueError, Run.DoesNotExist):
@@ -53,6 +65,64 @@ def chat_new(request: HttpRequest) -> HttpResponse:
         return redirect("chat")
     conversation = Conversation.objects.create(user=request.user, run=run, recipe=run.recipe)
     return redirect(conversation)
+
+
+def _chat_on_demand(request: HttpRequest) -> HttpResponse:
+    """A chat with an on-demand model: its ready run, else a load asked for by this member,
+    and the conversation page shows the load and sends once the model is ready."""
+    recipe_id = form_id(request.POST.get("recipe"))
+    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
+    if entry is None:
+        messages.error(request, "Pick a model of the on-demand catalog.")
+        return redirect("chat")
+    state = catalog.request_load(entry.recipe_id, request.user)
+    if state.state == "cannot_load":
+        messages.error(request, state.message)
+        return redirect("chat")
+    run = (
+        Run.objects.filter(pk=state.run_id, state=RunState.READY).first() if state.run_id else None
+    )
+    conversation = Conversation.objects.create(user=request.user, run=run, recipe=entry.recipe)
+    return redirect(conversation)
+
+
+def _load_context(request: HttpRequest, conversation: Conversation) -> dict | None:
+    """For a conversation whose model is in the on-demand catalog and not ready: where its
+    load stands, for the page's load panel (None otherwise)."""
+    if conversation.run_ready or conversation.recipe_id is None:
+        return None
+    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=conversation.recipe_id)
+    entry = entry.first()
+    if entry is None:
+        return None
+    return {"url": reverse("chat-load", args=[conversation.pk]), "state": catalog.state_of(entry)}
+
+
+@require_http_methods(["GET", "POST"])
+def conversation_load(request: HttpRequest, pk: int) -> JsonResponse:
+    """Where the conversation's on-demand model stands (GET), or load it (POST: the
+    member asks, as a request through /v1 would). Once it is ready the conversation goes
+    on with its run, and the page sends what was typed meanwhile."""
+    conversation = _conversation(request, pk)
+    if conversation.user_id != request.user.pk or not request.user.has_perm(USE_CHAT):
+        raise PermissionDenied
+    entry = OnDemand.objects.select_related("recipe").filter(
+        recipe_id=conversation.recipe_id).first() if conversation.recipe_id else None  # fmt: skip
+    if entry is None:
+        return JsonResponse({"error": "this model is not in the on-demand catalog"}, status=404)
+    if request.method == "POST":
+        state = catalog.request_load(entry.recipe_id, request.user)
+    else:
+        state = catalog.state_of(entry)
+    ready = False
+    if state.state == "ready" and state.run_id:
+        run = Run.objects.filter(pk=state.run_id, state=RunState.READY).first()
+        if run is not None:
+            if conversation.run_id != run.pk:
+                conversation.run = run
+                conversation.save(update_fields=["run", "updated_at"])
+            ready = True
+    return JsonResponse({**state.as_dict(), "ready": ready})
 
 
 def _conversation(request: HttpRequest, pk: int) -> Conversation:
@@ -75,6 +145,7 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
         "can_write": owner and request.user.has_perm(USE_CHAT),
         "ready": conversation.run_ready,
         "ready_runs": Run.objects.filter(state=RunState.READY).select_related("recipe", "host"),
+        "load": _load_context(request, conversation),
         **_keeping_context(request, conversation),
     })  # fmt: skip
 
@@ -138,6 +209,7 @@ def _search_context(request: HttpRequest) -> dict:
 
 # The most presets a page lists (the team's shared system prompts, apps/chat/keeping.py).
 MAX_COMPARISONS_SHOWN = 20
+MAX_ON_DEMAND = 100  # catalog models listed for a new chat
 MAX_PRESETS_SHOWN = 500
 
 

@@ -279,21 +279,72 @@
   let pending = "";
   const column = new ChatColumn(log, form.dataset.ws, {
     writable: true,
-    onOpen: () => { setState("ready"); form.dataset.connected = "1"; },
+    onOpen: () => {
+      setState(loading ? "waiting for the model…" : "ready");
+      form.dataset.connected = "1";
+      if (queued && !loading) { queued = false; send(); }
+    },
     onClose: () => { form.dataset.connected = ""; },
     onState: setState,
     onStart: () => { pending = ""; streaming(true); setState("answering…"); },
     onDone: () => { streaming(false); setState("ready"); },
     onRefused: () => { if (pending && !textarea.value) textarea.value = pending; pending = ""; },
   });
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
+  // An on-demand model still loading (#chat-load): its progress is polled, and a message
+  // typed meanwhile waits in the box until the model is ready, then goes.
+  const load = document.getElementById("chat-load");
+  let loading = !!load;
+  let queued = false;
+  const send = () => {
     const content = textarea.value;
     if (!content.trim()) return;
+    if (loading) {
+      queued = true;
+      load.querySelector("[data-load-queued]").hidden = false;
+      setState("waiting for the model…");
+      return;
+    }
     if (column.send({ type: "send", content })) {
       pending = content; // given back to the box if the panel refuses it
       textarea.value = "";
     }
+  };
+  if (load) {
+    const message = load.querySelector("[data-load-message]");
+    const bar = load.querySelector("[data-load-bar]");
+    const start = load.querySelector("[data-load-start]");
+    const csrf = () => {
+      const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+      return input ? input.value : "";
+    };
+    const show = (data) => {
+      message.textContent = data.message || "";
+      load.dataset.state = data.state || "";
+      if (typeof data.percent === "number") bar.value = data.percent;
+      else bar.removeAttribute("value");
+      start.hidden = data.state !== "can_load";
+      if (data.ready) {
+        loading = false;
+        load.classList.replace("msg-info", "msg-success");
+        bar.value = 100;
+        load.querySelector("[data-load-queued]").hidden = true;
+        if (queued && column.open) { queued = false; send(); }
+      }
+    };
+    const ask = (method) => fetch(load.dataset.loadUrl, {
+      method, credentials: "same-origin",
+      headers: method === "POST" ? { "X-CSRFToken": csrf() } : {},
+    }).then((r) => r.json()).then(show).catch(() => {});
+    const poll = () => {
+      if (!loading) return;
+      ask("GET").finally(() => { if (loading) setTimeout(poll, 2000); });
+    };
+    start.addEventListener("click", () => ask("POST"));
+    poll();
+  }
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
   });
   textarea.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();

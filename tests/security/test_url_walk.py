@@ -75,6 +75,7 @@ OBJECT_SCOPED = {
     "webhook-test",
     "chat-settings",
     "chat-switch-run",
+    "chat-load",  # loads the owner's conversation's on-demand model
     "chat-share",
     "chat-unshare",
     "chat-preset-apply",
