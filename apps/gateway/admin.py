@@ -48,9 +48,9 @@ class OnDemandAdmin(admin.ModelAdmin):
     stops again when idle (docs/gateway.md, "Models on demand")."""
 
     list_display = ["recipe", "priority", "idle_timeout_s", "exclusive_group",
-                    "may_replace_manual"]  # fmt: skip
+                    "may_replace_manual", "max_replicas"]  # fmt: skip
     fields = ["recipe", "hosts", "priority", "idle_timeout_s", "exclusive_group",
-              "may_replace_manual"]  # fmt: skip
+              "may_replace_manual", "max_replicas", "replica_ttft_slo_s"]  # fmt: skip
     filter_horizontal = ["hosts"]
     autocomplete_fields = ["recipe"]
 

@@ -57,6 +57,8 @@ LOAD_LOCK_S = 30  # one placement decision at a time per model, across panel pro
 MIN_IDLE_TO_REPLACE_S = 60
 ACTOR = Actor(source="on-demand")
 NOTICE_HOURS = 2
+SCALE_WINDOW_S = 60  # a replica is added after a minute under load
+SHRINK_AFTER_S = 300  # an extra replica stops after 5 minutes with no request waiting
 
 
 @dataclass(frozen=True)
@@ -341,17 +343,19 @@ def _load(entry: OnDemand, name: str, requester) -> LoadState:
     return start_on(entry, host, requester)
 
 
-def start_on(entry: OnDemand, host: Host, requester) -> LoadState:
-    """Start the entry's model on `host` now (admission as any start)."""
+def start_on(entry: OnDemand, host: Host, requester, *, reason: str = "") -> LoadState:
+    """Start the entry's model on `host` now (admission as any start); `reason` says why
+    when no request asked ("replica: requests waiting for a minute")."""
     name = entry.recipe.public_name
     who = requester.get_username() if requester is not None else "a request"
+    why = reason or f"asked for by {who}"
     try:
         with transaction.atomic(), acting_as(ACTOR):
             run = run_start(recipe=entry.recipe, host=host, user=None)
             Run.objects.filter(pk=run.pk).update(on_demand=True)
-            audit.record("run.on_demand_load", run, message=f"asked for by {who}",
+            audit.record("run.on_demand_load", run, message=why,
                          after={"recipe": entry.recipe.name, "host": host.name})  # fmt: skip
-            _notice(f"Loading {name} on {host.name}: asked for by {who} (on demand).")
+            _notice(f"Loading {name} on {host.name}: {why} (on demand).")
     except RunRefused as exc:
         return LoadState("cannot_load", f"{name} cannot load on {host.name} now: {exc}")
     run.refresh_from_db()
@@ -384,6 +388,70 @@ def unload_idle() -> list[int]:
     return stopped
 
 
+def under_load(entry: OnDemand, runs: list[Run], now: datetime) -> str:
+    """Why the entry's ready runs are under load ("" when not): every telemetry bucket of
+    the last minute (the host agents' 10-second HostSample rows, one per run) shows
+    requests waiting, or a p95 TTFT over the entry's SLO — and the buckets cover the
+    minute (a run just ready has not shown it yet)."""
+    since = now - timedelta(seconds=SCALE_WINDOW_S)
+    samples = list(HostSample.objects.filter(run__in=runs, at__gte=since).order_by("at"))
+    if not samples or (samples[0].at - since).total_seconds() > SCALE_WINDOW_S / 6:
+        return ""
+    slo = entry.replica_ttft_slo_s
+    waiting = all((s.waiting or 0) > 0 for s in samples)
+    slow = slo is not None and all((s.ttft_p95 or 0) > slo for s in samples)
+    if waiting:
+        return "requests waiting for a minute"
+    if slow:
+        return f"time to first token (p95) over {slo:g} s for a minute"
+    return ""
+
+
+def quiet_for(runs: list[Run], seconds: float, now: datetime) -> bool:
+    """No telemetry bucket of the last `seconds` shows a request waiting on these runs,
+    and the buckets cover that time."""
+    since = now - timedelta(seconds=seconds)
+    samples = HostSample.objects.filter(run__in=runs, at__gte=since)
+    first = samples.order_by("at").first()
+    if first is None or (first.at - since).total_seconds() > seconds / 6:
+        return False
+    return not samples.filter(waiting__gt=0).exists()
+
+
+def scale_replicas(now=None) -> list[str]:
+    """Replicas under load (every 30 s, with the idle unload): an entry that allows more
+    than one copy gets another on a Spark with room (placement as for a load: never
+    beside a copy of itself) while its ready copies are under load for a minute, and
+    loses its newest on-demand copy after SHRINK_AFTER_S with no request waiting. One
+    change per entry per pass, none while a copy is starting. Returns what it did."""
+    now = now or timezone.now()
+    done = []
+    for entry in OnDemand.objects.select_related("recipe").filter(max_replicas__gt=1):
+        runs = list(Run.objects.active().filter(recipe=entry.recipe).select_related("host"))
+        if any(r.state != RunState.READY for r in runs) or not runs:
+            continue
+        name = entry.recipe.public_name
+        why = under_load(entry, runs, now) if len(runs) < entry.max_replicas else ""
+        if why:
+            placement = place(entry)
+            if placement.host is None or placement.stops:
+                log.info("no room for another replica of %s: %s", name,
+                         placement.why or "it would stop another model")  # fmt: skip
+                continue
+            state = start_on(entry, placement.host, None, reason=f"replica: {why}")
+            done.append(f"{name}: {state.message}")
+            continue
+        extra = [r for r in runs if r.on_demand and not r.pinned and not busy(r)]
+        if len(runs) > 1 and extra and quiet_for(runs, SHRINK_AFTER_S, now):
+            newest = max(extra, key=lambda r: r.created_at)
+            reason = f"replica no longer needed: no request waiting for {SHRINK_AFTER_S // 60} min"
+            with transaction.atomic(), acting_as(ACTOR):
+                run_stop(run=newest, reason=reason)
+                _notice(f"{newest.host.name}: stopped a replica of {name} ({reason}).")
+            done.append(f"{name}: stopped run {newest.pk}")
+    return done
+
+
 def overview(now=None) -> list[dict]:
     """Each catalog entry with what it costs, for the Models page: where it stands (and,
     when it is not loaded, which Spark a load would take and what it would stop), its last
@@ -413,7 +481,9 @@ def overview(now=None) -> list[dict]:
             placement = place(entry)
             if placement.stops:
                 evicts = f"{placement.stops_words()} on {placement.host.name}"
+        replicas = Run.objects.active().filter(recipe=recipe).count()
         out.append({"entry": entry, "name": recipe.public_name, "state": state,
+                    "replicas": replicas,
                     "sparks": [h.name for h in entry.hosts.all()], "cold": cold,
                     "users": users, "evicts": evicts,
                     "idle": _minutes(entry.idle_timeout_s).removeprefix("about ")})  # fmt: skip

@@ -172,6 +172,18 @@ class OnDemand(models.Model):
         default=False,
         help_text="A load may stop an idle run of this recipe that an operator started by hand.",
     )  # fmt: skip
+    max_replicas = models.PositiveSmallIntegerField(
+        "replicas at most", default=1, validators=[MinValueValidator(1), MaxValueValidator(8)],
+        help_text="1 … 8. Above 1, another copy loads on another Spark while requests wait "
+        "(or the time to first token is over the SLO below) for a minute; an extra copy "
+        "stops again after 5 minutes with no request waiting.",
+    )  # fmt: skip
+    replica_ttft_slo_s = models.FloatField(
+        "TTFT SLO (s)", null=True, blank=True,
+        validators=[MinValueValidator(0.05), MaxValueValidator(600)],
+        help_text="Optional: a p95 time to first token above this for a minute also adds a "
+        "replica (0.05 – 600 s).",
+    )  # fmt: skip
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -16,11 +16,12 @@ def prune_usage() -> int:
 
 
 @shared_task(name="gateway.unload_idle", ignore_result=True)
-def unload_idle() -> list[int]:
-    """Stop on-demand runs idle past their timeout (every 30 s, beat)."""
+def unload_idle() -> list:
+    """Stop on-demand runs idle past their timeout, and add or remove replicas of the
+    models that allow several (every 30 s, beat)."""
     from apps.gateway import catalog
 
-    return catalog.unload_idle()
+    return [*catalog.unload_idle(), *catalog.scale_replicas()]
 
 
 @shared_task(name="gateway.load_after_stop", ignore_result=True)

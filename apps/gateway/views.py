@@ -120,15 +120,20 @@ class OnDemandForm(forms.ModelForm):
 
     class Meta:
         model = OnDemand
-        fields = ["recipe", "hosts", "priority", "exclusive_group", "may_replace_manual"]
+        fields = ["recipe", "hosts", "priority", "exclusive_group", "may_replace_manual",
+                  "max_replicas", "replica_ttft_slo_s"]  # fmt: skip
         labels = {"hosts": "Sparks (none: any)", "may_replace_manual": "May replace manual runs"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["recipe"].queryset = Recipe.objects.order_by("name")
         self.fields["hosts"].required = False
+        self.fields["max_replicas"].required = False  # blank: one copy
         if self.instance.pk:
             self.fields["idle_minutes"].initial = max(1, self.instance.idle_timeout_s // 60)
+
+    def clean_max_replicas(self) -> int:
+        return self.cleaned_data.get("max_replicas") or 1
 
     def save(self, commit: bool = True):
         self.instance.idle_timeout_s = self.cleaned_data["idle_minutes"] * 60
@@ -139,7 +144,9 @@ def _entry_fields(entry: OnDemand) -> dict:
     return {"recipe": entry.recipe.name, "hosts": sorted(h.name for h in entry.hosts.all()),
             "priority": entry.priority, "idle_timeout_s": entry.idle_timeout_s,
             "exclusive_group": entry.exclusive_group,
-            "may_replace_manual": entry.may_replace_manual}  # fmt: skip
+            "may_replace_manual": entry.may_replace_manual,
+            "max_replicas": entry.max_replicas,
+            "replica_ttft_slo_s": entry.replica_ttft_slo_s}  # fmt: skip
 
 
 @require_POST
