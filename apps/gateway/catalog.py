@@ -452,7 +452,7 @@ def scale_replicas(now=None) -> list[str]:
     return done
 
 
-def overview(now=None) -> list[dict]:
+def overview(now=None, *, only: int | None = None) -> list[dict]:
     """Each catalog entry with what it costs, for the Models page: where it stands (and,
     when it is not loaded, which Spark a load would take and what it would stop), its last
     measured cold start on each Spark it may run on, its idle timeout, and who used it in
@@ -462,6 +462,8 @@ def overview(now=None) -> list[dict]:
     now = now or timezone.now()
     out = []
     entries = OnDemand.objects.select_related("recipe").prefetch_related("hosts")
+    if only is not None:
+        entries = entries.filter(pk=only)
     for entry in entries:
         recipe = entry.recipe
         state = state_of(entry)

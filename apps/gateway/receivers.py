@@ -44,6 +44,12 @@ def exclusive_group_conflicts(*, host, recipe, runs, **kwargs) -> list[str]:
 
 
 def connect() -> None:
+    from apps.gateway.views import recipe_section
+    from apps.recipes import signals as recipe_signals
+
+    recipe_signals.page_sections.connect(
+        recipe_section, weak=False, dispatch_uid="gateway.recipe_on_demand"
+    )
     colocation_conflicts.connect(
         exclusive_group_conflicts, weak=False, dispatch_uid="gateway.exclusive_group"
     )

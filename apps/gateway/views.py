@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import EDIT_RECIPES, MANAGE_USERS
@@ -140,6 +141,31 @@ class OnDemandForm(forms.ModelForm):
         return super().save(commit=commit)
 
 
+def recipe_section(sender=None, *, recipe, user, **kwargs) -> list[dict]:
+    """The recipe page's "On demand" section: its catalog entry, where it stands, and the
+    form to put it on demand or change it (operators; apps/recipes/signals.py)."""
+    entry = OnDemand.objects.filter(recipe=recipe).prefetch_related("hosts").first()
+    context = {"entry": entry, "name": recipe.public_name, "next": recipe.get_absolute_url()}
+    if entry is not None:
+        for row in catalog.overview(only=entry.pk):
+            context.update(state=row["state"], sparks=row["sparks"], cold=row["cold"],
+                           replicas=row["replicas"], idle=row["idle"])  # fmt: skip
+    if user is not None and user.has_perm(EDIT_RECIPES):
+        form = OnDemandForm(instance=entry, initial={"recipe": recipe.pk})
+        form.fields["recipe"].widget = forms.HiddenInput()
+        context["form"] = form
+    return [{"template": "gateway/_recipe_on_demand.html", "context": context}]
+
+
+def _back(request: HttpRequest, default: str) -> HttpResponse:
+    """Back to the page the form was on (a recipe's page), when it is one of ours."""
+    target = str(request.POST.get("next", ""))
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts=None) \
+            and target.startswith("/recipes/"):  # fmt: skip
+        return redirect(target + "#on-demand")
+    return redirect(default)
+
+
 def _entry_fields(entry: OnDemand) -> dict:
     return {"recipe": entry.recipe.name, "hosts": sorted(h.name for h in entry.hosts.all()),
             "priority": entry.priority, "idle_timeout_s": entry.idle_timeout_s,
@@ -167,7 +193,7 @@ def on_demand_save(request: HttpRequest) -> HttpResponse:
                  message="changed" if before else "added")  # fmt: skip
     messages.success(request, f"“{entry.recipe}” is on demand: a request for "
                      f"{entry.recipe.public_name} loads it.")  # fmt: skip
-    return redirect(reverse("gateway-models") + "#on-demand")
+    return _back(request, reverse("gateway-models") + "#on-demand")
 
 
 @require_POST
@@ -179,7 +205,7 @@ def on_demand_delete(request: HttpRequest, pk: int) -> HttpResponse:
     entry.delete()
     messages.success(request, f"“{entry.recipe}” is no longer on demand: its runs stay until "
                      "someone stops them, and a request for it gets 503 again.")  # fmt: skip
-    return redirect(reverse("gateway-models") + "#on-demand")
+    return _back(request, reverse("gateway-models") + "#on-demand")
 
 
 def _models_context(request: HttpRequest, form: AliasForm | None = None,

@@ -11,6 +11,9 @@ recorded; with no receiver connected the pages simply show no measurements.
   one row (a dict) per run;
 - ``mod_approvals(sender=Recipe, recipe)``: for each of the recipe's mods, a dict
   ``{name, hosts, state}`` — the hosts where an admin approved it (apps/runs/mods.py).
+- ``page_sections(sender=Recipe, recipe, user)``: sections of the recipe's page that other
+  apps own, each a dict ``{"template": name, "context": {...}}`` rendered in order (the
+  gateway's on-demand catalog entry).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from apps.recipes.models import Recipe
 plan_corrections = Signal()
 plan_checks = Signal()
 mod_approvals = Signal()
+page_sections = Signal()
 
 
 def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
@@ -40,3 +44,8 @@ def measured_checks(recipe, limit: int = 10) -> list[dict]:
 def approved_mods(recipe) -> list[dict]:
     """Where each of the recipe's mods may run (see ``mod_approvals``)."""
     return gathered(mod_approvals, sender=Recipe, recipe=recipe)
+
+
+def sections(recipe, user) -> list[dict]:
+    """The recipe page's sections other apps own (see ``page_sections``)."""
+    return gathered(page_sections, sender=Recipe, recipe=recipe, user=user)

@@ -22,7 +22,7 @@ from apps.recipes.models import Recipe
 from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.selectors import image_note, start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
-from apps.recipes.signals import approved_mods, measured_checks, measured_corrections
+from apps.recipes.signals import approved_mods, measured_checks, measured_corrections, sections
 from apps.recipes.startup import vllm_prediction
 from apps.recipes.yaml_io import recipe_to_sparkrun_yaml, recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
@@ -106,6 +106,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "mod_approvals": approved_mods(recipe) if recipe.mods else [],
             "vllm_start": vllm_prediction(recipe, free_now=True),
             "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
+            "sections": sections(recipe, request.user),
         },
     )
 
