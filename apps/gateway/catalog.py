@@ -129,15 +129,25 @@ def last_cold_start_s(recipe: Recipe, host: Host) -> float | None:
 
 def state_of(entry: OnDemand, name: str = "") -> LoadState:
     """Where the entry's model stands now (no side effect)."""
-    name = name or entry.recipe.public_name
+    return _standing(entry, name or entry.recipe.public_name)[0]
+
+
+def _standing(entry: OnDemand, name: str) -> tuple[LoadState, Placement | None]:
+    """Where the entry's model stands, with the placement a load would take when it is
+    not running (computed once: it measures every allowed Spark)."""
     runs = Run.objects.active().filter(recipe=entry.recipe).select_related("host", "recipe")
     for run in runs:
         if run.state == RunState.READY:
-            return LoadState("ready", f"{name} is ready on {run.host.name}", run.pk, run.host.name)
+            ready = LoadState("ready", f"{name} is ready on {run.host.name}", run.pk, run.host.name)
+            return ready, None
     for run in runs:
         if run.state in STARTING_STATES:
-            return _loading(run, name)
+            return _loading(run, name), None
     placement = place(entry)
+    return _can_load(placement, name), placement
+
+
+def _can_load(placement: Placement, name: str) -> LoadState:
     if placement.host is None:
         return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
     if placement.stops:
@@ -313,18 +323,15 @@ def request_load(recipe_id: int, requester=None) -> LoadState:
     if token is None:  # another request is placing it right now: it will show as loading
         return LoadState("loading", f"loading model {name}: starting")
     try:
-        current = state_of(entry, name)
-        if current.state != "can_load":
+        current, placement = _standing(entry, name)
+        if current.state != "can_load" or placement is None:
             return current
-        return _load(entry, name, requester)
+        return _load(entry, name, placement, requester)
     finally:
         store.unlock(lock, token)
 
 
-def _load(entry: OnDemand, name: str, requester) -> LoadState:
-    placement = place(entry)
-    if placement.host is None:
-        return LoadState("cannot_load", f"{name} cannot load now: {placement.why}")
+def _load(entry: OnDemand, name: str, placement: Placement, requester) -> LoadState:
     host, victims = placement.host, placement.stops
     who = requester.get_username() if requester is not None else "a request"
     if victims:
@@ -466,7 +473,7 @@ def overview(now=None, *, only: int | None = None) -> list[dict]:
         entries = entries.filter(pk=only)
     for entry in entries:
         recipe = entry.recipe
-        state = state_of(entry)
+        state, placement = _standing(entry, recipe.public_name)
         hosts = list(entry.hosts.all()) or list(Host.objects.order_by("name"))
         cold = []
         for host in hosts:
@@ -479,10 +486,8 @@ def overview(now=None, *, only: int | None = None) -> list[dict]:
             .values_list("user__username", flat=True)
         ))  # fmt: skip
         evicts = ""
-        if state.state == "can_load":
-            placement = place(entry)
-            if placement.stops:
-                evicts = f"{placement.stops_words()} on {placement.host.name}"
+        if state.state == "can_load" and placement is not None and placement.stops:
+            evicts = f"{placement.stops_words()} on {placement.host.name}"
         replicas = Run.objects.active().filter(recipe=recipe).count()
         out.append({"entry": entry, "name": recipe.public_name, "state": state,
                     "replicas": replicas,
