@@ -348,7 +348,7 @@ class Gateway:
                 if self.table.ready.get(model):
                     return True
                 load = sync_to_async(catalog.request_load_for)
-                state = await load(recipe_id, int(admission.user))
+                state = await load(recipe_id, int(admission.user), wait=True)
                 now = time.monotonic()
                 failed = state.state == "cannot_load" or now >= outcome.hold_until
                 if failed:
@@ -358,7 +358,8 @@ class Gateway:
                     )  # fmt: skip
                     if not outcome.sse_started:
                         raise Refused(503, message, "service_unavailable", "model_cannot_load"
-                                      if state.state == "cannot_load" else "model_loading",
+                                      if state.state in ("cannot_load", "queued")
+                                      else "model_loading",
                                       headers=[(b"retry-after",
                                                 str(state.retry_after_s).encode())])  # fmt: skip
                     outcome.status, outcome.error = 503, message[:300]

@@ -21,6 +21,7 @@ release script, apps/gateway/store.py); listing models does not keep one alive.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -65,12 +66,13 @@ SHRINK_AFTER_S = 300  # an extra replica stops after 5 minutes with no request w
 class LoadState:
     """Where an on-demand model stands, for /v1/models and a waiting request."""
 
-    state: str  # "ready", "loading", "can_load", "cannot_load"
+    state: str  # "ready", "loading", "can_load", "cannot_load", "queued" (a held request's)
     message: str
     run_id: int | None = None
     host: str = ""
     percent: float | None = None
     eta_s: float | None = None
+    position: int | None = None  # in line for a Spark ("queued")
 
     @property
     def retry_after_s(self) -> int:
@@ -89,6 +91,8 @@ class LoadState:
             out["percent"] = round(self.percent, 1)
         if self.eta_s is not None:
             out["eta_s"] = int(self.eta_s)
+        if self.position is not None:
+            out["position"] = self.position
         return out
 
 
@@ -166,6 +170,10 @@ class Placement:
     stops: tuple[Run, ...] = ()  # the idle runs a load stops first, least important first
     why: str = ""  # why no Spark can take it now
     beside: tuple[str, ...] = ()  # the models it joins on a Spark that runs several
+    # No room now, but some will come by itself: an allowed Spark is reserved by a
+    # benchmark, or holds a run that is not pinned and not an operator's ready one (an
+    # on-demand run goes when idle; a start or stop ends). A held request waits in line.
+    waits: bool = False
 
     @property
     def replaces(self) -> Run | None:
@@ -186,12 +194,16 @@ def place(entry: OnDemand) -> Placement:
         return Placement(None, why="no Spark is registered")
     recipe = entry.recipe
     room, replaceable, reasons = [], [], []
+    waits = False
     for host in sorted(allowed, key=lambda h: h.name):
         occupancy = Occupancy.of(host)
         if occupancy.reserved:
             reasons.append(f"{host.name} is reserved for a benchmark")
+            waits = True
             continue
         runs = occupancy.runs or []
+        waits = waits or any(not r.pinned and (r.on_demand or r.state != RunState.READY)
+                             for r in runs)  # fmt: skip
         why = occupancy.refusal(recipe) if runs else None
         if why is None and runs:
             why = memory_refusal(host, recipe)
@@ -213,7 +225,7 @@ def place(entry: OnDemand) -> Placement:
         replaceable.sort(key=lambda item: item[0])
         _, host, victims = replaceable[0]
         return Placement(host, tuple(victims))
-    return Placement(None, why="; ".join(reasons) or "no Spark can take it")
+    return Placement(None, why="; ".join(reasons) or "no Spark can take it", waits=waits)
 
 
 def _priority(run: Run) -> int:
@@ -291,12 +303,12 @@ def busy(run: Run) -> bool:
     return bool((sample.running or 0) > 0 or (sample.waiting or 0) > 0)
 
 
-def request_load_for(recipe_id: int, requester_id: int | None) -> LoadState:
+def request_load_for(recipe_id: int, requester_id: int | None, *, wait: bool = False) -> LoadState:
     """request_load for the gateway, which knows the requester by id."""
     from django.contrib.auth import get_user_model
 
     requester = get_user_model().objects.filter(pk=requester_id).first() if requester_id else None
-    return request_load(recipe_id, requester)
+    return request_load(recipe_id, requester, wait=wait)
 
 
 def states(names: dict[str, int]) -> dict[str, LoadState]:
@@ -307,10 +319,16 @@ def states(names: dict[str, int]) -> dict[str, LoadState]:
     return {name: state_of(entries[rid], name) for name, rid in names.items() if rid in entries}
 
 
-def request_load(recipe_id: int, requester=None) -> LoadState:
+def request_load(recipe_id: int, requester=None, *, wait: bool = False) -> LoadState:
     """A request for an on-demand model that no run serves: start it (or say where it
     stands, when a start is already under way — requests share one start), or say why it
-    cannot load now. Safe to call from many requests at once."""
+    cannot load now. Safe to call from many requests at once.
+
+    The line: a model that cannot load now, but will find room once what holds the
+    Sparks ends by itself (`Placement.waits`), while someone waits for it (`wait`: a held
+    request, asking again every few seconds) is put in line for a Spark ("queued", with
+    its place); a model with room yields to one that has been in line longer and could
+    load now too, so Sparks freed go to the models in the order they were asked for."""
     entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
     if entry is None:
         return LoadState("cannot_load", "this model is not in the on-demand catalog")
@@ -324,11 +342,53 @@ def request_load(recipe_id: int, requester=None) -> LoadState:
         return LoadState("loading", f"loading model {name}: starting")
     try:
         current, placement = _standing(entry, name)
-        if current.state != "can_load" or placement is None:
-            return current
-        return _load(entry, name, placement, requester)
+        waits = placement is not None and placement.waits
+        if current.state == "can_load" and placement is not None:
+            ahead = _ahead_in_line(recipe_id)
+            if ahead is None:
+                _leave_line(recipe_id)
+                return _load(entry, name, placement, requester)
+            current = LoadState("cannot_load", f"{name} cannot load now: {ahead} was asked "
+                                "for first and takes the room")  # fmt: skip
+            waits = True
+        if current.state == "cannot_load" and wait and waits:
+            return _queued(recipe_id, current)
+        if current.state != "cannot_load":
+            _leave_line(recipe_id)
+        return current
     finally:
         store.unlock(lock, token)
+
+
+def _ahead_in_line(recipe_id: int) -> str | None:
+    """The first model in line before this one that could load now (its name), if any."""
+    try:
+        line = store.load_line()
+    except RedisError:
+        return None
+    if recipe_id not in line:
+        line = [*line, recipe_id]
+    for other in line[: line.index(recipe_id)]:
+        entry = OnDemand.objects.select_related("recipe").filter(recipe_id=other).first()
+        if entry is not None and state_of(entry).state == "can_load":
+            return entry.recipe.public_name
+    return None
+
+
+def _queued(recipe_id: int, why: LoadState) -> LoadState:
+    try:
+        position = store.queue_load(recipe_id)
+    except RedisError:
+        return why
+    reason = why.message.split(": ", 1)[-1]
+    place_words = "first" if position == 1 else f"number {position}"
+    return LoadState("queued", f"waiting for a Spark, {place_words} in line ({reason})",
+                     position=position)  # fmt: skip
+
+
+def _leave_line(recipe_id: int) -> None:
+    with contextlib.suppress(RedisError):
+        store.unqueue_load(recipe_id)
 
 
 def _load(entry: OnDemand, name: str, placement: Placement, requester) -> LoadState:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 
 from django.conf import settings
@@ -241,6 +242,47 @@ def unlock(name: str, token: str) -> None:
         _sync().eval(UNLOCK, 1, name, token)
     except redisconn.RedisError as exc:
         log.warning("could not give back %s: %s", name, exc)
+
+
+LOAD_QUEUE = "gw:loadq"
+LOAD_QUEUE_ALIVE_S = 15  # a queued model whose held requests stopped asking leaves the line
+
+
+def _alive_key(recipe_id: int) -> str:
+    return f"{LOAD_QUEUE}:alive:{recipe_id}"
+
+
+def queue_load(recipe_id: int) -> int:
+    """Put an on-demand model in line for a Spark (kept at its place while its held
+    requests keep asking) and return its place, 1 first."""
+    r = _sync()
+    with r.pipeline() as pipe:
+        pipe.zadd(LOAD_QUEUE, {str(recipe_id): time.time()}, nx=True)
+        pipe.set(_alive_key(recipe_id), "1", ex=LOAD_QUEUE_ALIVE_S)
+        pipe.execute()
+    line = load_line()
+    return line.index(recipe_id) + 1 if recipe_id in line else len(line) + 1
+
+
+def load_line() -> list[int]:
+    """The models in line for a Spark, first first; those nobody waits for any more
+    leave it."""
+    r = _sync()
+    members = [int(m) for m in r.zrange(LOAD_QUEUE, 0, -1)]
+    if not members:
+        return []
+    alive = r.mget([_alive_key(m) for m in members])
+    gone = [m for m, a in zip(members, alive, strict=True) if a is None]
+    if gone:
+        r.zrem(LOAD_QUEUE, *[str(m) for m in gone])
+    return [m for m, a in zip(members, alive, strict=True) if a is not None]
+
+
+def unqueue_load(recipe_id: int) -> None:
+    """The model loads (or nobody waits for it): out of the line."""
+    r = _sync()
+    r.zrem(LOAD_QUEUE, str(recipe_id))
+    r.delete(_alive_key(recipe_id))
 
 
 UNLOCK = """

@@ -44,6 +44,7 @@ def _recipe(qwen: Recipe, slug: str, utilization: str) -> Recipe:
     data = {f.name: getattr(qwen, f.name) for f in Recipe._meta.concrete_fields
             if f.name not in ("id", "slug", "name", "created_at", "updated_at")}  # fmt: skip
     data["gpu_memory_utilization"] = Decimal(utilization)
+    data["served_model_name"] = slug  # a model of its own on /v1
     return Recipe.objects.create(**data, slug=slug, name=slug.replace("-", " ").title())
 
 
