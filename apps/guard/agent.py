@@ -6,10 +6,13 @@ Twice a second it reads the host's memory and feeds the watchdog — ten times a
 a run's server starts (loading, profiling, compiling, warming: when memory jumps), and
 with the forecast on (the time to its next poll as the horizon, PSI pressure where the
 host has it: apps/guard/watchdog.py); once a second it scrapes
-the active run's `/metrics`, derives rates and quantiles, publishes a sample to the
-Channels groups `host-<name>` and `run-<id>`, and records its heartbeat; every 10 s it
-stores a downsampled row. On the watchdog's "act" it kills the run's server at once,
-records an incident with the last minute of memory and pushes a banner to every browser.
+the `/metrics` of each active run (a Spark may serve several side by side: `Host.max_runs`),
+derives rates and quantiles per run, publishes a sample to the Channels groups
+`host-<name>` (the host's memory and every run's numbers) and `run-<id>` (the host's
+memory and that run's), and records its heartbeat; every 10 s it stores a downsampled row
+per run. On the watchdog's "act" it kills one run's server at once — with several, the
+least important (apps/guard/victim.py; the next polls decide again) — records an incident
+with the last minute of memory and pushes a banner to every browser.
 
 Every step is guarded: an error is logged, shown on the host (agent_error) and pushed as
 an alert, and the loop goes on — the watchdog never dies silently.
@@ -24,6 +27,9 @@ import shutil
 import statistics
 import threading
 import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -32,16 +38,21 @@ from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import channel_layers
 from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.audit import context as audit_context
 from apps.audit import services as audit
 from apps.benchmarks import lifecycle
+from apps.benchmarks.models import WORKING_JOB_STATES, J, Job
 from apps.core.tls import client_context
+from apps.gateway import catalog
+from apps.gateway.models import OnDemand
 from apps.guard import live
 from apps.guard.conditions import CLEAR_S, Episode, RunConditions
 from apps.guard.hang import STALL_S, Hang, HangDetector, prefill_allowance_s
 from apps.guard.hostmem import NvidiaSmiError, gpu_processes, read_psi
+from apps.guard.victim import Candidate, Choice, choose
 from apps.guard.watchdog import ACT, GIB, OK, WARN, Decision, Watchdog
 from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
@@ -70,6 +81,11 @@ PRUNE_EVERY_S = 3600.0
 GPU_EVERY_S = 5.0
 DISK_EVERY_S = 60.0
 SCHEDULE_SLACK_S = 0.1
+# After the watchdog stopped one of several runs: the killed server's memory comes back
+# within this long; low readings after it stop the next one (Watchdog.rearm).
+REARM_SETTLE_S = 2.0
+IDLE_LOOKUP_S = 0.5  # at most this long to read the runs' idle clocks before a kill
+SCRAPE_THREADS = 4  # the runs of one Spark are scraped at once (Host.max_runs is 4 at most)
 SCRAPED_STATES = (RunState.WARMING, RunState.READY, RunState.STOPPING)
 # The phases in which the model server takes its memory (the fast polls).
 LOADING_STATES = (RunState.STARTING, RunState.LOADING, RunState.COMPILING, RunState.WARMING)
@@ -83,6 +99,9 @@ AVERAGED = (
 
 @dataclass
 class _Bucket:
+    """One run's 10-second bucket (or the host's, run None, while no run is active): the
+    host's memory and that run's numbers."""
+
     started: float
     run_id: int | None = None
     mem_total: int | None = None
@@ -130,18 +149,22 @@ class HostAgent:
         self.mem_interval = mem_interval
         self.starting_mem_interval = min(starting_mem_interval, mem_interval)
         self.forecast = forecast
-        self.run_loading = False  # the active run's server is starting (from the last scrape)
+        self.run_loading = False  # a run's server is starting here (from the last scrape)
         self.scrape_interval = scrape_interval
         self.bucket_s = bucket_s
         self.clock = clock
         self.host = Host.objects.get(name=host_name)
         self.watchdog = self._watchdog()
-        self.deriver: scrape.Deriver | None = None
-        self.deriver_run: int | None = None
+        # Per active run (keyed by its pk; dropped once it is no longer scraped/active).
+        self.derivers: dict[int, scrape.Deriver] = {}
+        self.hang_detectors: dict[int, HangDetector] = {}
+        self.run_conditions: dict[int, RunConditions] = {}
         self.memory: tuple[int | None, int | None, str] = (None, None, "")
         self.psi: float | None = None
         self.last_decision: Decision | None = None
-        self.bucket: _Bucket | None = None
+        # The buckets of the current 10 s: one per run (None: the host's, no run active).
+        self.buckets: dict[int | None, _Bucket] = {}
+        self.bucket_started: float | None = None
         self.next_scrape = 0.0
         self._last_poll = 0.0
         self.next_prune = 0.0
@@ -151,10 +174,8 @@ class HostAgent:
         self.stopped_runs: list[int] = []
         self.disk = Episode(0.0, CLEAR_S)
         self.next_disk = 0.0
-        self.conditions: RunConditions | None = None
-        self.conditions_run: int | None = None
-        self.hang_detector: HangDetector | None = None
-        self.hang_run: int | None = None
+        self.last_choice: Choice | None = None  # the watchdog's last choice among runs
+        self.scraper = ThreadPoolExecutor(SCRAPE_THREADS, thread_name_prefix="hostagent-scrape")
         # Its own layer instance, used only from its own loop below.
         self.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
         # One event loop for the agent's whole life: channels_redis keeps its connection
@@ -193,6 +214,7 @@ class HostAgent:
         """Close the agent's Redis connections and its event loop."""
         if self.loop.is_closed():
             return
+        self.scraper.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(Exception):
             self.loop.run_until_complete(self.layer.close_pools())
         self.loop.close()
@@ -265,50 +287,150 @@ class HostAgent:
         elif decision.changed and decision.level == OK:
             self._banner(OK, decision.message)
 
+    def _active_runs(self) -> list[Run]:
+        """Every active run that uses this Spark (its own, and a pair run it is the worker
+        of), oldest first."""
+        return list(
+            Run.objects.active().on(self.host).select_related("recipe", "host")
+            .order_by("created_at", "pk")
+        )  # fmt: skip
+
     def _active_run(self) -> Run | None:
-        return Run.objects.active().on(self.host).select_related("recipe").first()
+        runs = self._active_runs()
+        return runs[0] if runs else None
 
     def act(self, decision: Decision) -> None:
-        """Kill the host's active run now: the machine is about to freeze."""
-        run = self._active_run()
-        action = "no run was active: nothing to stop (something else is using the memory)"
-        if run is not None and run.is_pair:
-            action = self._act_on_pair(run, decision)
-        elif run is not None and run.handle:
-            engine = engine_for(self.host)
-            handle = Handle.parse(run.handle)
-            try:
-                tail = engine.tail(handle, 40)
-            except EngineError:
-                tail = []
-            killed_at = timezone.now()
-            engine.kill(handle)
-            action = f"killed run {run.pk} ({run.recipe}) — {handle}"
-            reason = f"stopped by the memory watchdog: {decision.message}"
-            advice = ("The host ran out of memory. Lower --gpu-memory-utilization or "
-                      "--max-model-len (the planner shows what fits), or stop what else uses "
-                      "memory on the Spark.")  # fmt: skip
-            run.refresh_from_db()
-            if run.is_active:
-                run.mark_failed(reason, advice=advice, log="\n".join(tail))
-            elif run.state == RunState.FAILED and run.updated_at >= killed_at:
-                # The start's own thread saw its server vanish first and failed the run with
-                # what it saw ("the warm-up request failed: Server disconnected"): the kill
-                # is the cause, and the run says so.
-                Run.objects.filter(pk=run.pk).update(failure_reason=reason, failure_advice=advice)
-            with contextlib.suppress(EngineError):
-                engine.remove(handle)
-            self.stopped_runs.append(run.pk)
-            self._interrupt_jobs(decision)
-        elif run is not None:
-            action = f"run {run.pk} had no server yet; marked failed"
-            run.mark_failed(f"stopped by the memory watchdog: {decision.message}")
+        """Stop one run now: the machine is about to freeze. With several runs on the Spark,
+        the least important one (apps/guard/victim.py); the next polls decide again."""
+        runs = self._active_runs()
+        pair_run = next((r for r in runs if r.is_pair), None)
+        choice: Choice | None = None
+        candidates: list[Candidate] = []
+        if pair_run is not None:  # it holds both its Sparks alone
+            run: Run | None = pair_run
+            action = self._act_on_pair(pair_run, decision)
+        else:
+            # One run: that one (no look-ups to wait for while the memory runs out).
+            candidates = self._candidates(runs) if len(runs) > 1 else [_bare(r) for r in runs]
+            choice = self.last_choice = choose(candidates)
+            run = next((r for r in runs if choice and r.pk == choice.victim.run_id), None)
+            action = "no run was active: nothing to stop (something else is using the memory)"
+            if run is not None:
+                action = self._kill(run, decision, choice, len(runs))
         log.warning("WATCHDOG %s: %s — %s", self.host_name, decision.message, action)
         if run is not None:
             audit.record("run.kill", run, actor=audit_context.Actor(source="watchdog"),
                          message=f"{decision.message} — {action}")  # fmt: skip
-        self._incident(Incident.Kind.ACT, decision.message, run, action=action)
+        evidence = None
+        if choice is not None and len(candidates) > 1:
+            evidence = {"chosen": {
+                "run": choice.victim.run_id, "why": choice.why, "protected": choice.protected,
+                "ranking": choice.ranking,
+                "runs": [{"run": c.run_id, "pinned": c.pinned, "jobs": list(c.jobs),
+                          "priority": c.priority, "on_demand": c.on_demand,
+                          "idle_s": None if c.idle_s is None else round(c.idle_s, 1),
+                          "has_server": c.has_server} for c in candidates],
+            }}  # fmt: skip
+        self._incident(Incident.Kind.ACT, decision.message, run, action=action, evidence=evidence)
         self._banner(ACT, f"{decision.message}. {action[0].upper()}{action[1:]}.")
+        if choice is not None and len(runs) > 1:
+            # Others are left: if the memory stays short once this one's is back, the
+            # watchdog stops the next (one a decision, never several at once).
+            self.watchdog.rearm(decision.at, REARM_SETTLE_S)
+
+    def _candidates(self, runs: list[Run]) -> list[Candidate]:
+        """The host's runs as the choice sees them: pinned, the benchmark jobs using each
+        (measuring it, or preparing it: a job that has not linked its run yet counts for the
+        active run of its recipe here), the catalog's priority (0 without an entry), who
+        started it, how long it has been idle, whether it has a server yet. A look-up that
+        fails never holds the kill: then what the runs themselves say."""
+        try:
+            return self._look_up(runs)
+        except Exception:
+            log.exception("the watchdog's look-ups failed: choosing on the runs alone")
+            return [_bare(r) for r in runs]
+
+    def _look_up(self, runs: list[Run]) -> list[Candidate]:
+        jobs: dict[int, list[int]] = defaultdict(list)
+        by_recipe = {r.recipe_id: r.pk for r in runs if r.host_id == self.host.pk}
+        working = Job.objects.filter(state__in=WORKING_JOB_STATES).filter(
+            Q(run__in=[r.pk for r in runs]) | Q(run__isnull=True, host=self.host, state=J.PREPARING)
+        )  # fmt: skip
+        for job_id, run_id, recipe_id in working.values_list("pk", "run_id", "recipe_id"):
+            target = run_id if run_id is not None else by_recipe.get(recipe_id)
+            if target is not None:
+                jobs[target].append(job_id)
+        priority = dict(
+            OnDemand.objects.filter(recipe_id__in={r.recipe_id for r in runs}).values_list(
+                "recipe_id", "priority"
+            )
+        )
+        # The idle clocks live in Redis: read at once, and a slow Redis must not hold the
+        # kill for long (a run whose clock is not read in time counts as not idle).
+        lookups = {run.pk: self.scraper.submit(_idle_seconds, run) for run in runs}
+        deadline = time.monotonic() + IDLE_LOOKUP_S
+        idle: dict[int, float | None] = {}
+        for pk, lookup in lookups.items():
+            try:
+                idle[pk] = lookup.result(timeout=max(deadline - time.monotonic(), 0.0))
+            except FutureTimeout:
+                idle[pk] = None
+        return [
+            Candidate(
+                run_id=run.pk,
+                created=run.created_at.timestamp(),
+                pinned=run.pinned,
+                jobs=tuple(sorted(jobs.get(run.pk, ()))),
+                priority=priority.get(run.recipe_id, 0),
+                on_demand=run.on_demand,
+                idle_s=idle.get(run.pk),
+                has_server=bool(run.handle),
+            )
+            for run in runs
+        ]
+
+    def _kill(self, run: Run, decision: Decision, choice: Choice | None, count: int) -> str:
+        """Kill one run's server at once and fail the run, saying why it was that one."""
+        chosen = ""
+        if choice is not None and count > 1:
+            chosen = f"chosen of {count} runs on this Spark: {choice.why}"
+        reason = f"stopped by the memory watchdog: {decision.message}"
+        if chosen:
+            reason += f" ({chosen})"
+        if not run.handle:
+            run.mark_failed(reason)
+            what = f"run {run.pk} ({run.recipe}) had no server yet; marked failed"
+            return f"{what}, {chosen}" if chosen else what
+        engine = engine_for(self.host)
+        handle = Handle.parse(run.handle)
+        try:
+            tail = engine.tail(handle, 40)
+        except EngineError:
+            tail = []
+        killed_at = timezone.now()
+        engine.kill(handle)
+        advice = ("The host ran out of memory. Lower --gpu-memory-utilization or "
+                  "--max-model-len (the planner shows what fits), or stop what else uses "
+                  "memory on the Spark.")  # fmt: skip
+        if chosen:
+            advice += (f" {count} models were running side by side on it; this one was "
+                       "stopped first. Run fewer at once there (Hosts → models at once), or "
+                       "pin the one that must stay.")  # fmt: skip
+        run.refresh_from_db()
+        if run.is_active:
+            run.mark_failed(reason, advice=advice, log="\n".join(tail))
+        elif run.state == RunState.FAILED and run.updated_at >= killed_at:
+            # The start's own thread saw its server vanish first and failed the run with
+            # what it saw ("the warm-up request failed: Server disconnected"): the kill
+            # is the cause, and the run says so.
+            Run.objects.filter(pk=run.pk).update(failure_reason=reason, failure_advice=advice)
+        with contextlib.suppress(EngineError):
+            engine.remove(handle)
+        self.stopped_runs.append(run.pk)
+        self._interrupt_jobs(decision, run if count > 1 else None)
+        if chosen:
+            return f"killed run {run.pk} ({run.recipe}), {chosen} — {handle}"
+        return f"killed run {run.pk} ({run.recipe}) — {handle}"
 
     def _act_on_pair(self, run: Run, decision: Decision) -> str:
         """A pair run: this Spark's half is killed at once (its memory is what runs out),
@@ -335,11 +457,12 @@ class HostAgent:
     def watch_conditions(self, run: Run, now: float, derived: dict) -> None:
         """KV cache above 90 % for a minute, preemptions: an incident (kind alert) once per
         episode (apps/guard/conditions.py), which reaches subscribers by e-mail and webhook."""
-        if self.conditions is None or self.conditions_run != run.pk:
+        conditions = self.run_conditions.get(run.pk)
+        if conditions is None:
             policy = HangPolicy.objects.filter(recipe_id=run.recipe_id).first()
             slo = policy.ttft_slo_s if policy else None
-            self.conditions, self.conditions_run = RunConditions(ttft_slo_s=slo), run.pk
-        for alert in self.conditions.observe(now, derived):
+            conditions = self.run_conditions[run.pk] = RunConditions(ttft_slo_s=slo)
+        for alert in conditions.observe(now, derived):
             message = f"Run {run.pk} ({run.recipe}): {alert.message}"
             log.warning("ALERT %s: %s", self.host_name, message)
             self._incident(Incident.Kind.ALERT, message, run, evidence={"rule": alert.rule})
@@ -367,23 +490,26 @@ class HostAgent:
 
     # --- hangs ---------------------------------------------------------------------------
 
-    def watch_for_hang(self, run: Run, now: float, snapshot) -> None:
-        """Feed the hang detector one scrape of a ready run: its /metrics, its /health, and
-        its log's tail when /health fails (apps/guard/hang.py); act on a hang."""
+    def watch_for_hang(self, run: Run, now: float, snapshot, health_ok: bool | None = None) -> None:
+        """Feed the run's hang detector one scrape of a ready run: its /metrics, its /health
+        (`health_ok`, asked here when not given), and its log's tail when /health fails
+        (apps/guard/hang.py); act on a hang."""
         policy = HangPolicy.objects.filter(recipe_id=run.recipe_id).first()
-        if self.hang_detector is None or self.hang_run != run.pk:
+        detector = self.hang_detectors.get(run.pk)
+        if detector is None:
             stall_s = policy.stall_s if policy else STALL_S
             # The longest prefill step the run can take may last this long with no metric
             # moving (apps/guard/hang.py); wall seconds, as the agent's clock.
             allowance = prefill_allowance_s(_longest_step(run), run_clock(run).scale)
-            self.hang_detector = HangDetector(stall_s=stall_s, prefill_allowance_s=allowance)
-            self.hang_run = run.pk
-        health_ok = _health(run)
+            detector = HangDetector(stall_s=stall_s, prefill_allowance_s=allowance)
+            self.hang_detectors[run.pk] = detector
+        if health_ok is None:
+            health_ok = _health(run)
         lines: list[str] = []
         if not health_ok and run.handle:
             with contextlib.suppress(EngineError):
                 lines = engine_for(self.host).tail(Handle.parse(run.handle), HANG_LOG_LINES)
-        hang = self.hang_detector.observe(
+        hang = detector.observe(
             now,
             running=snapshot.running if snapshot else None,
             generated=snapshot.generation_tokens if snapshot else None,
@@ -421,11 +547,20 @@ class HostAgent:
         self._incident(Incident.Kind.HANG, message, run, action=action, evidence=hang.evidence)
         self._banner("alert", f"{message}. {action[0].upper()}{action[1:]}.")
 
-    def _interrupt_jobs(self, decision: Decision) -> None:
+    def _interrupt_jobs(self, decision: Decision, run: Run | None = None) -> None:
+        """The host's working benchmark jobs lost their model; with `run` (one of several
+        runs stopped), only the jobs using it (or preparing its recipe)."""
         # Their worker lives on: it stores the level in flight, cut short, and settles them.
         reason = (f"Interrupted by the memory watchdog: {decision.message}. The levels "
                   "measured before that are kept.")  # fmt: skip
-        lifecycle.interrupt_working(self.host, reason, settle=False)
+        if run is None:
+            lifecycle.interrupt_working(self.host, reason, settle=False)
+            return
+        jobs = Job.objects.filter(state__in=WORKING_JOB_STATES).filter(
+            Q(run=run) | Q(run__isnull=True, host=self.host, recipe_id=run.recipe_id)
+        )
+        for job in jobs:
+            lifecycle.interrupt(job, reason, settle=False)
 
     def _incident(
         self, kind: str, message: str, run: Run | None, action: str = "", evidence=None
@@ -447,44 +582,27 @@ class HostAgent:
     # --- metrics, heartbeat and history ---------------------------------------------------
 
     def scrape_and_publish(self, now: float) -> dict:
-        # The sample belongs to the host's active run in every phase (queued, pulling,
-        # starting, loading, ...): memory during a load is what matters most, so the run
-        # page's charts get it from the first second. Its /metrics exist only once the
-        # server is up (warming onwards): scraped then, not before.
-        run = Run.objects.active().on(self.host).select_related("host").first()
+        """Scrape every active run of the host, publish, beat, bucket. Returns the host's
+        sample: its memory, a `runs` entry per active run (oldest first) and, at the top
+        level as before co-location, the first run's (`run`, `run_state`, its metrics)."""
+        # A run's samples belong to it in every phase (queued, pulling, starting, loading,
+        # ...): memory during a load is what matters most, so the run page's charts get it
+        # from the first second. Its /metrics exist only once the server is up (warming
+        # onwards): scraped then, not before.
+        runs = self._active_runs()
+        self.run_loading = any(run.state in LOADING_STATES for run in runs)
         # A pair run's /metrics are its head's (the API server): the worker Spark's agent
         # records its own memory for the run, and scrapes nothing.
-        scraped = run is not None and run.host_id == self.host.pk
-        self.run_loading = run is not None and run.state in LOADING_STATES
-        if not scraped or run.state not in SCRAPED_STATES:
-            self.deriver, self.deriver_run = None, None
-            self.hang_detector, self.hang_run = None, None
-            derived: dict = {}
-            scrape_error = ""
-        else:
-            if self.deriver is None or self.deriver_run != run.pk:
-                # Rates per second of the run's clock (apps/hosts/clock.py).
-                clock = run_clock(run)
-                self.deriver, self.deriver_run = scrape.Deriver(time_scale=clock.scale), run.pk
-            url = endpoints.url(run.local_endpoint, endpoints.METRICS)
-            result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
-                                             max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip
-            self.deriver.feed(time.monotonic(), snapshot if result.ok else None)
-            derived = self.deriver.sample()
-            scrape_error = "" if result.ok else f"metrics: {result.error}"
-            if run.state == RunState.READY:
-                self._guard("hang", self.watch_for_hang, run, now, snapshot if result.ok else None)
-                self._guard("conditions", self.watch_conditions, run, now, derived)
+        scraped = [r for r in runs if r.host_id == self.host.pk and r.state in SCRAPED_STATES]
+        self._forget({r.pk for r in scraped}, {r.pk for r in runs})
+        fetched = self._fetch(scraped)
+        entries = [self._entry(run, now, fetched.get(run.pk)) for run in runs]
         if now >= self.next_gpu:
             self.next_gpu = now + GPU_EVERY_S
             self.gpu = self._gpu_processes()
         total, available, mem_error = self.memory
         decision = self.last_decision
-        sample = {
-            "host": self.host_name,
-            "run": run.pk if run else None,
-            "run_state": run.state if run else None,
-            "pair_worker": bool(run and run.peer_host_id == self.host.pk),
+        memory = {
             "t": round(now, 3),
             "mem_total": total,
             "mem_available": available,
@@ -498,17 +616,88 @@ class HostAgent:
             "act_bytes": int(self.host.watchdog_act_gib * GIB),
             "psi_some_avg10": self.psi,
             "gpu_processes": self.gpu,
-            **{k: v for k, v in derived.items() if k != "errors"},
-            "scrape_error": scrape_error,
         }
-        errors = "; ".join(self.errors.values()) or mem_error or scrape_error
+        sample = {**self._sample(memory, entries[0] if entries else None), "runs": entries}
+        run_samples = [self._sample(memory, entry) for entry in entries]
+        scrape_errors = [
+            (f"run {e['run']} " if len(entries) > 1 else "") + e["scrape_error"]
+            for e in entries
+            if e["scrape_error"]
+        ]
+        errors = "; ".join(self.errors.values()) or mem_error or "; ".join(scrape_errors)
         Host.objects.filter(pk=self.host.pk).update(
             agent_seen_at=timezone.now(), agent_sample=sample, agent_error=errors[:300]
         )
-        self.publish(sample)
-        self._bucket(sample, now)
+        self.publish(sample, run_samples)
+        self._bucket(run_samples or [sample], now)
         self._refresh_host()
         return sample
+
+    def _sample(self, memory: dict, entry: dict | None) -> dict:
+        """A sample: the host's memory and one run's entry (or no run)."""
+        entry = entry or {"run": None, "run_state": None, "pair_worker": False, "scrape_error": ""}
+        head = {key: entry[key] for key in ("run", "run_state", "pair_worker")}
+        rest = {k: v for k, v in entry.items() if k not in head}
+        return {"host": self.host_name, **head, **memory, **rest}
+
+    def _forget(self, scraped: set[int], active: set[int]) -> None:
+        """Per-run state of runs gone: rates and hang detection restart when a run is
+        scraped again; the alert episodes (conditions) last while the run is active."""
+        for state, keep in ((self.derivers, scraped), (self.hang_detectors, scraped),
+                            (self.run_conditions, active)):  # fmt: skip
+            for pk in [pk for pk in state if pk not in keep]:
+                del state[pk]
+        for what in [w for w in self.errors if w.startswith(("hang run ", "conditions run "))]:
+            if int(what.rpartition(" ")[2]) not in scraped:
+                del self.errors[what]  # a run no longer watched: its error is no news
+
+    def _fetch(self, runs: list[Run]) -> dict[int, tuple]:
+        """Each run's /metrics (and its /health when ready), all runs at once: a slow
+        server must not hold the others' scrapes, nor the next memory poll, for long.
+        {run pk: (FetchResult, Snapshot | None, health_ok | None)}."""
+
+        def one(run: Run) -> tuple:
+            try:
+                url = endpoints.url(run.local_endpoint, endpoints.METRICS)
+                result, snapshot = scrape.scrape(url, timeout=SCRAPE_TIMEOUT_S,
+                                                 max_bytes=SCRAPE_MAX_BYTES)  # fmt: skip
+                health = _health(run) if run.state == RunState.READY else None
+            except Exception as exc:  # one run's trouble never costs the others their scrape
+                log.exception("scraping run %s", run.pk)
+                error = f"{type(exc).__name__}: {exc}"
+                return scrape.FetchResult(False, None, error, 0.0, None), None, None
+            return result, snapshot, health
+
+        if len(runs) <= 1:
+            return {run.pk: one(run) for run in runs}
+        futures = {run.pk: self.scraper.submit(one, run) for run in runs}
+        return {pk: future.result() for pk, future in futures.items()}
+
+    def _entry(self, run: Run, now: float, fetched: tuple | None) -> dict:
+        """One run's part of the samples: its state and, where this Spark scraped it, its
+        derived metrics; a ready run's scrape also feeds its hang and condition watches."""
+        derived: dict = {}
+        scrape_error = ""
+        if fetched is not None:
+            result, snapshot, health_ok = fetched
+            deriver = self.derivers.get(run.pk)
+            if deriver is None:
+                # Rates per second of the run's clock (apps/hosts/clock.py).
+                deriver = self.derivers[run.pk] = scrape.Deriver(time_scale=run_clock(run).scale)
+            deriver.feed(time.monotonic(), snapshot if result.ok else None)
+            derived = deriver.sample()
+            scrape_error = "" if result.ok else f"metrics: {result.error}"
+            if run.state == RunState.READY:
+                self._guard(f"hang run {run.pk}", self.watch_for_hang, run, now,
+                            snapshot if result.ok else None, health_ok)  # fmt: skip
+                self._guard(f"conditions run {run.pk}", self.watch_conditions, run, now, derived)
+        return {
+            "run": run.pk,
+            "run_state": run.state,
+            "pair_worker": run.peer_host_id == self.host.pk,
+            **{k: v for k, v in derived.items() if k != "errors"},
+            "scrape_error": scrape_error,
+        }
 
     def _gpu_processes(self) -> list[dict] | None:
         """Per-process GPU memory from nvidia-smi, where it exists (None here and in
@@ -523,30 +712,38 @@ class HostAgent:
             return None
         return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes} for p in found]
 
-    def publish(self, sample: dict) -> None:
-        message = {"type": SAMPLE_EVENT, "sample": sample}
+    def publish(self, sample: dict, run_samples: list[dict] | None = None) -> None:
+        """The host's sample to its group; each run's own sample to the run's group (a
+        pair's worker Spark: its host's stream only — the run page shows it apart)."""
+        sends = [(host_group(self.host_name), sample)]
+        if run_samples is None:  # one sample for the host and its run
+            run_samples = [sample] if sample.get("run") else []
+        sends += [(run_group(s["run"]), s) for s in run_samples
+                  if s.get("run") and not s.get("pair_worker")]  # fmt: skip
         try:
-            groups = [host_group(self.host_name)]
-            if sample.get("run") and not sample.get("pair_worker"):
-                # a pair's worker Spark: its own host's stream (the run page shows it apart)
-                groups.append(run_group(sample["run"]))
-            self.loop.run_until_complete(self._send(groups, message))
+            self.loop.run_until_complete(self._send(sends))
         except Exception as exc:  # Redis down: the history and heartbeat still work
             self.errors["publish"] = f"publish: {exc}"[:300]
         else:
             self.errors.pop("publish", None)
 
-    async def _send(self, groups: list[str], message: dict) -> None:
-        sends = asyncio.gather(*(self.layer.group_send(g, message) for g in groups))
-        await asyncio.wait_for(sends, timeout=2)
+    async def _send(self, sends: list[tuple[str, dict]]) -> None:
+        messages = (self.layer.group_send(g, {"type": SAMPLE_EVENT, "sample": s}) for g, s in sends)
+        await asyncio.wait_for(asyncio.gather(*messages), timeout=2)
 
-    def _bucket(self, sample: dict, now: float) -> None:
-        if self.bucket is not None and now - self.bucket.started >= self.bucket_s:
-            self.bucket.row(self.host).save()
-            self.bucket = None
-        if self.bucket is None:
-            self.bucket = _Bucket(started=now)
-        self.bucket.add(sample)
+    def _bucket(self, samples: list[dict], now: float) -> None:
+        """Each sample into its run's bucket (run None: the host's, while no run is
+        active); every bucket_s seconds one row per bucket."""
+        if self.bucket_started is not None and now - self.bucket_started >= self.bucket_s:
+            HostSample.objects.bulk_create([b.row(self.host) for b in self.buckets.values()])
+            self.buckets, self.bucket_started = {}, None
+        if self.bucket_started is None:
+            self.bucket_started = now
+        for sample in samples:
+            run = sample.get("run")
+            if run not in self.buckets:
+                self.buckets[run] = _Bucket(started=self.bucket_started, run_id=run)
+            self.buckets[run].add(sample)
 
     def _refresh_host(self) -> None:
         """Thresholds edited by an admin apply without restarting the agent."""
@@ -576,6 +773,22 @@ def _health(run: Run) -> bool:
         return answer.status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _bare(run: Run) -> Candidate:
+    """A run as the choice sees it without looking anything up."""
+    return Candidate(run_id=run.pk, created=run.created_at.timestamp(), pinned=run.pinned,
+                     on_demand=run.on_demand, has_server=bool(run.handle))  # fmt: skip
+
+
+def _idle_seconds(run: Run) -> float | None:
+    """Seconds since the run last served a request (the gateway's idle clock), or since it
+    became ready; None when that cannot be read."""
+    try:
+        return catalog.idle_seconds(run)
+    except Exception:  # the choice goes on without it
+        log.exception("idle time of run %s", run.pk)
+        return None
 
 
 def _max_model_len(run: Run) -> int | None:

@@ -42,6 +42,13 @@ Such a decision enters "act" with `stop_run` and `predicted` set, and a message 
 rate and the time left. `eta_s` on every decision says when the trend would reach the act
 line (None when memory is not falling): the live chart's forecast.
 
+Several runs on one Spark (co-location): a stop frees one run's memory, and another may
+be needed. After the caller stopped one of several runs it calls `rearm(now, settle_s)`:
+while the level stays "act", the next `polls` readings below the act threshold taken
+`settle_s` or more after the stop (time for the killed server's memory to come back) stop
+one more run (`stop_run` again, once; the caller may rearm again). Recovery ends it as any
+episode.
+
 No clocks, no I/O: the caller passes the reading and the time, so tests replay any
 memory curve exactly.
 """
@@ -81,7 +88,8 @@ class Decision:
     """What one reading means.
 
     level / previous: the level after and before this reading; changed: they differ.
-    stop_run: stop the run now (True on the reading that enters "act", once per episode).
+    stop_run: stop the run now (True on the reading that enters "act", once per episode;
+        after `Watchdog.rearm`, once more when memory stays short).
     unknown: the reading was missing (meminfo unreadable); level is then the last known.
     message: one human sentence with the numbers, for the log, an alert or an incident.
     available_bytes / at: the reading itself (None when unknown) and its time.
@@ -165,6 +173,9 @@ class Watchdog:
         self._clear_warn = 0
         self._clear_act = 0
         self._unknown = 0  # consecutive unknown readings
+        # After `rearm`: readings below act counted from `_rearm_from` (None: not armed).
+        self._rearm_from: float | None = None
+        self._below_act_rearmed = 0
         self._last_at: float | None = None
         self._history: deque[tuple[float, int | None]] = deque()
 
@@ -179,6 +190,15 @@ class Watchdog:
     @property
     def act_clear_bytes(self) -> int:
         return self.act_bytes + self.clear_margin_bytes
+
+    def rearm(self, now: float, settle_s: float = 0.0) -> None:
+        """The caller stopped one run and others are left: while the level stays "act",
+        `polls` readings below the act threshold from `now + settle_s` on stop another
+        (once per rearm). Nothing to do when the level is not "act"."""
+        if self._level != ACT:
+            return
+        self._rearm_from = now + max(settle_s, 0.0)
+        self._below_act_rearmed = 0
 
     def history(self) -> list[tuple[float, int | None]]:
         """(time, MemAvailable) for the last `history_s` seconds, oldest first; None marks
@@ -232,10 +252,20 @@ class Watchdog:
             level = ACT
         self._level = level
         stop_run = level == ACT and previous != ACT
+        again = not stop_run and self._again(level, v, now)
+        stop_run = stop_run or again
         if predicted:
             message = self._forecast_message(v, fall, eta, horizon, pressure_pct)
+        elif again:
+            message = (
+                f"MemAvailable {_gib(v, self.act_bytes)} is still below the "
+                f"{_gib(self.act_bytes, v)} act threshold for {_polls(self._below_act_rearmed)} "
+                "after a run was stopped: stopping another run"
+            )
         else:
             message = self._message(previous, level, v)
+        if stop_run or level != ACT:
+            self._rearm_from = None
         return Decision(
             level=level,
             previous=previous,
@@ -251,6 +281,13 @@ class Watchdog:
         )
 
     # --- internals ---------------------------------------------------------------------
+
+    def _again(self, level: str, v: int, now: float) -> bool:
+        """Armed (`rearm`) and `polls` readings below act since the stop settled."""
+        if self._rearm_from is None or level != ACT or now < self._rearm_from:
+            return False
+        self._below_act_rearmed = self._below_act_rearmed + 1 if v < self.act_bytes else 0
+        return self._below_act_rearmed >= self.polls
 
     def _fall_rate(self, now: float) -> float | None:
         """Bytes per second MemAvailable is falling, by least squares over the window's
