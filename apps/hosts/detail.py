@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from apps.hosts.models import Host
-from apps.telemetry.selectors import agent_state, recent_incidents
+from apps.telemetry.selectors import agent_state, recent_incidents, run_samples
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.planner.utilization import startable_now
 from sparkdomain.spark import GB, GIB
@@ -67,15 +67,20 @@ def memory_view(host: Host) -> dict:
 
 
 def telemetry_view(host: Host) -> list[dict]:
+    """The agent's latest figures: the host's, and each run's (named when it runs several)."""
     sample = host.agent_sample or {}
     if not host.agent_live:
         return []
+    per_run = run_samples(sample)
+    samples = per_run or [sample]
     rows = []
-    for key, label, unit, decimals in TELEMETRY:
-        value = sample.get(key)
-        if value is None:
-            continue
-        rows.append({"label": label, "value": f"{float(value):,.{decimals}f}{unit}"})
+    for one in samples:
+        prefix = f"run {one.get('run')}: " if len(per_run) > 1 else ""
+        for key, label, unit, decimals in TELEMETRY:
+            value = one.get(key)
+            if value is None:
+                continue
+            rows.append({"label": prefix + label, "value": f"{float(value):,.{decimals}f}{unit}"})
     return rows
 
 

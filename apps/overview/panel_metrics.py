@@ -24,6 +24,7 @@ from apps.gateway import usage
 from apps.hosts.models import Host
 from apps.runs.models import Run, RunState
 from apps.telemetry.models import Incident
+from apps.telemetry.selectors import run_samples
 
 
 def _allowed(request: HttpRequest) -> bool:
@@ -154,7 +155,8 @@ def run_series(samples: list[tuple[Host, dict]]):
     """Each active run's key vLLM series, as its host agent last derived them from the
     run's /metrics (once a second), labelled host, run and recipe — one scrape of the panel
     covers every Spark. A pair's worker Spark reports memory only (its head has the run)."""
-    scraped = [(h, s) for h, s in samples if s.get("run") and not s.get("pair_worker")]
+    scraped = [(h, s) for h, host_sample in samples for s in run_samples(host_sample)
+               if not s.get("pair_worker")]  # fmt: skip
     names = dict(
         Run.objects.filter(pk__in=[s["run"] for _, s in scraped]).values_list("pk", "recipe__name")
     )

@@ -23,15 +23,15 @@ def backfill(host, run=None, minutes: int = BACKFILL_MINUTES) -> dict:
     data: dict[str, list] = {"t": [], "mem_total": [], "mem_available": []}
     for key in SERIES:
         data[key] = []
-    for row in rows.order_by("at"):
-        data["t"].append(row.at.timestamp())
-        data["mem_total"].append(row.mem_total)
-        data["mem_available"].append(row.mem_available)
+    for at, bucket in _buckets(rows.order_by("at", "pk")):
+        data["t"].append(at.timestamp())
+        data["mem_total"].append(bucket[0].mem_total)
+        data["mem_available"].append(bucket[0].mem_available)
         for key in SERIES:
-            data[key].append(getattr(row, key))
+            data[key].append(_combined(bucket, key))
     latest = host.agent_sample if host.agent_live else None
-    if run is not None and latest and latest.get("run") != run.pk:
-        latest = None  # the host's sample is about another run (or none): not this one's
+    if run is not None and latest:
+        latest = run_sample(latest, run.pk)
     return {
         "history": data,
         "warn_bytes": int(host.watchdog_warn_gib * 2**30),
@@ -43,6 +43,52 @@ def backfill(host, run=None, minutes: int = BACKFILL_MINUTES) -> dict:
         "active": run.is_active if run is not None else True,
         "now": timezone.now().timestamp(),
     }
+
+
+# Over several runs on one Spark (one row each per bucket), the host's charts add these up;
+# the others are the first run's.
+SUMMED = ("running", "waiting", "prompt_tps", "generation_tps")
+
+
+def _buckets(rows):
+    """The host's rows grouped by bucket time: one per run on it at that time."""
+    bucket: list = []
+    for row in rows:
+        if bucket and row.at != bucket[0].at:
+            yield bucket[0].at, bucket
+            bucket = []
+        bucket.append(row)
+    if bucket:
+        yield bucket[0].at, bucket
+
+
+def _combined(bucket: list, key: str):
+    values = [getattr(row, key) for row in bucket]
+    if key in SUMMED and len(values) > 1:
+        known = [v for v in values if v is not None]
+        return sum(known) if known else None
+    return values[0]
+
+
+def run_sample(sample: dict, run_id: int) -> dict | None:
+    """One run's live sample out of its host's: the host's memory with that run's own
+    metrics (its entry in `runs`); None when the run is not in it."""
+    entries = sample.get("runs")
+    if entries is None:  # an agent from before co-location: the top level is its run
+        return sample if sample.get("run") == run_id else None
+    entry = next((e for e in entries if e.get("run") == run_id), None)
+    if entry is None:
+        return None
+    host_keys = {k: v for k, v in sample.items() if k != "runs"}
+    return {**host_keys, **entry}
+
+
+def run_samples(sample: dict) -> list[dict]:
+    """Every run's live sample out of its host's (see `run_sample`)."""
+    entries = sample.get("runs")
+    if entries is None:
+        return [sample] if sample.get("run") else []
+    return [s for e in entries if (s := run_sample(sample, e.get("run"))) is not None]
 
 
 def agent_state(host) -> dict:
