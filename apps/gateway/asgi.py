@@ -96,6 +96,9 @@ async def _send_error(send, exc: Refused) -> None:
 
 WAIT_HEADER = b"x-sparkpanel-wait"
 HOLD_POLL_S = 5.0  # how often a held request looks again (and a stream hears of it)
+# Meanwhile it watches the route table's version (one Redis GET): a run that becomes ready
+# bumps it, and the request goes on at once rather than at the next look (bench/ondemand_load).
+HOLD_ROUTES_POLL_S = 0.25
 
 
 def _wait_seconds(scope) -> float:
@@ -374,15 +377,29 @@ class Gateway:
                                     "headers": _SSE_HEADERS})  # fmt: skip
                     comment = f": {state.message}\n\n".encode("utf-8", "replace")
                     await send({"type": "http.response.body", "body": comment, "more_body": True})
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(HOLD_POLL_S):
-                        await gone.wait()
+                await self._until_routes_change(gone, HOLD_POLL_S)
                 if gone.is_set():
                     outcome.cancelled, outcome.status = True, 499
                     return False
         finally:
             watcher.cancel()
             self._held[model] -= 1
+
+    async def _until_routes_change(self, gone: asyncio.Event, seconds: float) -> None:
+        """Wait up to `seconds`, until the client leaves or the route table changes (a run
+        ready, stopped or failed bumps its version)."""
+        version = self.table.version
+        deadline = time.monotonic() + seconds
+        while not gone.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(HOLD_ROUTES_POLL_S, left)):
+                    await gone.wait()
+            with contextlib.suppress(RedisError):
+                if await self.store.routes_version() != version:
+                    return
 
     async def _load_on_demand(self, model: str, admission: _Admission) -> Refused:
         """An on-demand model no run serves: start it (or join the start under way) and

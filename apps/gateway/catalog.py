@@ -147,6 +147,12 @@ def _standing(entry: OnDemand, name: str) -> tuple[LoadState, Placement | None]:
     for run in runs:
         if run.state in STARTING_STATES:
             return _loading(run, name), None
+    try:
+        pending = store.pending_load(entry.recipe_id)
+    except RedisError:
+        pending = None
+    if pending:  # it made room by stopping runs, and starts once they have stopped
+        return LoadState("loading", f"loading model {name} on {pending}"), None
     placement = place(entry)
     return _can_load(placement, name), placement
 
@@ -403,10 +409,11 @@ def _load(entry: OnDemand, name: str, placement: Placement, requester) -> LoadSt
                     f"for {who}.")  # fmt: skip
         from apps.gateway.tasks import load_after_stop
 
+        words = f"{host.name}: stopping idle {placement.stops_words()} first"
+        store.set_pending_load(entry.recipe_id, words)
         args = [entry.recipe_id, host.pk, getattr(requester, "pk", None)]
         transaction.on_commit(lambda: load_after_stop.apply_async(args=args, queue=host.queue))
-        return LoadState("loading", f"loading model {name} on {host.name}: stopping idle "
-                         f"{placement.stops_words()} first", host=host.name)  # fmt: skip
+        return LoadState("loading", f"loading model {name} on {words}", host=host.name)
     return start_on(entry, host, requester)
 
 

@@ -244,6 +244,28 @@ def unlock(name: str, token: str) -> None:
         log.warning("could not give back %s: %s", name, exc)
 
 
+PENDING_LOAD_S = 600  # a load waiting for the stops it made (its task may be lost)
+
+
+def pending_key(recipe_id: int) -> str:
+    return f"gw:pending:{recipe_id}"
+
+
+def set_pending_load(recipe_id: int, words: str) -> None:
+    """A load that stopped runs to make room and starts once they have stopped (its task
+    on the host's queue): requests meanwhile see it under way, and start nothing more."""
+    _sync().set(pending_key(recipe_id), words, ex=PENDING_LOAD_S)
+
+
+def pending_load(recipe_id: int) -> str | None:
+    value = _sync().get(pending_key(recipe_id))
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def clear_pending_load(recipe_id: int) -> None:
+    _sync().delete(pending_key(recipe_id))
+
+
 LOAD_QUEUE = "gw:loadq"
 LOAD_QUEUE_ALIVE_S = 15  # a queued model whose held requests stopped asking leaves the line
 

@@ -37,7 +37,11 @@ def load_after_stop(recipe_id: int, host_id: int, requester_id: int | None = Non
     entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
     host = Host.objects.filter(pk=host_id).first()
     if entry is None or host is None:
+        catalog.store.clear_pending_load(recipe_id)
         return "gone"
     requester = get_user_model().objects.filter(pk=requester_id).first() if requester_id else None
-    state = catalog.start_on(entry, host, requester)
+    try:
+        state = catalog.start_on(entry, host, requester)
+    finally:
+        catalog.store.clear_pending_load(recipe_id)  # the run (or its refusal) says the rest
     return state.state

@@ -12,7 +12,7 @@ from apps.chat.models import Conversation
 from apps.gateway.models import OnDemand
 from apps.runs.models import Run, RunState
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_gateway_keys")]
 
 
 @pytest.fixture

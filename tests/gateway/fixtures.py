@@ -35,6 +35,13 @@ def flush_gateway_keys(url: str) -> None:
 
 
 @pytest.fixture
+def fresh_gateway_keys(redis_url) -> None:
+    """No gateway state in Redis from an earlier test (a pending load, the line, a run's
+    last use: keyed by ids a later test's rows may get again)."""
+    flush_gateway_keys(redis_url)
+
+
+@pytest.fixture
 def panel(transactional_db, redis_url, settings) -> Panel:
     from sparkpanel.asgi import application
 

@@ -14,7 +14,7 @@ from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
 from tests.runs.test_colocation import _meminfo, _recipe
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_gateway_keys")]
 
 
 @pytest.fixture
@@ -70,6 +70,12 @@ def test_two_models_share_a_spark_and_a_third_replaces_the_least_important(spark
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.state == RunState.STOPPING and second.state == RunState.READY
+    # Asked again while A stops (C's start waits for it on the host's queue): the same
+    # load, under way — B, now the only other stoppable run, is not stopped too.
+    again = catalog.request_load(c.pk, wait=True)
+    assert again.state == "loading" and "stopping idle “Od A” first" in again.message
+    second.refresh_from_db()
+    assert second.state == RunState.READY and not Run.objects.filter(recipe=c).exists()
 
 
 def test_a_stop_that_would_not_make_room_is_not_made(spark, qwen):

@@ -18,6 +18,7 @@ from django.db import connection
 
 from apps.gateway import catalog
 from apps.gateway.models import OnDemand
+from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
@@ -69,9 +70,29 @@ def _code(fn):
     return 200, "ok", "", {}
 
 
+@pytest.fixture
+def sparks():
+    """The test's Sparks, and no server of theirs outlives it."""
+    made: list[Host] = []
+    yield made
+    for host in made:
+        engine = engine_for(host)
+        for managed in engine.list_managed():
+            engine.stop(managed.handle, timeout=5)
+
+
 @pytest.mark.timeout(420)
 def test_models_load_on_demand_share_a_spark_and_evict_the_idle_one(
-    start_worker, panel, member, operator, gateway_key, qwen, tmp_path, settings, monkeypatch
+    start_worker,
+    panel,
+    member,
+    operator,
+    gateway_key,
+    qwen,
+    tmp_path,
+    settings,
+    monkeypatch,
+    sparks,
 ):
     settings.VAR_DIR = tmp_path
     # The workers share the panel's database, files and secret (a run's server key is
@@ -91,6 +112,7 @@ def test_models_load_on_demand_share_a_spark_and_evict_the_idle_one(
         )
         for i, runs in ((0, 2), (1, 1))
     )
+    sparks.extend((two, one))
     for host in (two, one):
         start_worker(host.queue, host.name, **shared)
     a, b, c = (_recipe(qwen, f"od-{x}-{tag}", u) for x, u in (("a", "0.30"), ("b", "0.30"),
@@ -150,6 +172,7 @@ def test_models_load_on_demand_share_a_spark_and_evict_the_idle_one(
     run_a.refresh_from_db()
     assert run_a.state == RunState.STOPPED and run_a.stop_reason.startswith("replaced by on-demand")
     run_c = Run.objects.get(recipe=c, state=RunState.READY)
+    # Only A made room: B, asked for by nobody meanwhile, still serves beside C.
     assert run_c.host_id == two.pk and Run.objects.get(pk=run_b.pk).state == RunState.READY
     assert Run.objects.get(pk=manual.pk).state == RunState.READY
 

@@ -19,8 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def empty_line():
-    store._sync().delete(store.LOAD_QUEUE)
+def empty_line(fresh_gateway_keys):
     yield
     store._sync().delete(store.LOAD_QUEUE)
 

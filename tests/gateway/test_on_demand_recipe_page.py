@@ -10,7 +10,7 @@ from django.urls import reverse
 from apps.audit.models import AuditEntry
 from apps.gateway.models import OnDemand
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_gateway_keys")]
 
 
 def test_an_operator_puts_a_recipe_on_demand_from_its_page(client_as, operator, qwen, sim_host):

@@ -18,7 +18,7 @@ from apps.runs.models import Run, RunState
 from apps.telemetry.models import HostSample
 from tests.conftest import ports
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_gateway_keys")]
 
 
 @pytest.fixture
