@@ -49,3 +49,4 @@ bench:
 	.venv/bin/python -m bench.telemetry_fanout
 	.venv/bin/python -m bench.chat_relay
 	.venv/bin/python -m bench.gateway_overhead
+	.venv/bin/python -m bench.ondemand_load
