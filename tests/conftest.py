@@ -484,9 +484,14 @@ def sim_host(db, settings, tmp_path):
         sim_time_scale=50, **ports(20000, 20999),
     )  # fmt: skip
     yield host
-    engine = engine_for(host)  # no server outlives its test
+    stop_servers(host)
+
+
+def stop_servers(host: Host, timeout: float = 5) -> None:
+    """No server of the host's outlives its test."""
+    engine = engine_for(host)
     for managed in engine.list_managed():
-        engine.stop(managed.handle, timeout=5)
+        engine.stop(managed.handle, timeout=timeout)
 
 
 @pytest.fixture(params=["process", "docker"])

@@ -12,20 +12,14 @@ from apps.gateway import catalog, store
 from apps.gateway.models import OnDemand
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
-from tests.runs.test_colocation import _meminfo, _recipe
+from tests.runs.test_colocation import _meminfo, _recipe, colocating
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_gateway_keys")]
 
 
 @pytest.fixture
 def spark(sim_host, tmp_path):
-    meminfo = tmp_path / "meminfo"
-    _meminfo(meminfo, 120)
-    sim_host.max_runs = 2
-    sim_host.meminfo_path = str(meminfo)
-    sim_host.save()
-    sim_host.meminfo = meminfo
-    return sim_host
+    return colocating(sim_host, tmp_path, 2)
 
 
 def _entry(recipe: Recipe, spark, priority: int) -> OnDemand:

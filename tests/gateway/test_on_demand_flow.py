@@ -18,14 +18,13 @@ from django.db import connection
 
 from apps.gateway import catalog
 from apps.gateway.models import OnDemand
-from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
 from sparkdomain.meminfo import MeminfoError, read_meminfo
 from sparkdomain.spark import GB, GIB
-from tests.conftest import wait_for
+from tests.conftest import stop_servers, wait_for
 from tests.isolation import PORT_SHIFT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -76,9 +75,7 @@ def sparks():
     made: list[Host] = []
     yield made
     for host in made:
-        engine = engine_for(host)
-        for managed in engine.list_managed():
-            engine.stop(managed.handle, timeout=5)
+        stop_servers(host)
 
 
 @pytest.mark.timeout(420)

@@ -27,14 +27,13 @@ import pytest
 from django.db import connection
 
 from apps.gateway.models import OnDemand
-from apps.hosts.engines import engine_for
 from apps.hosts.models import Host
 from apps.runs import colocation
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_stop
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.spark import GB
-from tests.conftest import ports, wait_for
+from tests.conftest import ports, stop_servers, wait_for
 from tests.real_vllm import fixtures as real
 from tests.real_vllm.test_panel_runs import (  # noqa: F401
     keep_logs,
@@ -117,9 +116,7 @@ def colocating_host(db, vllm_ready, settings, tmp_path, start_worker):  # noqa: 
         SPARKPANEL_VAR_DIR=str(tmp_path), SECRET_KEY=settings.SECRET_KEY,
     )  # fmt: skip
     yield host
-    engine = engine_for(host)  # no server outlives its test
-    for managed in engine.list_managed():
-        engine.stop(managed.handle, timeout=10)
+    stop_servers(host, timeout=10)
     keep_logs(tmp_path, host.name)
     worker_log = tmp_path / f"worker-{host.name}.log"
     if worker_log.exists():

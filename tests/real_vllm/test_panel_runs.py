@@ -43,7 +43,7 @@ from apps.runs.models import Run, RunState
 from apps.runs.services import run_start
 from sparkpanel.asgi import application
 from tests.chat.conftest import ws_headers
-from tests.conftest import ports, require_service, wait_for
+from tests.conftest import ports, require_service, stop_servers, wait_for
 from tests.real_vllm import fixtures as real
 from tests.real_vllm.throttle import EngineThrottle
 from tests.recipes.factories import recipe_data
@@ -86,9 +86,7 @@ def cpu_host(db, vllm_ready, settings, tmp_path):
         **ports(24100, 24199),
     )  # fmt: skip
     yield host
-    engine = engine_for(host)  # no server outlives its test
-    for managed in engine.list_managed():
-        engine.stop(managed.handle, timeout=10)
+    stop_servers(host, timeout=10)
     keep_logs(tmp_path, host.name)
 
 

@@ -29,15 +29,21 @@ def _meminfo(path, available_gb: float, total_gb: float = 128) -> None:
     )
 
 
-@pytest.fixture
-def spark(sim_host, tmp_path):
+def colocating(host, tmp_path, max_runs: int):
+    """The host runs `max_runs` models side by side, its memory read from a meminfo file
+    the test writes (`host.meminfo`; 120 GB available to begin with)."""
     meminfo = tmp_path / "meminfo"
     _meminfo(meminfo, 120)
-    sim_host.max_runs = 3
-    sim_host.meminfo_path = str(meminfo)
-    sim_host.save()
-    sim_host.meminfo = meminfo
-    return sim_host
+    host.max_runs = max_runs
+    host.meminfo_path = str(meminfo)
+    host.save()
+    host.meminfo = meminfo
+    return host
+
+
+@pytest.fixture
+def spark(sim_host, tmp_path):
+    return colocating(sim_host, tmp_path, 3)
 
 
 def _recipe(qwen: Recipe, slug: str, utilization: str) -> Recipe:
