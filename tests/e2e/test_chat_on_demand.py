@@ -64,11 +64,13 @@ def test_a_member_opens_a_chat_on_an_unloaded_model_sees_it_load_and_gets_the_an
     # The load panel: where the load stands, moving; the message waits in the box.
     panel = page.locator("#chat-load")
     expect(panel).to_contain_text(f"loading model {NAME} on {HOST}", timeout=15_000)
+    # The page's script is up and its socket open (a busy machine runs deferred scripts late).
+    expect(page.locator("[data-chat-state]")).to_have_text("waiting for the model…",
+                                                           timeout=30_000)  # fmt: skip
     box = page.get_by_label("Message")
     box.fill("/sparksim echo hello from the queue")
     page.get_by_role("button", name="Send").click()
     expect(panel.locator("[data-load-queued]")).to_be_visible()
-    expect(page.locator("[data-chat-state]")).to_have_text("waiting for the model…")
     seen = set()
     for _ in range(600):
         text = panel.locator("[data-load-message]").inner_text()
