@@ -25,8 +25,9 @@ from apps.benchmarks.reference import (
 from apps.core.csvsafe import csv_text
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
+from apps.runs.colocation import runs_on
 from apps.runs.models import Run
-from apps.runs.services import Occupancy, RunRefused, active_run_on, fit_check
+from apps.runs.services import Occupancy, RunRefused, fit_check
 from apps.runs.signals import Claim
 from sparkdomain.planner import roofline_check
 
@@ -98,11 +99,11 @@ def host_queue_entries(host: Host) -> list[QueueEntry]:
             else:
                 elapsed = (now - job.started_at).total_seconds() if job.started_at else 0
                 clock = clock + timedelta(seconds=max(estimate - elapsed, 0))
-    active = active_run_on(host)
+    runs = runs_on(host)
     ahead = _Ahead(running)
     for position, job in enumerate(queued, start=1):
         estimate = estimate_seconds(job)
-        waiting = Occupancy(host, active, ahead.claims()).waiting_for(job.recipe) or ""
+        waiting = Occupancy(host, runs, ahead.claims()).waiting_for(job.recipe) or ""
         entries.append(QueueEntry(job, position, clock, estimate, waiting))
         ahead.add(job)
         if clock is not None:

@@ -70,8 +70,7 @@ def chat_new(request: HttpRequest) -> HttpResponse:
 def _chat_on_demand(request: HttpRequest) -> HttpResponse:
     """A chat with an on-demand model: its ready run, else a load asked for by this member,
     and the conversation page shows the load and sends once the model is ready."""
-    recipe_id = form_id(request.POST.get("recipe"))
-    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
+    entry = _catalog_entry(form_id(request.POST.get("recipe")))
     if entry is None:
         messages.error(request, "Pick a model of the on-demand catalog.")
         return redirect("chat")
@@ -86,13 +85,17 @@ def _chat_on_demand(request: HttpRequest) -> HttpResponse:
     return redirect(conversation)
 
 
+def _catalog_entry(recipe_id: int | None) -> OnDemand | None:
+    """The on-demand catalog's entry for a recipe, if it is in the catalog."""
+    if recipe_id is None:
+        return None
+    return OnDemand.objects.select_related("recipe").filter(recipe_id=recipe_id).first()
+
+
 def _load_context(request: HttpRequest, conversation: Conversation) -> dict | None:
     """For a conversation whose model is in the on-demand catalog and not ready: where its
     load stands, for the page's load panel (None otherwise)."""
-    if conversation.run_ready or conversation.recipe_id is None:
-        return None
-    entry = OnDemand.objects.select_related("recipe").filter(recipe_id=conversation.recipe_id)
-    entry = entry.first()
+    entry = None if conversation.run_ready else _catalog_entry(conversation.recipe_id)
     if entry is None:
         return None
     return {"url": reverse("chat-load", args=[conversation.pk]), "state": catalog.state_of(entry)}
@@ -106,8 +109,7 @@ def conversation_load(request: HttpRequest, pk: int) -> JsonResponse:
     conversation = _conversation(request, pk)
     if conversation.user_id != request.user.pk or not request.user.has_perm(USE_CHAT):
         raise PermissionDenied
-    entry = OnDemand.objects.select_related("recipe").filter(
-        recipe_id=conversation.recipe_id).first() if conversation.recipe_id else None  # fmt: skip
+    entry = _catalog_entry(conversation.recipe_id)
     if entry is None:
         return JsonResponse({"error": "this model is not in the on-demand catalog"}, status=404)
     if request.method == "POST":

@@ -6,10 +6,11 @@ Placement (`place`): a load goes to an allowed Spark with room now — nothing o
 where the host runs several models side by side (`Host.max_runs`), room beside what it
 runs: the co-location rules (apps/runs/colocation.py: the ≤ 0.90 rule over the sum of
 the pools, one start at a time, exclusive groups) and the measured memory with the freeze
-margin; one whose cache holds the weights first, then an empty one. Else it replaces one
-on-demand run on an allowed Spark whose stop makes room — the lowest priority, then the
-one idle longest — if its priority is not higher and it is not pinned, not claimed by a
-benchmark and not serving a request; else it cannot load now, and says why. vLLM's sleep
+margin; one whose cache holds the weights first, then an empty one. Else it stops the
+fewest on-demand runs on an allowed Spark whose stop makes room — the lowest priority,
+then the one idle longest, first — each of a priority not higher and not pinned, not
+claimed by a benchmark and not serving a request; else it cannot load now, and says why
+(a held request may wait in line: `request_load`). vLLM's sleep
 mode is not used (it has crashed GB10 hosts: vllm #50011): a switch is a stop and a
 start. Requests share one start (the run is the start: while it loads, every request for
 the model sees it). Every automatic start and stop is an audit row and a team notice with
@@ -181,10 +182,6 @@ class Placement:
     # on-demand run goes when idle; a start or stop ends). A held request waits in line.
     waits: bool = False
 
-    @property
-    def replaces(self) -> Run | None:
-        return self.stops[0] if self.stops else None
-
     def stops_words(self) -> str:
         return " and ".join(f"“{run.recipe}”" for run in self.stops)
 
@@ -193,8 +190,7 @@ def place(entry: OnDemand) -> Placement:
     """The Spark a load of the entry's model goes to (module docstring), or why none:
     one with room now — nothing on it, or room beside what it runs (apps/runs/colocation.py
     and the measured memory) — whose cache holds the weights first, then an empty one;
-    else the one where stopping a single idle on-demand run makes room, the lowest
-    priority then the longest idle first."""
+    else the one where stopping the fewest idle on-demand runs makes room (`_victims`)."""
     allowed = list(entry.hosts.all()) or list(Host.objects.all())
     if not allowed:
         return Placement(None, why="no Spark is registered")
@@ -207,7 +203,7 @@ def place(entry: OnDemand) -> Placement:
             reasons.append(f"{host.name} is reserved for a benchmark")
             waits = True
             continue
-        runs = occupancy.runs or []
+        runs = occupancy.runs
         waits = waits or any(not r.pinned and (r.on_demand or r.state != RunState.READY)
                              for r in runs)  # fmt: skip
         why = occupancy.refusal(recipe) if runs else None
@@ -257,7 +253,7 @@ def _victims(host: Host, entry: OnDemand, runs: list[Run]) -> tuple[list[Run], s
     for run in stoppable:
         chosen.append(run)
         rest = [r for r in runs if r not in chosen]
-        blocked = Occupancy(host, rest[0] if rest else None, [], rest).refusal(entry.recipe)
+        blocked = Occupancy(host, rest).refusal(entry.recipe)
         if blocked is None and rest:
             freed = sum(pool_bytes(r.recipe, host) for r in chosen)
             blocked = memory_refusal(host, entry.recipe, freed_bytes=freed)
@@ -462,14 +458,22 @@ def unload_idle() -> list[int]:
     return stopped
 
 
+def _buckets_over(runs: list[Run], seconds: float, now: datetime) -> list[HostSample]:
+    """The runs' telemetry buckets (the host agents' 10-second HostSample rows, one per
+    run) of the last `seconds`, oldest first — none unless they cover that time (a run just
+    ready has not shown it yet)."""
+    since = now - timedelta(seconds=seconds)
+    samples = list(HostSample.objects.filter(run__in=runs, at__gte=since).order_by("at"))
+    if not samples or (samples[0].at - since).total_seconds() > seconds / 6:
+        return []
+    return samples
+
+
 def under_load(entry: OnDemand, runs: list[Run], now: datetime) -> str:
     """Why the entry's ready runs are under load ("" when not): every telemetry bucket of
-    the last minute (the host agents' 10-second HostSample rows, one per run) shows
-    requests waiting, or a p95 TTFT over the entry's SLO — and the buckets cover the
-    minute (a run just ready has not shown it yet)."""
-    since = now - timedelta(seconds=SCALE_WINDOW_S)
-    samples = list(HostSample.objects.filter(run__in=runs, at__gte=since).order_by("at"))
-    if not samples or (samples[0].at - since).total_seconds() > SCALE_WINDOW_S / 6:
+    the last minute shows requests waiting, or a p95 TTFT over the entry's SLO."""
+    samples = _buckets_over(runs, SCALE_WINDOW_S, now)
+    if not samples:
         return ""
     slo = entry.replica_ttft_slo_s
     waiting = all((s.waiting or 0) > 0 for s in samples)
@@ -484,12 +488,8 @@ def under_load(entry: OnDemand, runs: list[Run], now: datetime) -> str:
 def quiet_for(runs: list[Run], seconds: float, now: datetime) -> bool:
     """No telemetry bucket of the last `seconds` shows a request waiting on these runs,
     and the buckets cover that time."""
-    since = now - timedelta(seconds=seconds)
-    samples = HostSample.objects.filter(run__in=runs, at__gte=since)
-    first = samples.order_by("at").first()
-    if first is None or (first.at - since).total_seconds() > seconds / 6:
-        return False
-    return not samples.filter(waiting__gt=0).exists()
+    samples = _buckets_over(runs, seconds, now)
+    return bool(samples) and not any((s.waiting or 0) > 0 for s in samples)
 
 
 def scale_replicas(now=None) -> list[str]:

@@ -58,7 +58,7 @@ from apps.hosts.clock import run_clock
 from apps.hosts.engines import EngineError, Handle, engine_for
 from apps.hosts.models import Host
 from apps.recipes.models import HangPolicy
-from apps.runs import pair
+from apps.runs import colocation, pair
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_restart
 from apps.telemetry.groups import host_group, run_group
@@ -290,10 +290,7 @@ class HostAgent:
     def _active_runs(self) -> list[Run]:
         """Every active run that uses this Spark (its own, and a pair run it is the worker
         of), oldest first."""
-        return list(
-            Run.objects.active().on(self.host).select_related("recipe", "host")
-            .order_by("created_at", "pk")
-        )  # fmt: skip
+        return colocation.runs_on(self.host)
 
     def _active_run(self) -> Run | None:
         runs = self._active_runs()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -73,26 +73,25 @@ class Occupancy:
     benchmark job always takes the host alone (a neighbour would share its bandwidth)."""
 
     host: Host
-    active: Run | None  # the oldest active run
+    runs: list[Run]  # every active run, oldest first (colocation.runs_on)
     # The recipes the host is claimed for, oldest claim first.
-    reserved: list[Claim]
-    runs: list[Run] | None = None  # every active run, oldest first (default: `active`)
-
-    def __post_init__(self) -> None:
-        if self.runs is None:
-            self.runs = [self.active] if self.active is not None else []
+    reserved: list[Claim] = field(default_factory=list)
 
     @classmethod
     def of(cls, host: Host, *, job=None) -> Occupancy:
         """For the worker running the benchmark job `job`, only the jobs ahead of it count."""
         claims = gathered(host_claims, sender=cls, host=host, job=job)
         claims.sort(key=lambda claim: claim.since)
-        runs = colocation.runs_on(host)
-        return cls(host, runs[0] if runs else None, claims, runs)
+        return cls(host, colocation.runs_on(host), claims)
+
+    @property
+    def active(self) -> Run | None:
+        """The oldest active run."""
+        return self.runs[0] if self.runs else None
 
     def reusable(self, recipe_id: int) -> Run | None:
         """The active run a benchmark job for this recipe would reuse."""
-        for run in self.runs or ():
+        for run in self.runs:
             if run.recipe_id == recipe_id and run.state != RunState.STOPPING:
                 return run
         return None
@@ -101,7 +100,7 @@ class Occupancy:
         """Why a run of the recipe cannot start here now: active runs it may not join
         (unless `reuse` and one is of this recipe; `alone`: a benchmark job's start, which
         joins none), or claims for another recipe."""
-        host, runs = self.host, self.runs or []
+        host, runs = self.host, self.runs
         if reuse and self.reusable(recipe.pk):
             return None
         same = next((r for r in runs if r.recipe_id == recipe.pk and r.state != RunState.STOPPING),
@@ -131,7 +130,7 @@ class Occupancy:
         """Why a benchmark job for the recipe cannot be queued here: only a pinned run of
         another recipe. An unpinned one is swapped when the job's turn comes, and jobs for
         other recipes ahead of it swap theirs in their own turn (the host's queue is FIFO)."""
-        for active in self.runs or ():
+        for active in self.runs:
             if self._swapped(active, recipe_id) and active.pinned:
                 return pinned_words(active, self.host)
         return None
@@ -150,7 +149,7 @@ class Occupancy:
                 f"{more} ahead of it; each job swaps in its recipe when its turn comes."
             )
         mine = self.reusable(recipe.pk)
-        foreign = [r for r in self.runs or () if r is not mine]
+        foreign = [r for r in self.runs if r is not mine]
         if not foreign:
             return None
         active = foreign[0]
@@ -188,11 +187,6 @@ class Occupancy:
         return active.recipe_id != recipe_id and active.state != RunState.STOPPING
 
 
-def active_run_on(host: Host) -> Run | None:
-    """The run that holds the host (its own, or a pair run it is the worker side of)."""
-    return Run.objects.active().on(host).select_related("recipe", "host", "pinned_by").first()
-
-
 def pinned_words(run: Run, host: Host) -> str:
     """Why a benchmark job for another recipe does not replace this pinned run."""
     by = f" by {run.pinned_by.get_username()}" if run.pinned_by else ""
@@ -210,12 +204,12 @@ def busy_refusal(host: Host, recipe: Recipe, *, reuse: bool = False, job=None) -
     or running for it reserve the host for theirs). For the worker running `job` — its
     turn on the host's FIFO queue — only the active run counts: jobs queued ahead of it
     for other recipes swap theirs in their own turn."""
-    if job is not None:
-        runs = colocation.runs_on(host)
-        return Occupancy(host, runs[0] if runs else None, [], runs).refusal(
-            recipe, reuse=reuse, alone=True
-        )
-    return Occupancy.of(host).refusal(recipe, reuse=reuse)
+    return _occupancy(host, job).refusal(recipe, reuse=reuse, alone=job is not None)
+
+
+def _occupancy(host: Host, job) -> Occupancy:
+    """What a start on the host meets: for the worker running `job`, its runs alone."""
+    return Occupancy(host, colocation.runs_on(host)) if job is not None else Occupancy.of(host)
 
 
 def can_override_fit(user) -> bool:
@@ -400,7 +394,7 @@ def _memory_refusal(host: Host, recipe: Recipe, *, freed_bytes: float = 0) -> No
     except MeminfoError as exc:
         raise RunRefused(f"cannot measure {host.name}'s memory: {exc}", "memory_unknown") from None
     spec = host.spec()
-    pool = float(recipe.gpu_memory_utilization) * spec.cuda_visible_gib * GIB
+    pool = pool_bytes(recipe, host)
     needed = pool + spec.freeze_margin_gb * GB
     available = memory.available_bytes + freed_bytes
     if available < needed:
@@ -540,10 +534,11 @@ def _slot(host: Host, recipe: Recipe, *, reuse: bool, job) -> int:
     host's runs read again and judged again (a start admitted a moment ago counts), and
     the smallest free slot, which the database lets one active run hold."""
     Host.objects.select_for_update().filter(pk=host.pk).first()
-    busy = busy_refusal(host, recipe, reuse=reuse, job=job)
+    occupancy = _occupancy(host, job)
+    busy = occupancy.refusal(recipe, reuse=reuse, alone=job is not None)
     if busy is not None:
         raise RunRefused(busy, "host_busy")
-    return colocation.free_slot(host, colocation.runs_on(host))
+    return colocation.free_slot(host, occupancy.runs)
 
 
 def run_start(

@@ -58,7 +58,7 @@ def test_two_models_share_a_spark_and_a_third_replaces_the_least_important(spark
     # C (0.45) beside both: 1.05 of the Spark. Stopping A (priority 0, below B's 1) leaves
     # 0.75 and frees its 38.6 GB: A is the one replaced.
     placement = catalog.place(entries[2])
-    assert (placement.host, placement.replaces) == (spark, first)
+    assert (placement.host, placement.stops) == (spark, (first,))
     state = catalog.request_load(c.pk)
     assert state.state == "loading" and "stopping idle “Od A” first" in state.message
     first.refresh_from_db()
