@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_adapter import nodes, probe
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_ports
 
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -86,24 +86,29 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _ports() -> dict[str, int]:
-    return {
-        "dashboard_port": free_port(),
-        "dashboard_agent_listen_port": free_port(),
-        "dashboard_agent_grpc_port": free_port(),
-        "runtime_env_agent_port": free_port(),
-        "metrics_export_port": free_port(),
-    }
+PORT_NAMES = ("dashboard_port", "dashboard_agent_listen_port", "dashboard_agent_grpc_port",
+              "runtime_env_agent_port", "metrics_export_port")  # fmt: skip
+
+
+def _ports(ports: list[int]) -> dict[str, int]:
+    return dict(zip(PORT_NAMES, ports, strict=True))
 
 
 def start_node(
-    root: Path, role: str, ip: str, head_ip: str, gcs_port: int, *, faults: str = ""
+    root: Path,
+    role: str,
+    ip: str,
+    head_ip: str,
+    gcs_port: int,
+    ports: list[int],
+    *,
+    faults: str = "",
 ) -> Node:
     state = root / role
     state.mkdir(parents=True, exist_ok=True)
     spec = nodes.RayNode(
         role=role, node_ip=ip, head_ip=head_ip, gcs_port=gcs_port, num_cpus=1,
-        object_store_bytes=nodes.MIN_OBJECT_STORE_BYTES, ports=_ports(),
+        object_store_bytes=nodes.MIN_OBJECT_STORE_BYTES, ports=_ports(ports),
         temp_dir=str(root / "ray"),
         extra_env={"SPARKSIM_NODE_MEMINFO": str(state / "meminfo"),
                    "SPARKSIM_NODE_FAULTS": faults},
@@ -122,12 +127,16 @@ def start_cluster(*, worker: bool = True, worker_faults: str = "", timeout: floa
     alive with its GPU."""
     # A short path: Ray's unix sockets live under it (108 bytes at most).
     cluster = Cluster(Path(tempfile.mkdtemp(prefix="rc", dir="/tmp")))
-    gcs = free_port()
+    # every port of both nodes at once: ports chosen one by one can repeat
+    n = len(PORT_NAMES)
+    gcs, *ports = free_ports(1 + 2 * n)
     try:
-        cluster.nodes.append(start_node(cluster.root, "head", HEAD_IP, HEAD_IP, gcs))
+        cluster.nodes.append(start_node(cluster.root, "head", HEAD_IP, HEAD_IP, gcs, ports[:n]))
         if worker:
             cluster.nodes.append(
-                start_node(cluster.root, "worker", WORKER_IP, HEAD_IP, gcs, faults=worker_faults)
+                start_node(
+                    cluster.root, "worker", WORKER_IP, HEAD_IP, gcs, ports[n:], faults=worker_faults
+                )
             )
         sides = {n.spec.role: n.spec.node_ip for n in cluster.nodes}
         deadline = time.monotonic() + timeout
