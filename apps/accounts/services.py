@@ -7,7 +7,7 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Group, Permission
 from django.contrib.auth.password_validation import validate_password
-from django.db import transaction
+from django.db import models, transaction
 
 from apps.accounts.roles import APP_LABEL, CAPABILITIES, ROLE_CAPABILITIES, ROLE_ORDER, Role
 from apps.audit import context as audit_context
@@ -68,23 +68,141 @@ def generate_password() -> str:
 
 @transaction.atomic
 def user_create(
-    *, username: str, role: Role, password: str | None = None, email: str = ""
+    *,
+    username: str,
+    role: Role,
+    password: str | None = None,
+    email: str = "",
+    password_link: bool = False,
 ) -> tuple[AbstractUser, str]:
     """Create a user with a role; returns the user and the password in clear text.
 
     A password given by the caller is checked by the project's password validators; a
-    generated one is random. Raises ValueError if the username is taken and
-    ValidationError for a weak password.
+    generated one is random; with `password_link` there is none ("" is returned) until the
+    person sets one through a set-password link. Raises ValueError if the username is taken
+    and ValidationError for a weak password.
     """
     user_model = get_user_model()
-    if user_model.objects.filter(username=username).exists():
+    if user_model.objects.filter(username__iexact=username).exists():
         raise ValueError(f"user {username!r} already exists")
     user = user_model(username=username, email=email)
-    clear = password if password is not None else generate_password()
-    validate_password(clear, user)
-    user.set_password(clear)
+    if password_link:
+        clear = ""
+        user.set_unusable_password()
+    else:
+        clear = password if password is not None else generate_password()
+        validate_password(clear, user)
+        user.set_password(clear)
     with audit_context.quiet():
         user.save()
     user_set_role(user=user, role=role, _audit=False)
     audit.record("user.create", user, after={"username": username, "role": role.value})
     return user, clear
+
+
+# --- team administration (the Users page, apps/accounts/users.py) ---------------------------
+
+
+class UserRefused(Exception):
+    """An admin's change that would lock the team out (the message says why)."""
+
+
+def active_admins():
+    return (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(models.Q(is_superuser=True) | models.Q(groups__name=Role.ADMIN.value))
+        .distinct()
+    )
+
+
+def _keeps_an_admin(user: AbstractUser) -> None:
+    """The last active admin cannot be demoted or deactivated: nobody could undo it."""
+    if user_role(user) is Role.ADMIN and not active_admins().exclude(pk=user.pk).exists():
+        raise UserRefused(
+            f"{user.get_username()} is the last active admin: make someone else an admin first."
+        )
+
+
+def user_sessions_end(user: AbstractUser) -> int:
+    """Delete the user's browser sessions (signed out everywhere); how many there were.
+    Session data is opaque to SQL, so each unexpired row is decoded (a team's few hundred)."""
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    mine = [
+        s.pk
+        for s in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if str(s.get_decoded().get("_auth_user_id")) == str(user.pk)
+    ]
+    Session.objects.filter(pk__in=mine).delete()
+    return len(mine)
+
+
+def _revoke_credentials(user: AbstractUser) -> tuple[str, list[str]]:
+    """Every API token and gateway key of the user, through the apps that own them."""
+    from apps.accounts.signals import revoke_credentials
+
+    revoked, problems = [], []
+    for _receiver, answer in revoke_credentials.send_robust(sender=get_user_model(), user=user):
+        if isinstance(answer, Exception):
+            problems.append(str(answer))
+        elif answer:
+            revoked.append(answer)
+    return ", ".join(sorted(revoked, key=lambda w: w.split(" ", 1)[-1])) or "none held", problems
+
+
+@transaction.atomic
+def user_change_role(*, user: AbstractUser, role: Role) -> AbstractUser:
+    """An admin's role change (audited by `user_set_role`); never the last admin's."""
+    if role is not Role.ADMIN:
+        _keeps_an_admin(user)
+    return user_set_role(user=user, role=role)
+
+
+def user_deactivate(*, user: AbstractUser, by: AbstractUser) -> tuple[str, list[str]]:
+    """The account can no longer sign in: its sessions end, its open sockets close
+    (apps/accounts/revoke.py), its API tokens and gateway keys are revoked; one audit row
+    says what went. Returns (what was revoked, problems)."""
+    if user.pk == by.pk:
+        raise UserRefused("You cannot deactivate your own account.")
+    _keeps_an_admin(user)
+    with transaction.atomic():
+        with audit_context.quiet():
+            user.is_active = False
+            user.save(update_fields=["is_active"])
+        sessions = user_sessions_end(user)
+    what, problems = _revoke_credentials(user)
+    audit.record("user.deactivate", user, label=user.get_username(),
+                 message=f"{sessions} session(s) signed out; revoked: {what}")  # fmt: skip
+    return what, problems
+
+
+@transaction.atomic
+def user_reactivate(*, user: AbstractUser) -> None:
+    with audit_context.quiet():
+        user.is_active = True
+        user.save(update_fields=["is_active"])
+    audit.record("user.reactivate", user, label=user.get_username(),
+                 message="may sign in again (revoked tokens and keys stay revoked)")  # fmt: skip
+
+
+@transaction.atomic
+def user_reset_password(*, user: AbstractUser, link: bool) -> str:
+    """A new random password (returned, for the admin to hand over once) or, with `link`,
+    no usable password until the person sets one through a set-password link. Either way
+    their sessions end; tokens and keys keep working (the Users page's Deactivate revokes
+    them)."""
+    clear = ""
+    with audit_context.quiet():
+        if link:
+            user.set_unusable_password()
+        else:
+            clear = generate_password()
+            user.set_password(clear)
+        user.save(update_fields=["password"])
+    sessions = user_sessions_end(user)
+    how = "a set-password link" if link else "a new random password"
+    audit.record("user.password-reset", user, label=user.get_username(),
+                 message=f"{how}; {sessions} session(s) signed out")  # fmt: skip
+    return clear

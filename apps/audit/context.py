@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from dataclasses import dataclass
 
 
@@ -18,6 +19,7 @@ class Actor:
     user: object | None = None
     address: str | None = None
     source: str = "system"
+    name: str = ""  # who, when there is no panel user (the machine's user at a shell)
 
 
 _ACTOR: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("audit_actor", default=None)
@@ -36,6 +38,18 @@ def acting_as(actor: Actor):
         yield actor
     finally:
         _ACTOR.reset(token)
+
+
+def command_line(command: str):
+    """A manage.py command's rows: the machine's user who ran it, not "the panel itself"
+    (`manage.py createuser` is how the first accounts are made)."""
+    import getpass
+
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        who = f"uid {os.getuid()}"
+    return acting_as(Actor(source="command", name=f"{who} (manage.py {command})"[:150]))
 
 
 def is_quiet() -> bool:

@@ -29,6 +29,7 @@ class AuditEntry(models.Model):
         ADMIN = "admin", "Django admin"
         SYSTEM = "system", "the panel itself"
         WATCHDOG = "watchdog", "the guard (host agent)"
+        COMMAND = "command", "the command line (manage.py)"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(

@@ -86,7 +86,7 @@ def record(
     user_obj = who.user if getattr(who.user, "pk", None) is not None else None
     entry = AuditEntry(
         actor=user_obj,
-        actor_name=getattr(user_obj, "username", "") if user_obj else "",
+        actor_name=getattr(user_obj, "username", "") if user_obj else who.name,
         source=who.source,
         address=who.address,
         action=action,

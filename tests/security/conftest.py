@@ -110,4 +110,5 @@ def world(db, settings, tmp_path, qwen, admin_user, operator, member, outsider) 
         "gateway_key": gateway_key,
         "alias": alias,
         "webhook": webhook,
+        "user": operator,  # the Users page's actions on an account
     }

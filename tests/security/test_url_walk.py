@@ -43,6 +43,7 @@ PUBLIC = {
     "healthz": "liveness for compose and load balancers; says only ok/database/redis",
     "panel-metrics": "Prometheus; needs METRICS_TOKEN or an allowed network instead",
     "api/^(?P<rest>.*)$": "the API's JSON 404 for unknown paths; answers nothing else",
+    "set-password": "a set-password link: the signed link is the credential (works once)",
 }
 # API routes that are browser pages, not API calls: they send a visitor on (to the login
 # page, or to the docs page which then does) instead of answering 401.
@@ -135,6 +136,14 @@ def test_the_walk_covers_every_pattern_and_fills_parameters_with_real_objects(wo
 def _public_is_narrow(key: str, method: str, client: Client, path: str) -> str | None:
     if key == "login":
         return None  # the form (200), a failed sign-in (200), or 405
+    if key == "set-password":
+        # A link nobody made: it says so and sets nothing (Django checks the signed token).
+        response = getattr(client, method)(path, follow=True)
+        if response.status_code == 405:
+            return None
+        if response.status_code != 200 or "does not work any more" not in response.content.decode():
+            return f"{method.upper()} {path} → {response.status_code} without a valid link"
+        return None
     response = getattr(client, method)(path, REMOTE_ADDR="192.0.2.7")
     if key == "healthz":
         if method == "get":

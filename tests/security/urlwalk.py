@@ -40,6 +40,7 @@ PK_BY_URL_PREFIX = {
     "chat-compare": "comparison",
     "chat-": "conversation",
     "notice-": "notice",
+    "user-": "user",
 }
 # Named parameters mean the same thing wherever they appear.
 OBJECT_BY_PARAM = {

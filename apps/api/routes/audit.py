@@ -33,8 +33,12 @@ class AuditQuery(Schema):
 class AuditOut(Schema):
     id: int
     at: datetime
-    actor: str | None = Field(None, description="The username, or null for the panel itself")
-    source: str = Field(description="web, api, admin, system or watchdog")
+    actor: str | None = Field(
+        None,
+        description="The username (at the command line: the machine's user and the "
+        "command), or null for the panel itself",
+    )
+    source: str = Field(description="web, api, admin, system, watchdog or command")
     address: str | None
     action: str
     target_type: str

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create
+from apps.audit import context as audit_context
 
 
 class Command(BaseCommand):
@@ -26,9 +27,10 @@ class Command(BaseCommand):
     def handle(self, *args, username, role, email, password_stdin, **options):
         password = sys.stdin.readline().rstrip("\n") if password_stdin else None
         try:
-            user, clear = user_create(
-                username=username, role=Role(role), password=password, email=email
-            )
+            with audit_context.command_line("createuser"):
+                user, clear = user_create(
+                    username=username, role=Role(role), password=password, email=email
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         except ValidationError as exc:

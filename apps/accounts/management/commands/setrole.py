@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_set_role
+from apps.audit import context as audit_context
 
 
 class Command(BaseCommand):
@@ -17,5 +18,6 @@ class Command(BaseCommand):
             user = get_user_model().objects.get(username=username)
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user {username!r}") from None
-        user_set_role(user=user, role=Role(role))
+        with audit_context.command_line("setrole"):
+            user_set_role(user=user, role=Role(role))
         self.stdout.write(self.style.SUCCESS(f"{username!r} is now {role}."))
