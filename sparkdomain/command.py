@@ -179,9 +179,38 @@ def docker_run_argv(
     ]  # fmt: skip
 
 
+def _shell_word(arg: str) -> str:
+    return arg if arg.startswith("$HOME/") and ":" in arg else shlex.quote(arg)
+
+
 def shell_line(argv: list[str]) -> str:
     """One copy-pasteable line; $HOME stays expandable, everything else is quoted."""
-    return " ".join(a if a.startswith("$HOME/") and ":" in a else shlex.quote(a) for a in argv)
+    return " ".join(_shell_word(a) for a in argv)
+
+
+def _is_option(arg: str) -> bool:
+    return len(arg) > 1 and arg.startswith("-") and not arg[1].isdigit()
+
+
+def shell_lines(argv: list[str]) -> str:
+    """The same command, copy-pasteable, one option per line (`\\` continuations): a page
+    shows it without ever breaking a line inside a flag. An option keeps its one value on
+    its line; the words after that (a container's image and its command) start their own."""
+    lines: list[list[str]] = []
+    taken = True  # whether the current line's option already has its value
+    for arg in argv:
+        word = _shell_word(arg)
+        if _is_option(arg):
+            lines.append([word])
+            taken = False
+        elif lines and _is_option(lines[-1][0]) and not taken:
+            lines[-1].append(word)
+            taken = True
+        elif lines and not _is_option(lines[-1][0]):
+            lines[-1].append(word)
+        else:
+            lines.append([word])
+    return " \\\n  ".join(" ".join(line) for line in lines)
 
 
 def assert_safe_argv(argv: list[str], *, model_dirs: Iterable[str] | None = None) -> None:

@@ -31,7 +31,7 @@ from sparkdomain.command import (
     contract_problems,
     docker_run_argv,
     serve_argv,
-    shell_line,
+    shell_lines,
     tool_calling,
 )
 from sparkdomain.planner import plan
@@ -78,7 +78,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
     recipe = _recipe(slug)
     check = vllm_check(recipe)
     try:
-        argv, docker_line = serve_argv(recipe), shell_line(docker_run_argv(recipe))
+        argv, docker_line = serve_argv(recipe), shell_lines(docker_run_argv(recipe))
     except UnsafeCommand as exc:  # a row saved before a rule (issue 38): shown, never run
         argv, docker_line = [], ""
         if str(exc) not in check["problems"]:
@@ -89,7 +89,7 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
         {
             "recipe": recipe,
             "serve_argv": argv,
-            "serve_line": shell_line(argv),
+            "serve_line": shell_lines(argv),
             "docker_line": docker_line,
             "tool_calls": tool_calling(argv) if argv else None,  # and the reasoning parser
             "image_note": image_note(recipe.image),

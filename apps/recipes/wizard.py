@@ -24,7 +24,7 @@ from apps.recipes.services import config_json_fields, plan_context
 from apps.recipes.signals import measured_corrections
 from apps.recipes.startup import vllm_prediction
 from sparkdomain import presets
-from sparkdomain.command import docker_run_argv, serve_argv, shell_line
+from sparkdomain.command import docker_run_argv, serve_argv, shell_lines
 from sparkdomain.planner import plan
 from sparkdomain.spark import DEFAULT_IMAGE
 
@@ -162,8 +162,8 @@ def _render(
         preview = Recipe(**{k: v for k, v in form.cleaned_data.items() if k in ALL_FIELDS})
         preview.image = form.cleaned_data.get("image") or DEFAULT_IMAGE
         commands = {
-            "serve": shell_line(serve_argv(preview)),
-            "docker": shell_line(docker_run_argv(preview)),
+            "serve": shell_lines(serve_argv(preview)),
+            "docker": shell_lines(docker_run_argv(preview)),
         }
         vllm_start = vllm_prediction(preview, free_now=True)  # what admission goes by
     hidden = {k: data.getlist(k) for k in data if k in ALL_FIELDS and k not in STEPS[step][1]}

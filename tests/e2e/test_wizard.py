@@ -47,9 +47,14 @@ def test_member_sees_does_not_fit_fixes_it_and_cannot_save(new_page):
 
     page.get_by_role("button", name="Next →").click()
     expect(page.locator(".steps li.current")).to_have_text("3. Review and save")
-    expect(page.locator("pre.command").first).to_contain_text(
-        "--gpu-memory-utilization 0.85 --max-model-len 4096"
-    )
+    command = page.locator("pre.command").first
+    expect(command).to_contain_text("--gpu-memory-utilization 0.85 \\\n  --max-model-len 4096")
+    # One option per line, never broken inside one; the Copy button copies it whole.
+    assert command.evaluate("e => getComputedStyle(e).whiteSpace") == "pre"
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator(".command-box").first.get_by_role("button", name="Copy the command").click()
+    expect(page.locator(".command-box").first.locator("[data-copy]")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == command.inner_text()
     expect(page.locator("#save-hint")).to_contain_text("Only operators and admins can save")
     expect(page.get_by_role("button", name="Save recipe")).to_have_count(0)
 
@@ -71,8 +76,9 @@ def test_operator_saves_a_recipe_from_the_wizard(new_page):
     page.get_by_label("Name").fill("Team 70B from the wizard")
     page.get_by_role("button", name="Save recipe").click()
     expect(page.get_by_role("heading", name="Team 70B from the wizard")).to_be_visible()
-    expect(page.locator("#serve-command")).to_contain_text(
-        "vllm serve nvidia/Llama-3.3-70B-Instruct-FP4 --gpu-memory-utilization 0.85 --max-model-len 4096 --max-num-seqs 5"
+    expect(page.locator("#serve-command")).to_have_text(
+        "vllm serve nvidia/Llama-3.3-70B-Instruct-FP4 \\\n  --gpu-memory-utilization 0.85 \\\n"
+        "  --max-model-len 4096 \\\n  --max-num-seqs 5"
     )
     expect(page.locator(".msg-success")).to_contain_text("saved from the wizard")
 
@@ -93,4 +99,4 @@ def test_operator_edits_a_recipe_with_a_live_plan_and_sees_the_new_command(new_p
     expect(verdict).to_have_text("Fits")
     page.get_by_role("button", name="Save recipe").click()
     expect(page.locator(".msg-success")).to_contain_text("saved")
-    expect(page.locator("#serve-command")).to_contain_text("--max-model-len 8192 --max-num-seqs 6")
+    expect(page.locator("#serve-command")).to_contain_text("--max-model-len 8192 \\\n  --max-num-seqs 6")

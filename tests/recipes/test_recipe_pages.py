@@ -51,10 +51,11 @@ def test_member_sees_the_list_and_a_recipe_page_with_the_exact_commands(client_a
     recipe = Recipe.objects.get(slug="qwen3-5-35b-max-single-user")
     assert client_as(member).get(reverse("recipes")).status_code == 200
     html = client_as(member).get(recipe.get_absolute_url()).content.decode()
-    assert "vllm serve nvidia/Qwen3.5-35B-A3B-NVFP4 --gpu-memory-utilization 0.90" in html
+    # one option per line (sparkdomain/command.py::shell_lines)
+    assert "vllm serve nvidia/Qwen3.5-35B-A3B-NVFP4 \\\n  --gpu-memory-utilization 0.90" in html
     assert (
-        "docker run --rm --gpus all -p 8000:8000 -v $HOME/.cache/huggingface:/root/.cache/huggingface"
-        in html
+        "docker run \\\n  --rm \\\n  --gpus all \\\n  -p 8000:8000 \\\n"
+        "  -v $HOME/.cache/huggingface:/root/.cache/huggingface" in html
     )
     assert 'data-verdict="fits"' in html
     assert "Not benchmarked yet" in html  # history, honestly empty

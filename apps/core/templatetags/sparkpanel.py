@@ -3,7 +3,17 @@
 
 from django import template
 
+from sparkdomain.command import shell_lines
+
 register = template.Library()
+
+
+@register.filter
+def command_lines(argv) -> str:
+    """A command's argument vector as copy-pasteable shell, one option per line."""
+    if not isinstance(argv, list | tuple) or not all(isinstance(a, str) for a in argv):
+        return ""
+    return shell_lines(list(argv))
 
 
 @register.filter
