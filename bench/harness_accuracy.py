@@ -139,7 +139,7 @@ async def ceiling_level(url: str, streams: int, output: int, scale: float) -> di
         "loop_lag_p99": result.diagnostics["loop_lag_p99_ms"],
         "chunk_p99": pct(errors["chunk"], 99),
         "sim_late_p99": stats.get("late_p99_ms", 0.0),
-        "saturated": result.diagnostics["client_saturated"],
+        "client_lagged": result.diagnostics["client_lagged"],
         "cpu_percent": 100 * cpu / wall,  # the whole level, warm-up and prompts included
     }
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from apps.benchmarks.models import Job, Result
 from apps.benchmarks.plans import sweep_shape
-from apps.benchmarks.selectors import decode_timed
+from apps.benchmarks.selectors import client_flag, decode_timed, itl_from_bursts
 
 
 def rate_results(job: Job) -> list[Result]:
-    """A rate sweep's levels, lowest rate first, each with its arrivals' record."""
+    """A rate sweep's levels, lowest rate first, each with its arrivals' record, whether
+    its backlog grew without bound (`saturated`) and the client's own flags."""
     levels = list(job.results.filter(kind=Result.Kind.RATE).order_by("request_rate"))
     for r in levels:
         r.arrival = (r.metrics or {}).get("arrival") or {}
         r.saturated = bool((r.metrics or {}).get("saturated"))
+        r.client_flag, r.itl_from_bursts = client_flag(r), itl_from_bursts(r)
     return levels
 
 

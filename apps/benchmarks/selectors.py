@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
 from apps.benchmarks import harness, reference
-from apps.benchmarks.models import J, Job, Result, Suite
+from apps.benchmarks.models import FINISHED_JOB_STATES, J, Job, Result, Suite
 from apps.benchmarks.plans import sweep_shape
 from apps.benchmarks.reference import (
     SEED_SOURCE,
@@ -37,6 +37,19 @@ from sparkdomain.planner import roofline_check
 def suite_plan(suite: Suite) -> dict:
     """The suite as it is now: a queued job keeps this copy, whatever edits follow."""
     return suite.plan()
+
+
+FINISHED_LIST_LIMIT = 50
+
+
+def finished_jobs() -> list[Job]:
+    """The Benchmarks page's finished jobs, newest first (every role sees every job): the
+    page and its live list (`jobs-finished`, apps/benchmarks/live.py) show the same."""
+    return list(
+        Job.objects.filter(state__in=FINISHED_JOB_STATES).select_related(
+            "recipe", "host", "suite", "queued_by"
+        )[:FINISHED_LIST_LIMIT]
+    )
 
 
 def can_cancel(job: Job, user) -> bool:
@@ -275,6 +288,19 @@ def decode_timed(result: Result) -> bool:
     return not harness.decode_too_short(result.output_tokens, seconds, scale)
 
 
+def client_flag(result: Result) -> str:
+    """What the load generator's lag says about a level ("ok", "client lag" or "busy
+    machine": harness.client_flag), the same word on the pages and in the exports. An open
+    loop's stored concurrency is its cap on requests in flight, 0 for none: many streams."""
+    streams = result.concurrency or (2 if result.kind == Result.Kind.RATE else 1)
+    return harness.client_flag((result.metrics or {}).get("diagnostics"), streams)
+
+
+def itl_from_bursts(result: Result) -> bool:
+    """Whether the level's ITL figures are a lagging client's bursts (harness.itl_from_bursts)."""
+    return harness.itl_from_bursts(result.metrics)
+
+
 def timed_decode_tps(result: Result) -> float | None:
     """The decode rate to show, chart and credit: None when too short to time."""
     return result.decode_tps_p50 if decode_timed(result) else None
@@ -371,12 +397,13 @@ def suites_of(jobs: list[Job]) -> dict:
 
 
 def sweep_results(job: Job) -> list[Result]:
-    """The sweep's levels, each with `decode_timed` and `client_flag` (what the load
-    generator's lag says: "ok", "saturated" or "busy machine") for the pages."""
+    """The sweep's levels, each with `decode_timed`, `client_flag` (what the load
+    generator's lag says: "ok", "client lag" or "busy machine") and `itl_from_bursts` for
+    the pages."""
     levels = list(job.results.filter(kind=Result.Kind.SWEEP).order_by("concurrency"))
     for r in levels:
         r.decode_timed = decode_timed(r)
-        r.client_flag = harness.client_flag((r.metrics or {}).get("diagnostics"), r.concurrency)
+        r.client_flag, r.itl_from_bursts = client_flag(r), itl_from_bursts(r)
     return levels
 
 
@@ -524,7 +551,11 @@ EXPORT_FIELDS = [
     ("max_concurrency", lambda j, r: r.concurrency),
     # as `vllm bench serve` writes it: "inf" when requests are not paced (a closed loop)
     ("request_rate", lambda j, r: r.request_rate if r.request_rate is not None else "inf"),
+    # Two flags, two causes (docs/benchmarks.md, "Flags"): `saturated`, a rate level whose
+    # backlog grew without bound (the server fell behind); `client_flag`, the load
+    # generator's own lag ("ok", "client lag", "busy machine"), as the job page says it.
     ("saturated", lambda j, r: bool((r.metrics or {}).get("saturated"))),
+    ("client_flag", lambda j, r: client_flag(r)),
     ("completed", lambda j, r: r.ok),
     ("failed", lambda j, r: r.failed),
     ("complete", lambda j, r: r.complete),
@@ -541,6 +572,9 @@ EXPORT_FIELDS = [
     ("median_prefill_tok_s", lambda j, r: r.prefill_tps_p50),
     ("median_tpot_ms", lambda j, r: _ms(r.metrics.get("tpot", {}).get("p50"))),
     ("median_itl_ms", lambda j, r: _ms(r.metrics.get("itl", {}).get("p50"))),
+    # True: the ITL figures (above, and the metrics' "itl") are bursts a lagging client
+    # read at once, not the server's pace (harness.itl_from_bursts); TPOT still holds.
+    ("itl_from_bursts", lambda j, r: itl_from_bursts(r)),
     ("kv_cache_usage_peak", lambda j, r: (r.metrics.get("server") or {}).get("kv_usage_peak")),
     ("recipe", lambda j, r: j.recipe.name),
     ("model_id", lambda j, r: j.recipe.model_id),

@@ -12,9 +12,15 @@ from dataclasses import dataclass
 
 from django.utils.text import slugify
 
+from apps.benchmarks.harness.arrivals import (
+    SATURATION_FLOOR,
+    SATURATION_SLOPE,
+    SATURATION_WINDOW,
+)
 from apps.benchmarks.harness.stats import (
     DECODE_MIN_TOKENS,
     DECODE_MIN_WALL_S,
+    ITL_BURST_RATIO,
     SATURATION_LAG_MS,
 )
 
@@ -121,18 +127,36 @@ TERMS: tuple[Term, ...] = (
         "A published figure that does not add up by the table's own "
         "definitions; shown as published, with what is wrong with it.",
     ),
-    # What the load generator says about itself
+    # Two different things that once shared the word "saturated"
     Term(
         "saturated",
+        "Request-rate sweep: the level's backlog of unanswered requests grew without "
+        f"bound (over the last {SATURATION_WINDOW} arrivals by at least "
+        f"{SATURATION_SLOPE:g} of a request per arrival, to {SATURATION_FLOOR} or more): "
+        "the server fell behind, the level ended early and higher rates were not run. "
+        "Exports say saturated: true.",
+    ),
+    # What the load generator says about itself
+    Term(
+        "client lag",
         f"With more than one stream, the load generator's event loop lagged "
         f"(p99 over {_LAG_MS} ms): the client, not the server, may have been the limit and "
-        "the latencies may be inflated.",
+        'the latencies may be inflated. Exports say client_flag: "client lag".',
     ),
     Term(
         "busy machine",
         f"At one stream the load generator has next to nothing to do, yet "
         f"its event loop lagged (p99 over {_LAG_MS} ms): something else kept the machine "
-        "it ran on busy, and the latencies may be inflated. Not the server's fault.",
+        "it ran on busy, and the latencies may be inflated. Not the server's fault. "
+        'Exports say client_flag: "busy machine".',
+    ),
+    Term(
+        "ITL from bursts",
+        "The client lagged and the level's median inter-token latency is under "
+        f"{ITL_BURST_RATIO:.0%} of its median TPOT: most chunks were read several at once "
+        "and dated alike, so the gaps between them are the client's, not the server's "
+        "pace. Its ITL figures say nothing about the server; TPOT (first to last token) "
+        "still holds. Exports say itl_from_bursts: true.",
     ),
     Term(
         "vs server",

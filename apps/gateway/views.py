@@ -62,8 +62,9 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     qs = _queryset(f)
     points = usage.series(qs, f["bucket"])
     fmt = "%b %d %H:00" if f["bucket"] == "hour" else "%b %d"
-    chart = {
+    chart = {  # bench-charts.js's bars: the x axis and its legend entry are the bucket
         "scenarios": [timezone.localtime(p["t"]).strftime(fmt) for p in points],
+        "x_label": f["bucket"],
         "unit": "tokens",
         "y_label": "tokens",
         "series": [

@@ -15,8 +15,12 @@
 // Data shapes (numbers may be null where a value is missing):
 //
 //   scenarios  {"scenarios": ["58/2", ...], "unit": "s", "y_label"?: "TTFT",
+//               "x_label"?: "day" (default "scenario (input/output tokens)"),
+//               "x_legend"?: the legend's x entry (default x_label, else "scenario"),
 //               "series": [{"label": "measured", "values": [..]},
 //                          {"label": "seed (Nemotron, SPEC)", "values": [.. or null]}]}
+//              a y label that already names its unit as a word is not followed by it again
+//              ("tokens" in tokens reads "tokens", not "tokens (tokens)")
 //              a series may carry "notes": [.. or null], shown in the legend where its value
 //              is null (e.g. "too short to time": no bar, and the hover says why)
 //              or several metrics in one blob, chosen by data-metric:
@@ -64,8 +68,12 @@
     return typeof v === "number" && isFinite(v) ? v : null;
   }
 
+  // "TTFT" + "s" reads "TTFT (s)"; a label that already names its unit as a word
+  // ("tokens" in tokens, "decode tok/s" in tok/s) is not followed by it again.
   function axisLabel(label, unit) {
-    if (label && unit) return label + " (" + unit + ")";
+    if (label && unit && !(" " + label.replace(/[()]/g, " ") + " ").includes(" " + unit + " ")) {
+      return label + " (" + unit + ")";
+    }
     return label || unit || "";
   }
 
@@ -180,8 +188,11 @@
       return Math.min(0.8 / m, maxUnits);
     }
 
+    // The x axis is the benchmark's scenarios unless the data names it (the Usage page's
+    // hours or days); the legend's x entry follows the axis unless named too.
+    const xLabel = d.x_label || "scenario (input/output tokens)";
     const uSeries = [{
-      label: "scenario",
+      label: d.x_legend || d.x_label || "scenario",
       value: legendValue((u, v) => cats[v] || ""),
     }];
     series.forEach((s, k) => {
@@ -220,7 +231,7 @@
       },
       axes: [
         xAxis(th, {
-          label: d.x_label || "scenario (input/output tokens)",
+          label: xLabel,
           grid: { show: false },
           splits: () => xs,
           values: (u, splits) => {
@@ -465,6 +476,7 @@
     if (!st) return;
     if (st.ro) st.ro.disconnect();
     if (st.plot) st.plot.destroy();
+    if (el._plot === st.plot) delete el._plot;
     charts.delete(el);
   }
 
@@ -514,6 +526,7 @@
       const opts = Object.assign({}, spec.opts, { width: width, height: heightFor(el, width) });
       try {
         st.plot = new uPlot(opts, spec.data, el);
+        el._plot = st.plot; // the uPlot instance, for browser tests (its canvas text is unreadable)
       } catch (err) {
         console.error("bench-charts: chart unavailable", el, err);
         el.textContent = "";

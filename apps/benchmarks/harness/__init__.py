@@ -58,10 +58,12 @@ sparksim's `/metrics` already count simulated seconds (its clock is wall × time
 and a real vLLM runs at time_scale 1, so they are never rescaled.
 
 Self-diagnostics: a ticker task wakes every 5 ms during the measured window and records
-how late it wakes (event-loop lag); with schedule lag they show a saturated client
-(`client_saturated` when loop lag p99 > 5 ms with more than one stream; at one stream the
-client has almost nothing to do, so the same lag says the machine was busy: `busy_machine`;
-`client_flag` gives the word the results pages show).
+how late it wakes (event-loop lag); with schedule lag they show a client that fell behind
+(`client_lagged` when loop lag p99 > 5 ms; `client_flag` gives the word the results pages
+and the exports use: "client lag" with more than one stream, "busy machine" at one, where
+the client has almost nothing to do and the lag says the machine was busy). A lagging
+client reads chunks in bursts, dated alike: `itl_from_bursts` says when a level's ITL
+figures are those bursts rather than the server's pace.
 
 Too short to time: a level whose requests generate fewer than DECODE_MIN_TOKENS tokens, or
 whose median first-to-last-token time is under DECODE_MIN_WALL_S of wall clock, has
@@ -87,8 +89,8 @@ Where each part lives
   `RequestResult`, `LevelResult`, `PromptLengthError`) and a level's bounds
   (`level_refusal`, `MAX_PROMPT_TOKENS`, `MAX_OUTPUT_TOKENS`, `MAX_LEVEL_PROMPT_TOKENS`).
 - `stats.py`: the numbers — per request (`stream_metrics`), per level (`_aggregate`),
-  the client's self-diagnostics (`_diagnostics`, `client_flag`), `percentiles`,
-  `summarize`, and "too short to time" (`decode_too_short`, `decode_seconds`).
+  the client's self-diagnostics (`_diagnostics`, `client_flag`, `itl_from_bursts`),
+  `percentiles`, `summarize`, and "too short to time" (`decode_too_short`, `decode_seconds`).
 - `stream.py`: reading one streamed answer (`StreamParser`, `tokens_in_chunk`) on top of
   `vllm_adapter.sse`'s decoder.
 - `transport.py`: the HTTP/1.1 transport, connection pool and timestamping network
@@ -126,15 +128,18 @@ from apps.benchmarks.harness.prompts import (
 )
 from apps.benchmarks.harness.stats import (
     CLIENT_BUSY,
+    CLIENT_LAG,
     CLIENT_OK,
-    CLIENT_SATURATED,
     DECODE_MIN_TOKENS,
     DECODE_MIN_WALL_S,
     DEFAULT_PERCENTILES,
+    ITL_BURST_RATIO,
     SATURATION_LAG_MS,
     client_flag,
+    client_lagged,
     decode_seconds,
     decode_too_short,
+    itl_from_bursts,
     percentiles,
     stream_metrics,
     summarize,
@@ -159,8 +164,8 @@ from vllm_adapter.sse import StreamError
 __all__ = [
     "CHAT_PATH",
     "CLIENT_BUSY",
+    "CLIENT_LAG",
     "CLIENT_OK",
-    "CLIENT_SATURATED",
     "COUNTERS",
     "DECODE_MIN_TOKENS",
     "DECODE_MIN_WALL_S",
@@ -169,6 +174,7 @@ __all__ = [
     "FILLER_CACHE_WORDS",
     "GAUGES",
     "HISTOGRAMS",
+    "ITL_BURST_RATIO",
     "MAX_LEVEL_PROMPT_TOKENS",
     "MAX_OUTPUT_TOKENS",
     "MAX_PROMPT_TOKENS",
@@ -187,8 +193,10 @@ __all__ = [
     "StreamParser",
     "build_messages",
     "client_flag",
+    "client_lagged",
     "decode_seconds",
     "decode_too_short",
+    "itl_from_bursts",
     "level_refusal",
     "parse_metrics",
     "percentiles",

@@ -2,8 +2,8 @@
 per request (`stream_metrics`: TTFT, E2E, TPOT, ITL, decode and prefill rates), per
 level (`_aggregate`: summaries over the measured requests, throughputs over the
 steady-state window, goodput), the client's self-diagnostics (`_diagnostics`,
-`client_flag`), and what a measurement can say (`decode_too_short`). Pure functions, no
-I/O: the package docstring says how each number is defined."""
+`client_flag`, `itl_from_bursts`), and what a measurement can say (`decode_too_short`).
+Pure functions, no I/O: the package docstring says how each number is defined."""
 
 from __future__ import annotations
 
@@ -43,21 +43,52 @@ def decode_seconds(output_tokens: int | None, decode_tok_s: float | None) -> flo
     return (output_tokens - 1) / decode_tok_s
 
 
-CLIENT_OK, CLIENT_SATURATED, CLIENT_BUSY = "ok", "saturated", "busy machine"
+# The words a level's client readout uses, the same on the results pages and in the
+# exports (`client_flag`). Not "saturated": that word is a rate level's growing backlog
+# (the server fell behind, arrivals.Saturation), a different thing with a different cause.
+CLIENT_OK, CLIENT_LAG, CLIENT_BUSY = "ok", "client lag", "busy machine"
+# A level's median inter-token latency under this share of its median TPOT, from a client
+# that lagged: its chunks were read in bursts (see itl_from_bursts).
+ITL_BURST_RATIO = 0.1
 
 
-def client_flag(diagnostics: dict | None, concurrency: int) -> str:
-    """What the load generator's event-loop lag says about a level. More than one stream
-    with lag p99 over the threshold: "saturated" (the client's own load may have inflated
-    the latencies). At one stream the client has next to nothing to do, so the same lag
-    means the machine it ran on was busy with something else: "busy machine"."""
+def client_lagged(diagnostics: dict | None) -> bool:
+    """Whether the load generator's event loop lagged during the level (loop lag p99 over
+    SATURATION_LAG_MS), whatever the number of streams."""
     diagnostics = diagnostics or {}
     lagged = diagnostics.get("client_lagged")
     if lagged is None:  # results stored before the flag was split
         lagged = diagnostics.get("client_saturated") or diagnostics.get("busy_machine")
-    if not lagged:
+    return bool(lagged)
+
+
+def client_flag(diagnostics: dict | None, concurrency: float) -> str:
+    """What the load generator's event-loop lag says about a level. More than one stream
+    with lag p99 over the threshold: "client lag" (the client's own load may have inflated
+    the latencies). At one stream the client has next to nothing to do, so the same lag
+    means the machine it ran on was busy with something else: "busy machine"."""
+    if not client_lagged(diagnostics):
         return CLIENT_OK
-    return CLIENT_BUSY if concurrency <= 1 else CLIENT_SATURATED
+    return CLIENT_BUSY if concurrency <= 1 else CLIENT_LAG
+
+
+def itl_from_bursts(metrics: dict | None) -> bool:
+    """True when a stored level's inter-token latencies are the client's bursts, not the
+    server's pace. A client that falls behind finds several chunks waiting and reads them
+    at once; one read is dated once (the kernel's stamp of its last bytes), so the gaps
+    between those chunks come out as ~0 ms. The harness keeps, for every level, the
+    summaries of ITL and TPOT and its loop-lag diagnostics (the chunk gaps only up to
+    MAX_STORED_GAPS), so the rule reads those: the client lagged, and the median ITL is
+    under ITL_BURST_RATIO of the median TPOT — more than half of the per-token gaps are
+    ten times shorter than the requests' own mean time per token, which decoding does
+    not do (a chunk of several tokens is divided by its tokens). TPOT, from each request's
+    first and last token, is not affected."""
+    metrics = metrics or {}
+    if not client_lagged(metrics.get("diagnostics")):
+        return False
+    itl = (metrics.get("itl") or {}).get("p50")
+    tpot = (metrics.get("tpot") or {}).get("p50")
+    return itl is not None and bool(tpot) and itl < ITL_BURST_RATIO * tpot
 
 
 def percentiles(values: Iterable[float], ps: Sequence[float] = DEFAULT_PERCENTILES) -> dict:
@@ -174,10 +205,8 @@ def _diagnostics(lags: list[float], measured: list[RequestResult], concurrency: 
         "schedule_lag_max_ms": max(
             (r.schedule_lag_ms for r in measured if r.schedule_lag_ms is not None), default=None
         ),
-        # The same lag means two things: see client_flag.
+        # The same lag reads two ways, by the streams: see client_flag.
         "client_lagged": lagged,
-        "client_saturated": lagged and concurrency > 1,
-        "busy_machine": lagged and concurrency <= 1,
         "client_flag": client_flag({"client_lagged": lagged}, concurrency),
         "saturation_threshold_ms": SATURATION_LAG_MS,
     }
