@@ -401,6 +401,10 @@ def _prepare(conversation_id: int, content: str | None, *, edit: int | None = No
             history,
             max_tokens=conv.max_tokens,
             stream=True,
+            # Every chunk carries the running usage (vLLM's continuous_usage_stats): a
+            # stopped answer knows the prompt tokens vLLM processed and the tokens it
+            # generated, exactly, without the final usage chunk it never gets.
+            continuous_usage=True,
             temperature=conv.temperature,
             top_p=conv.top_p,
         ),
@@ -457,9 +461,10 @@ async def _admit(user_id: int, body: dict) -> chat_budget.ChatTicket:
 
 
 async def _prompt_tokens(prepared: dict) -> int:
-    """The prompt tokens of an answer that ended without its usage (Stop, a stall, a
-    failure): the model server counts the same messages again (/tokenize), else they are
-    estimated from their text (vllm_adapter/prompt_count.py) — as the gateway does."""
+    """The prompt tokens of an answer that ended before any chunk told them (Stop during
+    the prefill, a failure): the model server counts the same messages again (/tokenize),
+    else they are estimated from their text (vllm_adapter/prompt_count.py) — as the
+    gateway does."""
     body = prepared["body"]
     headers = {**prepared["headers"], "content-type": "application/json"}
 
@@ -484,7 +489,9 @@ async def _settle(
     ticket: chat_budget.ChatTicket, prepared: dict, state: _StreamState, status: str, error: str
 ) -> None:
     """A chat answer is a usage row like a request through the gateway (wall-clock times,
-    tokens as the server counted them, else one per event received), queued in Redis."""
+    tokens as the server counted them: the last chunk's running usage, which a stopped
+    answer has too; else one per event received), queued in Redis. A stopped answer is
+    cancelled, status 499 — not failed (apps/gateway/usage.py, docs/gateway.md)."""
     usage = state.usage or {}
     completion = usage.get("completion_tokens")
     prompt = usage.get("prompt_tokens")

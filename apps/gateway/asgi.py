@@ -634,7 +634,9 @@ class Gateway:
                             "more_body": True})  # fmt: skip
         except UpstreamError as exc:
             if watcher.gone:
-                outcome.cancelled = True
+                # The client left (the SDK closed its stream): cancelled, 499 as every
+                # request the client ended, though a 200 head went out (docs/gateway.md).
+                outcome.cancelled, outcome.status = True, 499
             else:
                 self._mark_down(replica, exc)
                 outcome.status = 502
@@ -819,8 +821,10 @@ class _Outcome:
     def row(self, started: float) -> dict:
         now = time.monotonic()
         ttft = (self.first_token_at - started) * 1000 if self.first_token_at else None
+        # No status yet: the gateway itself failed (it answered 500). 499 is kept for the
+        # requests a client cancelled, which say so (docs/gateway.md, "Usage").
         return {"pt": self.prompt, "ct": self.completion, "ttft": ttft,
-                "dur": (now - started) * 1000, "st": self.status or 499,
+                "dur": (now - started) * 1000, "st": self.status or 500,
                 "cx": self.cancelled, "err": self.error}  # fmt: skip
 
 

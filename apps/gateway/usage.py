@@ -146,11 +146,18 @@ def _source(value) -> str:
 
 # --- sums ----------------------------------------------------------------------------------
 
+# A request is one of three: answered, failed or cancelled (docs/gateway.md, "Usage").
+# Cancelled: the client ended it — the chat's Stop, a /v1 client that closed its stream or
+# left while waiting (status 499). Failed: it got an error answer — the model server, the
+# panel or the request itself (status 400 or above), and nobody cancelled it. A row is
+# never both: a stopped answer used to count as a failure too (its 499).
+FAILED = Q(status__gte=400, cancelled=False)
+
 TOTALS = {
     "requests": Count("pk"),
     "prompt": Sum("prompt_tokens", default=0),
     "completion": Sum("completion_tokens", default=0),
-    "errors": Count("pk", filter=Q(status__gte=400)),
+    "errors": Count("pk", filter=FAILED),
     "cancelled": Count("pk", filter=Q(cancelled=True)),
 }
 

@@ -148,12 +148,12 @@ def test_one_concurrent_stream_is_shared_by_the_api_and_the_chat(
     usage.drain()
     chat_row = UsageRecord.objects.get(source=UsageRecord.Source.CHAT)
     assert (chat_row.status, chat_row.cancelled) == (499, True)
-    # No usage chunk for a stopped answer: one token per event received (the stream stalled
-    # at its third token), as the gateway counts a stream cut short.
+    # No final usage chunk for a stopped answer: the running usage of its last chunk (the
+    # stream stalled at its third token).
     assert 1 <= chat_row.completion_tokens <= 3
-    # Its prompt was prefilled all the same: counted as the server counts it (/tokenize),
-    # like the API's stream that was left early above (the same message).
-    api_row = UsageRecord.objects.get(source=UsageRecord.Source.GATEWAY, status=200)
+    # Its prompt was prefilled all the same: counted as the server counts it, like the
+    # API's stream that was left early above (the same message: /tokenize).
+    api_row = UsageRecord.objects.get(source=UsageRecord.Source.GATEWAY, status=499)
     assert api_row.cancelled
 
     def tokenized(messages):
@@ -184,7 +184,7 @@ def test_a_token_budget_caps_a_chat_answer_then_refuses_the_next(
     bound = len(json.dumps({
         "model": run.served_name, "messages": HI, "max_tokens": 1000, "temperature": 0.5,
         "top_p": 1.0, "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }))  # fmt: skip
     limit = bound + 10
     Limit.objects.create(user=member, tokens_per_day=limit)
