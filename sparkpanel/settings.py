@@ -27,6 +27,9 @@ load_dotenv(BASE_DIR / ".env")
 
 VAR_DIR = Path(env_str("SPARKPANEL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # the database, logs: private
+# The Redis a running `make run` serves with (tools/devrun.py records it), so manage.py's
+# commands beside it find it; the environment and .env still come first.
+load_dotenv(VAR_DIR / "make-run.env")
 
 SECRET_KEY = secret_key(VAR_DIR)
 DEBUG = env_bool("DEBUG", False)
@@ -80,6 +83,9 @@ MIDDLEWARE = [
     # Who acts, from where, through which door: read by the audit rows (apps/audit).
     "apps.audit.context.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Django's empty 405 (require_POST on a reload or a typed address) becomes a page that
+    # explains (apps/core/not_allowed.py).
+    "apps.core.not_allowed.MethodNotAllowedPage",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Axes must come last: it turns locked-out login attempts into a lockout page.

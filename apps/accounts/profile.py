@@ -4,8 +4,10 @@ apps above it add their own cards without the accounts app knowing them.
 An app registers a `Section` in its `AppConfig.ready()`: a template (included in the page,
 in `order`), a function of the request that returns the template's context, and, for at most
 one section, `post`: the view that answers a POST to the page itself (the API's token form).
-Its own views re-render the whole page with `render_profile(request, status, **extra)`,
-e.g. a form with its errors or a secret shown once; `extra` goes over the sections' context.
+Its own views re-render the whole page with `render_profile(request, status, **extra)`
+for a form with its errors; `extra` goes over the sections' context. A create that worked
+answers `redirect_showing_once(request, anchor, **extra)` instead (post/redirect/get): a
+reload of the page then repeats a GET, never the POST, and a new secret is shown once.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
 
 TEMPLATE = "accounts/profile.html"
+# The session key that holds what the next GET of the page shows once (a new secret).
+SHOWN_ONCE = "profile_shown_once"
 
 
 @dataclass(frozen=True)
@@ -63,3 +68,16 @@ def render_profile(request: HttpRequest, status: int = 200, **extra) -> HttpResp
     context.update(extra)
     context["profile_sections"] = shown
     return render(request, TEMPLATE, context, status=status)
+
+
+def redirect_showing_once(request: HttpRequest, anchor: str, **extra) -> HttpResponse:
+    """After a create: to the profile page's section `anchor`, whose next GET shows `extra`
+    (JSON values: a new token, key or webhook secret) once. `extra` waits in the session
+    (kept on the server), never in the URL, where history and access logs would keep it."""
+    request.session[SHOWN_ONCE] = {**request.session.get(SHOWN_ONCE, {}), **extra}
+    return HttpResponseRedirect(f"{reverse('profile')}#{anchor}")
+
+
+def take_shown_once(request: HttpRequest) -> dict:
+    """What the page shows this once (see `redirect_showing_once`), gone from the session."""
+    return request.session.pop(SHOWN_ONCE, {})

@@ -6,7 +6,13 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.views.decorators.http import require_http_methods
 
-from apps.accounts.profile import Section, post_handler, register, render_profile
+from apps.accounts.profile import (
+    Section,
+    post_handler,
+    register,
+    render_profile,
+    take_shown_once,
+)
 from apps.accounts.roles import CAPABILITIES, perm
 
 
@@ -30,10 +36,15 @@ def register_sections() -> None:
 
 @require_http_methods(["GET", "POST"])
 def profile(request: HttpRequest) -> HttpResponse:
-    """GET shows the page; a POST goes to the section that answers the page's own form
-    (the API's token form: it shows a new token once)."""
+    """GET shows the page, with what a create just before left to show once (a new token,
+    key or webhook secret); a POST goes to the section that answers the page's own form
+    (the API's token form)."""
     if request.method == "GET":
-        return render_profile(request)
+        shown = take_shown_once(request)
+        response = render_profile(request, **shown)
+        if shown:
+            response["Cache-Control"] = "no-store"  # Back must not bring the secret back
+        return response
     handler = post_handler()
     if handler is None:
         return HttpResponseNotAllowed(["GET"])

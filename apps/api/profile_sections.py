@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from apps.accounts.profile import Section, register, render_profile
+from apps.accounts.profile import Section, redirect_showing_once, register, render_profile
 from apps.api.email_alerts_ui import email_alerts_context
 from apps.api.models import ApiToken
 from apps.api.tokens import token_create, token_revoke
@@ -29,15 +29,15 @@ def tokens_context(request: HttpRequest) -> dict:
 
 @require_POST
 def token_create_view(request: HttpRequest) -> HttpResponse:
-    """A POST to the profile page: create a token and show it this once (it is never stored
-    in clear, so a reload cannot show it again)."""
+    """A POST to the profile page: create a token, then show it once on the page the browser
+    is sent to (it is never stored in clear; a reload shows it no more, and creates none)."""
     form = TokenForm(request.POST)
     if not form.is_valid():
         return render_profile(request, status=400, token_form=form)
     token, clear = token_create(user=request.user, name=form.cleaned_data["name"])
-    response = render_profile(request, new_token=clear, new_token_row=token)
-    response["Cache-Control"] = "no-store"
-    return response
+    return redirect_showing_once(
+        request, "tokens", new_token=clear, new_token_row={"name": token.name}
+    )
 
 
 @require_POST

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from apps.accounts.profile import Section, render_profile
+from apps.accounts.profile import Section, redirect_showing_once, render_profile
 from apps.accounts.roles import USE_CHAT
 from apps.core.redisconn import RedisError
 from apps.gateway import store, usage
@@ -37,6 +37,12 @@ class KeyForm(forms.Form):
         required=False, min_value=1, max_value=3650, label="Expires after (days)",
         help_text="Empty: never.",
     )  # fmt: skip
+
+    def __init__(self, *args, **kwargs):
+        # The profile page also has the API token form, whose name field is id_name too: a
+        # label would point at the other form's input.
+        kwargs.setdefault("auto_id", "key_%s")
+        super().__init__(*args, **kwargs)
 
     def clean_models(self) -> list[str]:
         names = [n.strip() for n in self.cleaned_data["models"].split(",") if n.strip()]
@@ -115,9 +121,10 @@ def key_create_view(request: HttpRequest) -> HttpResponse:
     except TooManyKeys as exc:
         form.add_error(None, str(exc))
         return render_profile(request, status=400, key_form=form)
-    response = render_profile(request, new_key=clear, new_key_row=key)
-    response["Cache-Control"] = "no-store"
-    return response
+    # Post/redirect/get: a reload of the page that shows the key must not create another.
+    return redirect_showing_once(
+        request, "gateway-keys", new_key=clear, new_key_row={"name": key.name}
+    )
 
 
 @require_POST

@@ -73,3 +73,15 @@ class Incident(models.Model):
     def lowest_gib(self) -> float | None:
         values = [v for _, v in self.memory_curve if v is not None]
         return min(values) / 2**30 if values else None
+
+    @property
+    def lowest_text(self) -> str:
+        """`lowest_gib` for a page: a number, or what is missing instead of a bare unit. An
+        agent or worker silence (apps/guard/tasks.py) has no curve; an "unknown" alert's
+        curve may hold only nulls."""
+        lowest = self.lowest_gib
+        if lowest is not None:
+            return f"{lowest:.2f} GiB"
+        if not self.memory_curve:
+            return "none recorded: this incident carries no memory readings"
+        return "unknown: MemAvailable could not be read in that minute"

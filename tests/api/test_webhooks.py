@@ -336,7 +336,9 @@ def test_adding_a_webhook_shows_its_secret_once(client_as, member, recorded):
         "/accounts/profile/webhooks/",
         {"url": "https://ci.example/hook", "events": ["job.finished", "incident"],
          "csrfmiddlewaretoken": token},
+        follow=True,
     )  # fmt: skip
+    assert response.redirect_chain == [("/accounts/profile/#webhooks", 302)]
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     hook = Webhook.objects.get(user=member)
     assert hook.events == ["job.finished", "incident"] and len(hook.secret) >= 40
@@ -421,7 +423,7 @@ def test_the_secret_is_stored_encrypted_and_the_one_shown_verifies_deliveries(
     import re
 
     response = client_as(member).post(
-        "/accounts/profile/webhooks/", {"url": receiver.url, "events": ["incident"]}
+        "/accounts/profile/webhooks/", {"url": receiver.url, "events": ["incident"]}, follow=True
     )
     shown = re.search(r'data-testid="new-webhook-secret">([^<]+)<', response.content.decode())[1]
     hook = Webhook.objects.get(user=member)

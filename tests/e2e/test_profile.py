@@ -40,3 +40,48 @@ def test_a_member_creates_uses_and_revokes_a_token_and_reads_the_api_docs(
     page.wait_for_url("**/api/v1/docs")
     page.get_by_text("/api/v1/jobs/{job_id}/cancel").wait_for()
     assert page.locator(".opblock").count() >= 20
+
+
+COUNT = (
+    "from apps.gateway.models import GatewayKey; from apps.api.models import Webhook; "
+    "print(GatewayKey.objects.filter(name='reload check').count(), "
+    "Webhook.objects.filter(url='https://ci.example/reload-check').count())"
+)
+
+
+def test_a_reload_after_a_create_creates_nothing_and_shows_no_secret_again(
+    new_page, live_server_asgi
+):
+    """Issue 43, item 5: creating a gateway key or a webhook ends on the profile page (a GET),
+    so a reload neither creates a second one nor shows the secret again, and Enter on the
+    form's own address gives a page that explains instead of an empty 405."""
+    page = new_page()
+    login(page, "mia")
+    page.goto("/accounts/profile/")
+    keys = page.locator("#gateway-keys")
+    keys.get_by_label("Name").fill("reload check")
+    keys.get_by_role("button", name="Create key").click()
+    secret = page.get_by_test_id("new-key").inner_text().strip()
+    assert secret.startswith("spg_")
+    assert page.url.endswith("/accounts/profile/#gateway-keys")  # not the POST-only URL
+
+    hooks = page.locator("#webhooks")
+    hooks.get_by_label("URL").fill("https://ci.example/reload-check")
+    hooks.get_by_role("button", name="Add webhook").click()
+    hook_secret = page.get_by_test_id("new-webhook-secret").inner_text().strip()
+    assert len(hook_secret) >= 40 and secret not in page.content()  # each shown once
+    assert page.url.endswith("/accounts/profile/#webhooks")
+
+    page.reload()
+    page.locator("#webhook-list").wait_for()
+    html = page.content()
+    assert secret not in html and hook_secret not in html
+    assert page.get_by_test_id("new-webhook-secret").count() == 0
+    assert live_server_asgi.manage("shell", "-c", COUNT).split()[-2:] == ["1", "1"]
+
+    for url in ("/accounts/profile/keys/", "/accounts/profile/webhooks/"):
+        response = page.goto(url)  # Enter in the address bar
+        assert response.status == 405
+        assert "only takes a form" in page.locator("h1").inner_text()
+        page.get_by_role("link", name="Back to the dashboard").wait_for()
+    assert live_server_asgi.manage("shell", "-c", COUNT).split()[-2:] == ["1", "1"]

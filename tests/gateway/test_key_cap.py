@@ -29,7 +29,7 @@ def test_the_profile_form_and_the_api_refuse_a_key_past_the_cap(
     settings.GATEWAY_KEYS_PER_USER_MAX = CAP
     browser = client_as(member)
     for n in range(CAP):
-        made = browser.post(reverse("gateway-key-create"), {"name": f"key {n}"})
+        made = browser.post(reverse("gateway-key-create"), {"name": f"key {n}"}, follow=True)
         assert made.status_code == 200 and "spg_" in made.content.decode(), n
     refused = browser.post(reverse("gateway-key-create"), {"name": "one too many"})
     assert refused.status_code == 400

@@ -290,7 +290,7 @@ def test_an_admin_allowed_network_is_accepted_by_the_form(client_as, member, pol
     response = client_as(member).post(
         "/accounts/profile/webhooks/", {"url": "http://10.0.0.1:8080/hook", "events": ["incident"]}
     )
-    assert response.status_code == 200 and Webhook.objects.get().url == "http://10.0.0.1:8080/hook"
+    assert response.status_code == 302 and Webhook.objects.get().url == "http://10.0.0.1:8080/hook"
     assert _not_redis(connects) == []  # adding one connects to nothing
     # Allowing a network never allows link-local (metadata) or a loopback outside it.
     policy.WEBHOOK_ALLOWED_NETWORKS = ["0.0.0.0/0", "::/0"]

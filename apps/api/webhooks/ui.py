@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from apps.accounts.profile import render_profile
+from apps.accounts.profile import redirect_showing_once, render_profile
 from apps.api import egress
 from apps.api.models import Webhook, WebhookDelivery
 from apps.api.webhooks import formats
@@ -110,7 +110,7 @@ def webhook_context(request: HttpRequest) -> dict:
 
 @require_POST
 def webhook_add(request: HttpRequest) -> HttpResponse:
-    """Create a webhook and show its secret this once (the page is not cached)."""
+    """Create a webhook, then show its secret once on the page the browser is sent to."""
     form = WebhookForm(request.POST, user=request.user)
     if not form.is_valid():
         return render_profile(request, status=400, webhook_form=form)
@@ -121,9 +121,9 @@ def webhook_add(request: HttpRequest) -> HttpResponse:
         events=[e for e, _ in Webhook.Event.choices if e in form.cleaned_data["events"]],
         format=form.cleaned_data["format"] or formats.GENERIC,
     )
-    response = render_profile(request, new_webhook=hook, new_webhook_secret=hook.secret)
-    response["Cache-Control"] = "no-store"
-    return response
+    return redirect_showing_once(
+        request, "webhooks", new_webhook={"url": hook.url}, new_webhook_secret=hook.secret
+    )
 
 
 @require_POST
