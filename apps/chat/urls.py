@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.chat_index, name="chat"),
     path("new/", views.chat_new, name="chat-new"),
     path("<int:pk>/", views.conversation_page, name="chat-conversation"),
+    path("<int:pk>/send/", views.conversation_send, name="chat-send"),
     path("<int:pk>/settings/", views.conversation_settings, name="chat-settings"),
     path("<int:pk>/run/", views.conversation_switch_run, name="chat-switch-run"),
     path("<int:pk>/load/", views.conversation_load, name="chat-load"),

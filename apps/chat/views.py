@@ -6,11 +6,13 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.roles import MANAGE_USERS, USE_CHAT
 from apps.chat import search
+from apps.chat.consumers import MAX_INPUT_CHARS
 from apps.chat.models import Comparison, Conversation, Message, SystemPromptPreset
 from apps.chat.selectors import visible_to
 from apps.core.ids import form_id
@@ -93,12 +95,16 @@ def _catalog_entry(recipe_id: int | None) -> OnDemand | None:
 
 
 def _load_context(request: HttpRequest, conversation: Conversation) -> dict | None:
-    """For a conversation whose model is in the on-demand catalog and not ready: where its
-    load stands, for the page's load panel (None otherwise)."""
-    entry = None if conversation.run_ready else _catalog_entry(conversation.recipe_id)
+    """For a conversation whose model is in the on-demand catalog: where its load stands,
+    for the page's load panel (None for other conversations). While its run is ready the
+    panel is hidden (and the placement, which measures every allowed Spark, is not asked);
+    the page shows it when that run stops."""
+    entry = _catalog_entry(conversation.recipe_id)
     if entry is None:
         return None
-    return {"url": reverse("chat-load", args=[conversation.pk]), "state": catalog.state_of(entry)}
+    ready = {"state": "ready", "message": "", "percent": None}
+    state = ready if conversation.run_ready else catalog.state_of(entry)
+    return {"url": reverse("chat-load", args=[conversation.pk]), "state": state}
 
 
 @require_http_methods(["GET", "POST"])
@@ -116,7 +122,7 @@ def conversation_load(request: HttpRequest, pk: int) -> JsonResponse:
         state = catalog.request_load(entry.recipe_id, request.user)
     else:
         state = catalog.state_of(entry)
-    ready = False
+    ready, run_html = False, ""
     if state.state == "ready" and state.run_id:
         run = Run.objects.filter(pk=state.run_id, state=RunState.READY).first()
         if run is not None:
@@ -124,7 +130,10 @@ def conversation_load(request: HttpRequest, pk: int) -> JsonResponse:
                 conversation.run = run
                 conversation.save(update_fields=["run", "updated_at"])
             ready = True
-    return JsonResponse({**state.as_dict(), "ready": ready})
+            # The page's live line about its run (apps/chat/live.py), now about this run:
+            # the page puts it in place and follows this run's state from then on.
+            run_html = render_to_string("chat/partials/run_state.html", {"run": run})
+    return JsonResponse({**state.as_dict(), "ready": ready, "run_html": run_html})
 
 
 def _conversation(request: HttpRequest, pk: int) -> Conversation:
@@ -139,7 +148,10 @@ def _messages(conversation: Conversation):
 
 @require_GET
 def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
-    conversation = _conversation(request, pk)
+    return _conversation_page(request, _conversation(request, pk))
+
+
+def _conversation_page(request: HttpRequest, conversation: Conversation, *, draft: str = ""):
     owner = conversation.user_id == request.user.pk
     return render(request, "chat/conversation.html", {
         "conversation": conversation, "chat_messages": _messages(conversation),
@@ -147,9 +159,25 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
         "can_write": owner and request.user.has_perm(USE_CHAT),
         "ready": conversation.run_ready,
         "ready_runs": Run.objects.filter(state=RunState.READY).select_related("recipe", "host"),
-        "load": _load_context(request, conversation),
+        "load": _load_context(request, conversation), "draft": draft,
         **_keeping_context(request, conversation),
     })  # fmt: skip
+
+
+@require_POST
+@permission_required(USE_CHAT, raise_exception=True)
+def conversation_send(request: HttpRequest, pk: int) -> HttpResponse:
+    """The message form's own action, for a Send pressed before chat.js has loaded (the
+    page sends over its socket; a form without a method would have put the message in a
+    GET URL, into histories and access logs). Nothing is sent from here — an answer
+    streams over the socket — so the page comes back with the message in its box and
+    says so."""
+    conversation = _conversation(request, pk)
+    if conversation.user_id != request.user.pk:
+        raise PermissionDenied
+    draft = request.POST.get("content", "")[:MAX_DRAFT_CHARS]
+    messages.warning(request, NOT_SENT_YET)
+    return _conversation_page(request, conversation, draft=draft)
 
 
 @require_POST
@@ -212,6 +240,11 @@ def _search_context(request: HttpRequest) -> dict:
 # The most presets a page lists (the team's shared system prompts, apps/chat/keeping.py).
 MAX_COMPARISONS_SHOWN = 20
 MAX_ON_DEMAND = 100  # catalog models listed for a new chat
+MAX_DRAFT_CHARS = MAX_INPUT_CHARS  # a message given back to its box (the socket's own cap)
+NOT_SENT_YET = (
+    "Not sent yet: the page had not finished loading when you pressed Send. Your message is "
+    "in the box below: press Send again."
+)
 MAX_PRESETS_SHOWN = 500
 
 

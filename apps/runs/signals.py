@@ -11,7 +11,8 @@ there lost its worker: the benchmarks app interrupts such jobs (their results st
 Each receiver returns the ids of what it interrupted (a list; mark_stopped reports them).
 
 ``run_state_changed(sender=Run, run_id=id, state=state)``: a run moved to another state
-(sent once the change is committed, whoever made it). The gateway re-reads its routes.
+(sent once the change is committed, whoever made it). The gateway re-reads its routes;
+the chat pushes the run's line to open conversation pages (apps/chat/live.py).
 
 Asked (provider hooks: ``send`` returns ``[(receiver, value)]``, and the runs app
 combines the values):

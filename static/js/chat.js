@@ -272,29 +272,46 @@
   const stopButton = form.querySelector("[data-stop]");
   const stateEl = form.querySelector("[data-chat-state]");
   const setState = (text) => { if (stateEl) stateEl.textContent = text; };
-  const streaming = (on) => {
-    stopButton.hidden = !on;
-    sendButton.disabled = on || textarea.disabled;
-  };
+  // The conversation's run is a live element (#chat-run-<id>, apps/chat/live.py): every
+  // state change of the run is pushed to the page, and events.js swaps the element in, so
+  // it is looked up afresh each time. Its data-state is the run's; data-not-ready says why
+  // Send is off.
+  const runEl = () => document.querySelector("[data-chat-run]");
+  const runReady = () => { const el = runEl(); return !!el && el.dataset.state === "ready"; };
+  let runState = runEl() ? runEl().dataset.state || "" : ""; // the state last acted on
+  // An on-demand model (#chat-load): while it loads, its progress is polled and a message
+  // typed meanwhile waits in the box until the model is ready, then goes. The panel is
+  // hidden while the model's run is ready, and shown again when that run stops.
+  const load = document.getElementById("chat-load");
+  let loading = !!load && !load.hidden;
+  let queued = false;
+  let answering = false;
   let pending = "";
+  // Send and the line under the box say where things stand whenever no answer streams.
+  const settle = () => {
+    stopButton.hidden = !answering;
+    sendButton.disabled = answering || textarea.disabled || (!loading && !runReady());
+    if (answering || !column.open) return;
+    if (loading) setState("waiting for the model…");
+    else if (runReady()) setState("ready");
+    else {
+      const el = runEl();
+      setState((el && el.dataset.notReady) || "Send is off: this conversation's model is not ready.");
+    }
+  };
   const column = new ChatColumn(log, form.dataset.ws, {
     writable: true,
     onOpen: () => {
-      setState(loading ? "waiting for the model…" : "ready");
       form.dataset.connected = "1";
+      settle();
       if (queued && !loading) { queued = false; send(); }
     },
     onClose: () => { form.dataset.connected = ""; },
     onState: setState,
-    onStart: () => { pending = ""; streaming(true); setState("answering…"); },
-    onDone: () => { streaming(false); setState("ready"); },
+    onStart: () => { pending = ""; answering = true; settle(); setState("answering…"); },
+    onDone: () => { answering = false; settle(); },
     onRefused: () => { if (pending && !textarea.value) textarea.value = pending; pending = ""; },
   });
-  // An on-demand model still loading (#chat-load): its progress is polled, and a message
-  // typed meanwhile waits in the box until the model is ready, then goes.
-  const load = document.getElementById("chat-load");
-  let loading = !!load;
-  let queued = false;
   const send = () => {
     const content = textarea.value;
     if (!content.trim()) return;
@@ -304,11 +321,26 @@
       setState("waiting for the model…");
       return;
     }
+    if (!runReady()) { settle(); return; } // Ctrl+Enter while Send is off
     if (column.send({ type: "send", content })) {
       pending = content; // given back to the box if the panel refuses it
       textarea.value = "";
     }
   };
+  // The load panel's answer names the run once the model is ready: the page's run line
+  // becomes that run's, and follows it from then on.
+  const placeRun = (html) => {
+    const tpl = document.createElement("template");
+    tpl.innerHTML = html.trim();
+    const fresh = tpl.content.firstElementChild;
+    const old = runEl();
+    if (!fresh || !old || old.id === fresh.id) return;
+    old.replaceWith(fresh);
+    runState = fresh.dataset.state || "";
+    // A push about it between that answer and now went to no element: fetch it again.
+    if (window.SparkEvents) window.SparkEvents.refreshAll();
+  };
+  let poll = () => {};
   if (load) {
     const message = load.querySelector("[data-load-message]");
     const bar = load.querySelector("[data-load-bar]");
@@ -325,9 +357,11 @@
       start.hidden = data.state !== "can_load";
       if (data.ready) {
         loading = false;
+        if (data.run_html) placeRun(data.run_html);
         load.classList.replace("msg-info", "msg-success");
         bar.value = 100;
         load.querySelector("[data-load-queued]").hidden = true;
+        settle();
         if (queued && column.open) { queued = false; send(); }
       }
     };
@@ -335,13 +369,28 @@
       method, credentials: "same-origin",
       headers: method === "POST" ? { "X-CSRFToken": csrf() } : {},
     }).then((r) => r.json()).then(show).catch(() => {});
-    const poll = () => {
+    poll = () => {
       if (!loading) return;
       ask("GET").finally(() => { if (loading) setTimeout(poll, 2000); });
     };
     start.addEventListener("click", () => ask("POST"));
     poll();
   }
+  // The run changed state (an operator stopped it, the watchdog, an idle unload): Send
+  // goes off with the reason, or an on-demand model's load panel comes back.
+  document.addEventListener("spark:fragment", () => {
+    const el = runEl();
+    const state = el ? el.dataset.state || "" : "";
+    if (state === runState) return;
+    runState = state;
+    if (state !== "ready" && load && !loading) {
+      loading = true;
+      load.hidden = false;
+      load.classList.replace("msg-success", "msg-info");
+      poll();
+    }
+    settle();
+  });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     send();

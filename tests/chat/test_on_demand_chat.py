@@ -44,9 +44,15 @@ def test_the_chat_page_lists_on_demand_models_and_a_new_chat_loads_one(
     Run.objects.filter(pk=run.pk).update(state=RunState.READY)
     data = client.get(url).json()
     assert (data["state"], data["ready"]) == ("ready", True)
+    # The page's live run line, now about this run (static/js/chat.js puts it in place).
+    assert (
+        f'id="chat-run-{run.pk}"' in data["run_html"] and 'data-state="ready"' in data["run_html"]
+    )
     conversation.refresh_from_db()
     assert conversation.run == run and conversation.run_ready
-    assert 'id="chat-load"' not in client.get(conversation.get_absolute_url()).content.decode()
+    # Ready: the load panel is hidden (the page shows it again if the run stops).
+    page = client.get(conversation.get_absolute_url()).content.decode()
+    assert 'data-state="ready" hidden>' in page and "loading model" not in page
 
 
 def test_only_the_owner_loads_and_only_catalog_models(

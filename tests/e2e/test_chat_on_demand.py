@@ -3,6 +3,8 @@ shows the load with its progress, takes the message typed meanwhile, and sends i
 model is ready; the answer streams in. The load is real: the Spark's own Celery worker
 starts sparksim."""
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -88,3 +90,14 @@ def test_a_member_opens_a_chat_on_an_unloaded_model_sees_it_load_and_gets_the_an
     expect(page.locator(".chat-user").last).to_contain_text("hello from the queue")
     expect(box).to_have_value("")
     expect(page.locator("[data-chat-state]")).to_have_text("ready", timeout=10_000)
+    run_state = page.get_by_test_id("chat-run-state")  # the run it loaded, followed live
+    expect(run_state).to_have_text("ready")
+
+    # The model's run stops (an idle unload, an operator): the open page says so and its
+    # load panel comes back by itself, polling again; a message sent now waits for a load.
+    on_demand_host.manage("shell", "-c", STOP)
+    expect(run_state).to_have_text(re.compile(r"^(stopping|stopped)$"), timeout=15_000)
+    expect(panel).to_be_visible()
+    expect(panel).not_to_have_attribute("data-state", "ready", timeout=15_000)
+    expect(page.locator("[data-chat-state]")).to_have_text("waiting for the model…")
+    expect(page.get_by_role("button", name="Send")).to_be_enabled()

@@ -74,6 +74,7 @@ OBJECT_SCOPED = {
     "gateway-key-revoke",
     "webhook-delete",
     "webhook-test",
+    "chat-send",  # gives the owner's own message back to the box (sends nothing)
     "chat-settings",
     "chat-switch-run",
     "chat-load",  # loads the owner's conversation's on-demand model
@@ -88,6 +89,12 @@ OBJECT_SCOPED = {
     "benchmark-cancel",
     # Authors may delete their own notices; someone else's is refused.
     "notice-delete",
+}
+# Admin actions of the panel's own pages (not Django admin): members and operators are refused
+# (403) and nothing changes — walked below by the member walk, and by an operator here.
+ADMIN_POSTS = {
+    "host-retire": "retires a host (manage_hosts): no new runs, jobs or loads",
+    "host-return": "brings a retired host back into service (manage_hosts)",
 }
 # Read-only pages without a method check: a POST renders the page like a GET (the walk still
 # checks that nothing changed).
@@ -128,6 +135,7 @@ def test_the_walk_covers_every_pattern_and_fills_parameters_with_real_objects(wo
     assert walked["api-v1:cancel_job"] == f"/api/v1/jobs/{world['job'].pk}/cancel"
     assert set(PUBLIC) | {"logout", *API_BROWSER_PAGES} <= set(walked)
     assert set(MEMBER_MAY_POST) | OBJECT_SCOPED <= set(walked), "a listed exception is stale"
+    assert set(ADMIN_POSTS) <= set(walked), "a listed admin action is stale"
 
 
 # --- (a) anonymous ----------------------------------------------------------------------------
@@ -288,6 +296,25 @@ def test_a_member_cannot_do_operator_or_admin_actions_and_nothing_changes(world,
     assert not problems, "a member could act beyond their role:\n" + "\n".join(problems)
     world["job"].refresh_from_db()
     assert world["job"].state == "queued"
+
+
+def test_an_operator_cannot_retire_or_bring_back_a_host(world, operator, client_as):
+    """The world's host is busy (a ready run), so a retire would be refused anyway: an idle
+    host and a retired one show that the capability, not the state, refuses the operator."""
+    from django.utils import timezone
+
+    from apps.hosts.models import Host
+
+    idle = Host.objects.create(name="sec-idle", port_min=21000, port_max=21001)
+    retired = Host.objects.create(name="sec-retired", port_min=21002, port_max=21003,
+                                  retired_at=timezone.now())  # fmt: skip
+    client = client_as(operator)
+    for key, host in (("host-retire", idle), ("host-return", retired)):
+        before = db_snapshot()
+        response = client.post(reverse(key, args=[host.name]))
+        assert response.status_code == 403, (key, response.status_code)
+        assert b"does not allow this action" in response.content
+        assert not snapshot_diff(before, db_snapshot()), key
 
 
 def test_django_admin_is_for_admins_only(world, member, operator, outsider, client_as):
