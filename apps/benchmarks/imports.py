@@ -15,7 +15,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from apps.benchmarks import guidellm_format, selectors, vllm_bench
+from apps.benchmarks import guidellm_format, live, selectors, vllm_bench
 from apps.benchmarks.harness import percentiles, summarize
 from apps.benchmarks.models import J, Job, Result, Suite
 from apps.benchmarks.peer_files import ImportedLevel, read_documents
@@ -166,4 +166,6 @@ def job_import(
         Result.objects.bulk_create(_result(job, level) for level in levels)
         job.summary = selectors.summary_of(selectors.capacity_answer(job))
         job.save(update_fields=["summary"])
+        # Open Benchmarks pages list it among the finished jobs (apps/benchmarks/live.py).
+        transaction.on_commit(lambda: live.push_job(job.pk))
     return job

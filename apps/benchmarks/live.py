@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.http import Http404
 
 from apps.benchmarks import rate_selectors, selectors
-from apps.benchmarks.models import Job
-from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_entry
+from apps.benchmarks.models import FINISHED_JOB_STATES, Job
+from apps.benchmarks.selectors import can_cancel, finished_jobs, host_queue_entries, queue_entry
 from apps.core import live
 from apps.core.live import Element
 from apps.hosts.live import host_or_404
@@ -96,19 +96,33 @@ live.register(
 )  # fmt: skip
 
 
+# The Benchmarks page's finished jobs (a job that ends, an imported one). Marked personal
+# though it is the same for everyone: a push names it and only the pages that show it
+# fetch its fifty rows, rather than every open page receiving them.
+live.register(
+    "jobs-finished",
+    Element(lambda k: "jobs-finished", "benchmarks/partials/finished_jobs.html",
+            lambda k, r: {"finished": finished_jobs()}, personal=True),
+)  # fmt: skip
+
+
 def push_job(job_id: int, *, results: bool = False, personal: bool = True) -> int | None:
     """A benchmark job's status (and its results, after a level) and, unless `personal`
-    is False (progress ticks: they change neither), its Cancel button and its host's
-    queue, which each open page fetches for its own user. Never raises."""
+    is False (progress ticks: they change neither), its Cancel button, its host's queue
+    and, once it has ended, the finished jobs, which each open page fetches for itself.
+    Never raises."""
     key = str(job_id)
     elements = [("job-progress", key)]
     if results:
         elements.append(("job-results", key))
     if personal:
         elements.append(("job-actions", key))
-        host = Job.objects.filter(pk=job_id).values_list("host__name", flat=True).first()
+        row = Job.objects.filter(pk=job_id).values_list("host__name", "state").first()
+        host, state = row or ("", "")
         if host:
             elements.append(("queue-host", host))
+        if state in FINISHED_JOB_STATES:  # it joins (or, with its summary, changes) the list
+            elements.append(("jobs-finished", ""))
     return live.push(elements)
 
 

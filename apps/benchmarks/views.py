@@ -13,7 +13,7 @@ from apps.benchmarks import guidellm_format, rate_selectors, selectors, vllm_ben
 from apps.benchmarks.forms import ImportForm, JobQueueForm, SuiteForm
 from apps.benchmarks.imports import job_import
 from apps.benchmarks.live import job_context
-from apps.benchmarks.models import FINISHED_JOB_STATES, Job, Suite
+from apps.benchmarks.models import Job, Suite
 from apps.benchmarks.selectors import can_cancel, host_queue_entries, queue_hints
 from apps.benchmarks.services import CONFLICTS as JOB_CONFLICTS
 from apps.benchmarks.services import JobRefused, job_cancel, job_queue
@@ -26,11 +26,10 @@ MAX_COMPARE = 6
 
 
 def _queue_context(form: JobQueueForm) -> dict:
-    queues = [(host, host_queue_entries(host)) for host in Host.objects.all()]
-    finished = Job.objects.filter(state__in=FINISHED_JOB_STATES).select_related(
-        "recipe", "host", "suite", "queued_by"
-    )[:50]
-    hints = queue_hints(list(Host.objects.all()), list(Recipe.objects.all()))
+    # Hosts in service: a retired one has no queue and takes no job (its jobs stay below).
+    queues = [(host, host_queue_entries(host)) for host in Host.objects.in_service()]
+    finished = selectors.finished_jobs()
+    hints = queue_hints(list(Host.objects.in_service()), list(Recipe.objects.all()))
     return {"form": form, "queues": queues, "finished": finished, "queue_hints": hints}
 
 

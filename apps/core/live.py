@@ -113,7 +113,8 @@ def shared_hash_set(name: str, field: str, value: str) -> None:
 class Element:
     """One kind of live element: its DOM id and its template for a key (an object's id or
     a host's name), how to load its context, and whether it is personal (rendered per
-    user: never pushed, fetched by each page). `subject` names what its key is when other
+    user, or per page from its data-live-src's query: never pushed, only named, and
+    fetched by each page that shows it). `subject` names what its key is when other
     apps push everything that shows one (e.g. "host": `elements_about("host", name)`)."""
 
     dom_id: Callable[[str], str]

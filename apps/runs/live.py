@@ -6,6 +6,7 @@ versions, `push`, the /live/ endpoint — is apps/core/live.py; docs/live-update
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import Http404
@@ -15,12 +16,13 @@ from apps.core import live
 from apps.core.live import Element
 from apps.hosts.live import host_or_404
 from apps.runs import colocation
-from apps.runs.models import Run
+from apps.runs.models import Run, RunState
 from apps.runs.weights import cache_context
 
 # The start task pushes its progress at most this often (log lines and forced pushes at once).
 PUSH_EVERY_S = 0.5
 LOG_TAIL_BYTES = 20_000
+LIST_LIMIT = 100  # the Runs list's rows
 
 
 def run_or_404(key: str) -> Run:
@@ -42,6 +44,33 @@ def log_tail(run: Run) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return run.log_tail
+
+
+def run_rows(params) -> dict:
+    """The Runs list's rows for its filters (?host=, ?state=: "active", a state, or anything
+    else: no filter), newest first. The page and its live rows (`runs-rows`) use this, so
+    a row that appears on an open list is the row a reload shows. Every role sees every
+    run (the page needs view_panel, like /live/)."""
+    runs = Run.objects.select_related("recipe", "host", "started_by", "pinned_by")
+    host, state = str(params.get("host", ""))[:100], str(params.get("state", ""))
+    if "\x00" in host:  # no host has one, and some databases refuse it in a query
+        runs = runs.none()
+    elif host:
+        runs = runs.filter(host__name=host)
+    if state == "active":
+        runs = runs.active()
+    elif state in RunState.values:
+        runs = runs.filter(state=state)
+    else:
+        state = ""
+    # The rows' own URL carries the page's filters: each open list fetches its own rows.
+    query = urlencode([(k, v) for k, v in (("host", host), ("state", state)) if v])
+    return {"runs": list(runs[:LIST_LIMIT]), "limit": LIST_LIMIT, "filter_host": host,
+            "filter_state": state, "rows_query": query}  # fmt: skip
+
+
+def _rows_context(key: str, request) -> dict:
+    return run_rows(request.GET if request is not None else {})
 
 
 def _run_context(key: str, request) -> dict:
@@ -73,6 +102,19 @@ live.register(
     Element(
         lambda k: f"run-{k}-actions", "runs/partials/actions.html", _run_context, personal=True
     ),
+)
+# The links between a run and its restarts ("Restarted as run 4 (queued)"): they change
+# when a restart creates the new run and with the new run's state.
+live.register(
+    "run-lineage",
+    Element(lambda k: f"run-{k}-lineage", "runs/partials/lineage.html", _run_context),
+)
+# The Runs list's rows. Marked personal though no row differs by user: each open list has
+# its own filters (in its data-live-src), so a push names it and every list fetches its
+# own rows — a run created while a page was offline is there after its reconnect too.
+live.register(
+    "runs-rows",
+    Element(lambda k: "runs-rows", "runs/partials/run_rows.html", _rows_context, personal=True),
 )
 # A host's line on the dashboard: its active run, so it changes with the runs.
 live.register("host-line", Element(lambda k: f"host-{k}-line", "core/partials/host_line.html",
@@ -107,8 +149,23 @@ def push_run(run_id: int, *, lines: list[str] | None = None, actions: bool = Tru
                                                                     "lines": lines})  # fmt: skip
     elements = [("run-progress", key), ("run-details", key)]
     if actions:
-        elements.append(("run-actions", key))
+        # A state change: its buttons, the Runs lists (a filtered list may gain or lose
+        # it) and, for a restart, the old run's "Restarted as run N (state)".
+        elements += [("run-actions", key), ("runs-rows", "")]
+        older = Run.objects.filter(pk=run_id).values_list("restart_of_id", flat=True).first()
+        if older:
+            elements.append(("run-lineage", str(older)))
     return live.push(elements, extra_html=extra)
+
+
+def push_run_created(host_name: str, restart_of: int | None = None) -> int | None:
+    """A new run: what shows its host, every open Runs list and, for a restart, the old
+    run's link to the new one and its buttons (no "Start again" beside "Restarted as run
+    N"). Never raises."""
+    elements = [*live.elements_about("host", host_name), ("runs-rows", "")]
+    if restart_of is not None:
+        elements += [("run-lineage", str(restart_of)), ("run-actions", str(restart_of))]
+    return live.push(elements)
 
 
 def push_host(host_name: str) -> int | None:

@@ -11,34 +11,15 @@ from apps.core.redirects import safe_next
 from apps.recipes.selectors import start_form_context
 from apps.runs.confirm import REAL_RESTART_MINUTES, run_impact
 from apps.runs.forms import RunStartForm
-from apps.runs.live import log_tail
+from apps.runs.live import log_tail, run_rows
 from apps.runs.models import Run, RunState
 from apps.runs.services import RunRefused, run_pin, run_restart, run_start, run_stop
 from apps.telemetry.selectors import backfill
 
-LIST_LIMIT = 100
-
 
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
-    runs = Run.objects.select_related("recipe", "host", "started_by", "pinned_by")
-    host, state = request.GET.get("host", ""), request.GET.get("state", "")
-    if host:
-        runs = runs.filter(host__name=host)
-    if state == "active":
-        runs = runs.active()
-    elif state in RunState.values:
-        runs = runs.filter(state=state)
-    else:
-        state = ""
-    context = {
-        "runs": runs[:LIST_LIMIT],
-        "limit": LIST_LIMIT,
-        "filter_host": host,
-        "filter_state": state,
-        "states": RunState.choices,
-        **start_form_context(),
-    }
+    context = {**run_rows(request.GET), "states": RunState.choices, **start_form_context()}
     return render(request, "runs/list.html", context)
 
 

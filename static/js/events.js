@@ -80,6 +80,7 @@
       }
       builtFrom.set(el.id, state);
       if (seq !== null) el.dataset.liveSeq = String(seq);
+      carryOver(existing, el, seq);
       existing.replaceWith(el);
       activate(el);
       scheduleExpiry(el);
@@ -96,6 +97,29 @@
     target.insertAdjacentElement(where, el);
     activate(el);
     return true;
+  }
+
+  // A live element that holds others (the Runs list's rows, each with its live state): the
+  // ones inside a fresh copy are as new as it is, unless the page already shows a newer
+  // version of one (a push that came first), which is kept. Boxes the user ticked stay
+  // ticked (the finished jobs' Compare boxes) when the list around them changes.
+  function carryOver(existing, el, seq) {
+    el.querySelectorAll("[data-live-src][id]").forEach(function (inner) {
+      const shown = existing.querySelector("#" + CSS.escape(inner.id));
+      if (seq !== null && shown && shownSeq(shown) > seq) {
+        inner.replaceWith(shown);
+        return;
+      }
+      builtFrom.set(inner.id, stateOf(inner.outerHTML));
+      if (seq !== null) inner.dataset.liveSeq = String(seq);
+    });
+    const ticked = new Set();
+    existing.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
+      ticked.add(box.name + "=" + box.value);
+    });
+    el.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+      if (ticked.has(box.name + "=" + box.value)) box.checked = true;
+    });
   }
 
   // An element that says when its state runs out (data-live-expires: a notice's expiry) is
