@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from sparksim import registry
+from sparksim.corpus import ANSWER_STYLES
 from sparksim.faults import FAULT_HELP
 from sparksim.profiles import BUILTIN
 from vllm_adapter import contract as vllm_contract
@@ -15,7 +16,7 @@ from vllm_adapter import speculative
 DESCRIPTION = "`python -m sparksim serve <model> [flags]`: start-up, then serve until stopped."
 VLLM_DEFAULT_UTILIZATION = 0.92
 SIM_FLAGS = ("--profile", "--time-scale", "--load-time-scale", "--jit-seconds", "--fault",
-             "--meminfo-file", "--log-level", "--vllm-version")  # fmt: skip
+             "--meminfo-file", "--log-level", "--vllm-version", "--answers")  # fmt: skip
 # What the simulator reads when the vector leaves a value to vLLM's own default resolution
 # (vLLM picks these at run time from the platform; the contract records None).
 SIM_DEFAULTS = {
@@ -139,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--meminfo-file",
         default=None,
         help="write a /proc/meminfo-format file with the simulated memory use",
+    )
+    s.add_argument(
+        "--answers",
+        choices=ANSWER_STYLES,
+        default="prose",
+        help="what the model answers with: plain English prose, or (a demo mode) Markdown "
+        "blocks with headings, lists, tables, code and math (default: prose)",
     )
     s.add_argument("--log-level", default="INFO")
     s.add_argument(

@@ -16,6 +16,11 @@ stream never yields byte-fallback ids.
 ``TextStream(seed, kind="reasoning")`` draws instead from short "thinking"-style
 sentences, for models that stream reasoning before the answer.
 
+``TextStream(seed, kind="markdown")`` is the demo mode's answer (``--answers markdown``):
+whole Markdown blocks (headings, lists, tables, fenced code, math) separated by blank
+lines, so that the panel's chat has everything it renders to show. Their pieces join the
+tokenizer's vocabulary after the prose's, so the prose's ids never move.
+
 Randomness comes from ``random.Random(seed)`` with an integer seed and from
 ``stream_seed`` (a BLAKE2b digest), never from ``hash()``, so streams are identical
 across processes and runs.
@@ -298,12 +303,117 @@ REASONING_SENTENCES: tuple[str, ...] = (
 # The name some callers use for the same sentences.
 REASONING_PREFIXES = REASONING_SENTENCES
 
-KINDS = ("answer", "reasoning")
+# The demo mode's answers (`--answers markdown`): whole Markdown blocks of the kinds the
+# panel's chat renders (static/js/markdown.js): headings, bulleted, nested and numbered
+# lists, tables with aligned columns, fenced code with its language, block quotes, inline
+# math $...$ and display math $$...$$. Original text, on the prose's topics. A block never
+# holds a blank line: blocks are separated by one, as a model writes them. Inline math
+# keeps the chat's rule: no space just inside a `$`, no digit right after the closing one.
+MARKDOWN_BLOCKS: tuple[str, ...] = (
+    "## Why decoding is memory bound\n"
+    "Every new token reads all of the weights once, so a single stream can go no faster "
+    "than about $t \\approx B / W$ tokens per second, where $B$ is the memory bandwidth "
+    "and $W$ is the size of the weights in memory.",
+    "### Weight formats on one machine\n"
+    "| Format | Bits per weight | A 70B model |\n"
+    "|:---|---:|---:|\n"
+    "| BF16 | 16 | 140 GB |\n"
+    "| FP8 | 8 | 70 GB |\n"
+    "| NVFP4 | 4.5 | 40 GB |",
+    "```python\n"
+    "def tokens_per_second(bandwidth_gbs: float, weights_gb: float) -> float:\n"
+    '    """The upper limit of one stream: every token reads every weight."""\n'
+    "    return bandwidth_gbs / weights_gb\n"
+    "print(round(tokens_per_second(273, 60), 1))\n"
+    "```",
+    "Before a long benchmark, check a few things:\n"
+    "- the server has finished its warm up request\n"
+    "- nothing else is running on the machine\n"
+    "- the prompt and output lengths are written down\n"
+    "- every setting is saved next to the results",
+    "The cache of one sequence grows with its length:\n"
+    "$$\n"
+    "\\text{bytes} = 2 \\times L \\times H_{kv} \\times d \\times n \\times b\n"
+    "$$",
+    "```bash\n"
+    "# ask the server which models it serves, then for a short answer\n"
+    "curl -s http://localhost:8000/v1/models | python3 -m json.tool\n"
+    "curl -s http://localhost:8000/v1/chat/completions \\\n"
+    "  -H 'Content-Type: application/json' -d @request.json\n"
+    "```",
+    "```json\n"
+    "{\n"
+    '  "model": "demo",\n'
+    '  "messages": [{"role": "user", "content": "Hello!"}],\n'
+    '  "max_tokens": 256,\n'
+    '  "temperature": 0.7\n'
+    "}\n"
+    "```",
+    "To bake a simple loaf of bread:\n"
+    "1. Mix the flour, water, salt and yeast into a rough dough.\n"
+    "2. Let it rise slowly in a cool room until it has doubled.\n"
+    "3. Shape it gently, and let it rise once more.\n"
+    "4. Bake it in a hot oven with a little steam for the first minutes.",
+    "### Prefix caching\n"
+    "When many requests share a **long system prompt**, the server keeps its cache "
+    "blocks and reuses them. It is on with `--enable-prefix-caching`, and the *hit rate* "
+    "shows how much of each prompt was served from the cache.",
+    "**Before leaving the harbor**\n"
+    "- Weather and tides\n"
+    "  - the forecast for the whole day\n"
+    "  - the times of high and low water\n"
+    "- Safety\n"
+    "  - a life jacket for everyone on board\n"
+    "  - a radio that works",
+    "| Crop | Sow | Harvest |\n"
+    "|:---|:---:|:---|\n"
+    "| Beans | May | July to September |\n"
+    "| Tomatoes | April, indoors | August |\n"
+    "| Basil | May | June to September |\n"
+    "| Peas | March | June |",
+    "A batch of $n$ requests reads the weights once per step, so the time of a step grows "
+    "slowly with the batch: roughly $t(n) \\approx t_0 + n c$, where $c$ is the small "
+    "cost of one more sequence.",
+    "The mean of $n$ measured runs, and how far they spread:\n"
+    "$$\n"
+    "\\bar{x} = \\frac{1}{n} \\sum_{i=1}^{n} x_i, \\qquad "
+    "s = \\sqrt{\\frac{1}{n - 1} \\sum_{i=1}^{n} (x_i - \\bar{x})^2}\n"
+    "$$",
+    "> Measure twice and cut once. The old rule of the workshop holds for benchmarks "
+    "as well: a test that was not written down cannot be repeated.",
+    "## Three things to find on a clear night\n"
+    "1. The Moon, best a few days after the new moon, when shadows mark its craters.\n"
+    "2. Jupiter, with its four largest moons in a line beside it.\n"
+    "3. The pale band of our own galaxy, far from the lights of any city.",
+    "```python\n"
+    "from statistics import median\n"
+    "runs = [41.8, 42.3, 40.9, 42.0]\n"
+    'print(f"median: {median(runs):.1f} tokens/s over {len(runs)} runs")\n'
+    "```",
+    "```yaml\ngarden:\n  beds: 4\n  crops: [tomatoes, beans, basil]\n  water_per_week_l: 30\n```",
+    "### Speculative decoding\n"
+    "A small draft model guesses $k$ tokens ahead and the large model checks them all in "
+    "one step. When each guess is accepted with probability $p$, one step yields on average\n"
+    "$$\n"
+    "\\frac{1 - p^{k+1}}{1 - p}\n"
+    "$$\n"
+    "tokens instead of one, and the output stays exactly the same.",
+)
+
+KINDS = ("answer", "reasoning", "markdown")
+# What a server answers with (`--answers`): the prose above, or the Markdown demo blocks.
+ANSWER_STYLES = ("prose", "markdown")
 
 
 def all_texts() -> tuple[str, ...]:
-    """Every text of the corpus; the tokenizer adds their pieces to its vocabulary."""
+    """The prose texts of the corpus; the tokenizer adds their pieces to its vocabulary."""
     return PARAGRAPHS + REASONING_SENTENCES
+
+
+def markdown_texts() -> tuple[str, ...]:
+    """The Markdown demo blocks; the tokenizer adds their pieces after the prose's, so
+    that they move no id the prose and prompts had before."""
+    return MARKDOWN_BLOCKS
 
 
 def stream_seed(*parts: str | int) -> int:
@@ -355,6 +465,10 @@ def _encoded_units(tokenizer: Tokenizer, kind: str) -> list[list[list[int]]]:
                 [tokenizer.encode(s) for s in _split_sentences(p)] + [tokenizer.encode("\n\n")]
                 for p in PARAGRAPHS
             ]
+        elif kind == "markdown":
+            # A block is one piece (a stream never starts inside a table or a code fence),
+            # then the blank line that separates it from the next.
+            units = [[tokenizer.encode(b), tokenizer.encode("\n\n")] for b in MARKDOWN_BLOCKS]
         else:
             # Leading space: a sentence follows the previous one on the same line.
             units = [[tokenizer.encode(" " + s)] for s in REASONING_SENTENCES]
@@ -363,7 +477,8 @@ def _encoded_units(tokenizer: Tokenizer, kind: str) -> list[list[list[int]]]:
 
 
 class TextStream:
-    """An endless, deterministic stream of token ids of readable English text."""
+    """An endless, deterministic stream of token ids of readable English text (or, with
+    ``kind="markdown"``, of whole Markdown blocks)."""
 
     def __init__(
         self, seed: int, tokenizer: Tokenizer = DEFAULT_TOKENIZER, *, kind: str = "answer"
@@ -377,12 +492,31 @@ class TextStream:
         self._pos = 0
         self._refill_order()
         first = self._units[self._order.pop()]
-        # Start at a seed-dependent sentence of the first unit (never mid-sentence, and
-        # never on the trailing blank line), without the space that separates it from
-        # the sentence before.
-        skip = self._rng.randrange(len(first) - 1) if len(first) > 1 else 0
-        head = tokenizer.encode(tokenizer.decode(first[skip]).lstrip(" "))
-        self._buffer = head + [tid for sentence in first[skip + 1 :] for tid in sentence]
+        if kind == "markdown":
+            self._buffer = [tid for piece in first for tid in piece]  # from the block's start
+        else:
+            # Start at a seed-dependent sentence of the first unit (never mid-sentence,
+            # and never on the trailing blank line), without the space that separates it
+            # from the sentence before.
+            skip = self._rng.randrange(len(first) - 1) if len(first) > 1 else 0
+            head = tokenizer.encode(tokenizer.decode(first[skip]).lstrip(" "))
+            self._buffer = head + [tid for sentence in first[skip + 1 :] for tid in sentence]
+        # The lengths of the stream's first units, for unit_ends (next_ids pops the order),
+        # and of the blank line that ends each (reasoning sentences have none).
+        self._upcoming = [len(self._buffer)] + [
+            sum(map(len, self._units[i])) for i in reversed(self._order)
+        ]
+        self._gap = 0 if kind == "reasoning" else len(tokenizer.encode("\n\n"))
+
+    def unit_ends(self, count: int) -> list[int]:
+        """Where the stream's first ``count`` units (paragraphs, blocks) end, in tokens
+        from its start, before the blank line after each: a reply that stops at one ends
+        on a whole block. At most one pass over the corpus."""
+        ends, at = [], 0
+        for length in self._upcoming[:count]:
+            at += length
+            ends.append(at - self._gap)
+        return ends
 
     def _refill_order(self) -> None:
         order = list(range(len(self._units)))

@@ -90,6 +90,10 @@ class SimRequest:
     reasoning_tokens: int = 0
     # A reply given verbatim (the `/sparksim echo` test hook) instead of corpus text.
     scripted: list[int] | None = None
+    # The server's --answers ("prose" or the "markdown" demo) and its served model name,
+    # which salts the demo's text: two models asked the same prompt answer differently.
+    answers: str = "prose"
+    model: str = ""
     # --- engine state ---
     arrival_sim: float = 0.0
     admitted_sim: float | None = None
@@ -120,10 +124,18 @@ class SimRequest:
         )
         self._seed = seed
         self._spec_rng: random.Random | None = None
-        self._text = TextStream(stream_seed(seed, len(self.prompt_ids)))
         self._reasoning = TextStream(stream_seed(seed, "r"), kind="reasoning")
-        # Without ignore_eos a model stops on its own: a deterministic "natural" length.
-        self.natural_length = 24 + stream_seed(seed, "len") % 360
+        if self.answers == "markdown":
+            text_seed = stream_seed(seed, len(self.prompt_ids), self.model)
+            self._text = TextStream(text_seed, kind="markdown")
+            # It stops on its own after 3 to 6 whole blocks, so an answer shows several
+            # kinds of block and never ends inside a table or a code fence.
+            blocks = 3 + stream_seed(text_seed, "blocks") % 4
+            self.natural_length = self._text.unit_ends(blocks)[-1]
+        else:
+            self._text = TextStream(stream_seed(seed, len(self.prompt_ids)))
+            # Without ignore_eos a model stops on its own: a deterministic "natural" length.
+            self.natural_length = 24 + stream_seed(seed, "len") % 360
         if self.scripted:
             self.natural_length = self.reasoning_tokens + len(self.scripted)
 

@@ -245,6 +245,8 @@ def sim_request(
     max_model_len: int,
     reasoning: bool,
     tokenizer: Tokenizer,
+    answers: str = "prose",
+    model: str = "",
 ) -> SimRequest:
     """Validate as vLLM does, in its order (request fields, then the prompt against the
     context, then the sampling parameters), with its messages and params."""
@@ -279,4 +281,6 @@ def sim_request(
         seed=seed if isinstance(seed, int) else None,
         scripted=scripted_answer(body, tokenizer) if chat else None,
         reasoning_tokens=min(max_tokens // REASONING_SHARE, 64) if chat and reasoning else 0,
+        answers=answers,
+        model=model,
     )

@@ -67,6 +67,8 @@ class ServerState:
     vllm_version: str = VLLM_VERSION
     # vLLM's --api-key / VLLM_API_KEY: the keys its guarded paths demand (none: open).
     api_keys: tuple[str, ...] = ()
+    # sparksim's --answers: "prose", or "markdown" (the demo mode: sparksim/corpus.py).
+    answers: str = "prose"
 
     def __post_init__(self) -> None:
         self.gate = Http500Gate(self.faults.http500_fraction, seed=1)
@@ -319,7 +321,9 @@ class App:
         ids = self.tokenizer.encode(text)[: self.state.max_model_len + 1]
         engine = self._engine()
         request = sim_request(chat, ids, chat=True, max_model_len=self.state.max_model_len,
-                              reasoning=False, tokenizer=self.tokenizer)  # fmt: skip
+                              reasoning=False, tokenizer=self.tokenizer,
+                              answers=self.state.answers,
+                              model=self.state.served_names[0])  # fmt: skip
         engine.submit(request)
         watcher = asyncio.create_task(_watch_disconnect(receive, engine, request))
         try:
@@ -343,6 +347,8 @@ class App:
             max_model_len=self.state.max_model_len,
             reasoning=self.state.reasoning,
             tokenizer=self.tokenizer,
+            answers=self.state.answers,
+            model=self.state.served_names[0],
         )
         stream = bool(body.get("stream", False))
         options = stream_options(body)

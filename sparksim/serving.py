@@ -74,6 +74,7 @@ async def serve(args) -> int:
         tools=ToolParsing.from_args(args, profile.architecture_name),
         time_scale=args.time_scale,
         vllm_version=args.vllm_version,
+        answers=args.answers,
         # vLLM: `args.api_key or [envs.VLLM_API_KEY]` (serve/middleware/register.py)
         api_keys=tuple(
             key
@@ -260,6 +261,7 @@ def _warm_up() -> None:
     request it would delay that request's first token by tens of milliseconds."""
     TextStream(0).next_ids(1)
     TextStream(0, kind="reasoning").next_ids(1)
+    TextStream(0, kind="markdown").next_ids(1)
     DEFAULT_TOKENIZER.decode(DEFAULT_TOKENIZER.encode("warm up"))
 
 

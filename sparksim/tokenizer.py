@@ -25,8 +25,9 @@ Design, in three layers:
    ``" Word"``), acronyms and names that keep their case, single letters and common sub-word
    pieces for the fallback, punctuation and whitespace pieces, and the digit groups
    0-999 with and without a leading space. Last come the pieces of the built-in text
-   corpus (``sparksim.corpus``) that the lists above miss, sorted, so everything the
-   simulated model "writes" is whole-word tokens (about 18,500 ids in all). An ASCII
+   corpus (``sparksim.corpus``) that the lists above miss, sorted, and after them the
+   pieces of its Markdown demo blocks that are still missing, sorted, so everything the
+   simulated model "writes" is whole-word tokens (about 18,600 ids in all). An ASCII
    character with no piece of its own (a control character) encodes as its byte id. Ids
    depend only on list order and sorting, never on ``hash()`` or set iteration, so they
    are identical across processes and runs; editing the corpus can only move the ids of
@@ -152,6 +153,10 @@ class Tokenizer:
         found |= words | {" " + w for w in words}
         corpus_pieces = sorted(found)
         for piece in corpus_pieces:
+            add(piece)
+        # The Markdown demo blocks' pieces come after every prose piece, so that adding
+        # them moved no id the prose stream and the prompts had (add skips known pieces).
+        for piece in sorted({p for text in corpus.markdown_texts() for p in pre_tokenize(text)}):
             add(piece)
         # Any other single ASCII character (control characters, mostly) is its byte id:
         # encoding it never needs the fallback path, and the id decodes on its own.

@@ -72,6 +72,7 @@ class HostOut(Schema):
     max_runs: int  # models it may run side by side
     jobs_running: int
     jobs_queued: int
+    retired_at: datetime | None = None  # an admin retired it: no new runs or jobs (409)
     url: str
 
 

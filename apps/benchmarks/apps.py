@@ -14,6 +14,10 @@ class BenchmarksConfig(AppConfig):
         host_claims.connect(_host_claims, dispatch_uid="benchmarks.host_claims")
         stop_impact.connect(_stop_impact, dispatch_uid="benchmarks.stop_impact")
         host_worker_free.connect(_host_worker_free, dispatch_uid="benchmarks.reap")
+        # Retiring a host asks what waits there (apps/hosts/signals.py).
+        from apps.hosts.signals import retire_blockers
+
+        retire_blockers.connect(_retire_blockers, dispatch_uid="benchmarks.retire_blockers")
         # The job and queue live elements (apps/benchmarks/live.py; models are loaded now).
         from apps.benchmarks import live  # noqa: F401
 
@@ -37,3 +41,14 @@ def _host_worker_free(sender, host, **kwargs) -> list[int]:
     from apps.benchmarks.lifecycle import reap
 
     return reap(host)
+
+
+def _retire_blockers(sender, *, host, **kwargs) -> list[str]:
+    from apps.benchmarks.models import Job
+
+    jobs = Job.objects.active().filter(host=host).order_by("pk")
+    return [
+        f"benchmark job {job.pk} is {job.get_state_display().lower()} there — cancel it or "
+        f"let it finish ({job.get_absolute_url()})"
+        for job in jobs
+    ]

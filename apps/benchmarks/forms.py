@@ -15,14 +15,15 @@ from apps.benchmarks.models import (
     validate_scenarios,
 )
 from apps.benchmarks.peer_files import MAX_FILE_BYTES, FileProblem
-from apps.hosts.models import Host
+from apps.hosts.forms import HostChoiceField
 from apps.recipes.models import Recipe
 
 
 class JobQueueForm(forms.Form):
     suite = forms.ModelChoiceField(queryset=Suite.objects.all(), empty_label=None)
     recipe = forms.ModelChoiceField(queryset=Recipe.objects.all(), empty_label=None)
-    host = forms.ModelChoiceField(queryset=Host.objects.all(), empty_label=None)
+    # In service, an offline one marked; a retired host posted anyway: job_admission refuses.
+    host = HostChoiceField(empty_label=None)
     note = forms.CharField(max_length=200, required=False,
                            help_text="Why (e.g. “after the nightly image update”).")  # fmt: skip
 
@@ -185,7 +186,9 @@ class ImportForm(forms.Form):
     recipe = forms.ModelChoiceField(
         Recipe.objects.all(), help_text="The recipe it measured: its model and flags."
     )
-    host = forms.ModelChoiceField(Host.objects.all(), label="Spark", help_text="Where it ran.")
+    # Where it ran: no worker is needed (nothing runs), but a retired Spark takes nothing new.
+    host = HostChoiceField(refuse_retired=True, mark_offline=False, label="Spark",
+                           help_text="Where it ran.")  # fmt: skip
     note = forms.CharField(max_length=200, required=False)
     slo_ttft_s = forms.FloatField(
         required=False, min_value=0.001, max_value=MAX_SLO_TTFT_S,

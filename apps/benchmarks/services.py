@@ -27,7 +27,8 @@ class JobRefused(Exception):
 
 # Refusals about the host's current state (the API answers 409); the others are about the
 # request (422). The same split as for runs.
-CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown", "pinned"}
+CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown", "pinned",
+             "host_retired"}  # fmt: skip
 
 
 def job_admission(*, recipe: Recipe, host: Host, user) -> None:
@@ -39,6 +40,9 @@ def job_admission(*, recipe: Recipe, host: Host, user) -> None:
     applies — "does not fit" included, which a job never overrides; what the host holds
     now (busy, measured memory) only when nothing of another recipe holds it: otherwise
     the worker checks those after the swap."""
+    retired = host.retired_refusal()  # before all else: it takes no new jobs
+    if retired:
+        raise JobRefused(retired, "host_retired")
     occupancy = Occupancy.of(host)
     pinned = occupancy.job_refusal(recipe.pk)
     if pinned is not None:

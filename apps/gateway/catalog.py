@@ -192,6 +192,10 @@ def place(entry: OnDemand) -> Placement:
     and the measured memory) — whose cache holds the weights first, then an empty one;
     else the one where stopping the fewest idle on-demand runs makes room (`_victims`)."""
     allowed = list(entry.hosts.all()) or list(Host.objects.all())
+    if allowed and all(h.retired for h in allowed):  # a retired Spark takes no load
+        names = ", ".join(h.name for h in allowed)
+        return Placement(None, why=f"every Spark it may run on is retired ({names})")
+    allowed = [h for h in allowed if not h.retired]
     if not allowed:
         return Placement(None, why="no Spark is registered")
     recipe = entry.recipe
@@ -542,6 +546,7 @@ def overview(now=None, *, only: int | None = None) -> list[dict]:
         recipe = entry.recipe
         state, placement = _standing(entry, recipe.public_name)
         hosts = list(entry.hosts.all()) or list(Host.objects.order_by("name"))
+        hosts = [h for h in hosts if not h.retired]  # a retired Spark takes no load
         cold = []
         for host in hosts:
             seconds = last_cold_start_s(recipe, host)

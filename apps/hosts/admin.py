@@ -5,10 +5,12 @@ from apps.hosts.models import Host, SparkPair
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ["name", "engine", "simulated", "advertise_host", "last_heartbeat"]
-    list_filter = ["engine", "simulated"]
+    list_display = ["name", "engine", "simulated", "advertise_host", "last_heartbeat", "retired_at"]
+    list_filter = ["engine", "simulated", ("retired_at", admin.EmptyFieldListFilter)]
+    # Retiring is done on the host's page (audited as host.retire / host.return).
     readonly_fields = [
-        "last_heartbeat", "heartbeat_worker", "unmanaged", "inventory_at", "inventory_error"
+        "last_heartbeat", "heartbeat_worker", "unmanaged", "inventory_at", "inventory_error",
+        "retired_at", "retired_by",
     ]  # fmt: skip
     fieldsets = [
         (None, {"fields": ["name", "description", "engine", "vllm_version", "advertise_host",
@@ -20,7 +22,7 @@ class HostAdmin(admin.ModelAdmin):
                        "model_folders", "image_allowlist"],
         }),
         ("Simulation (sparksim instead of vLLM)", {
-            "fields": ["simulated", "sim_time_scale", "sim_image", "sim_faults"],
+            "fields": ["simulated", "sim_time_scale", "sim_image", "sim_faults", "sim_answers"],
         }),
         ("Memory and bandwidth (the planner's inputs)", {
             "fields": ["physical_memory_gb", "cuda_visible_gib", "bandwidth_gbs", "os_reserve_gb",
@@ -32,6 +34,7 @@ class HostAdmin(admin.ModelAdmin):
             "fields": ["last_heartbeat", "heartbeat_worker", "inventory_at", "unmanaged",
                        "inventory_error"],
         }),
+        ("Retired (on the host's page)", {"fields": ["retired_at", "retired_by"]}),
     ]  # fmt: skip
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from apps.hosts.models import Host
+from apps.hosts.models import Host, age_words
 from apps.telemetry.selectors import agent_state, recent_incidents, run_samples
 from sparkdomain.meminfo import MeminfoError
 from sparkdomain.planner.utilization import startable_now
@@ -37,11 +38,38 @@ def guard_lines_gb(host: Host) -> tuple[float, float]:
     return float(warn), float(act)
 
 
+def stale_sample(host: Host) -> dict | None:
+    """The host agent's last memory figures once it has gone silent (its sample older than
+    AGENT_STALE): what they were and how old they are, never passed off as the memory now.
+    None while the agent is live, or when it never sent figures."""
+    sample = host.agent_sample or {}
+    total, available = sample.get("mem_total"), sample.get("mem_available")
+    if host.agent_live or host.agent_seen_at is None or not total or available is None:
+        return None
+    age = age_words(timezone.now() - host.agent_seen_at)
+    return {
+        "available_gb": available / GB,
+        "total_gb": total / GB,
+        "used_percent": 100 * (1 - available / total),
+        "seen_at": host.agent_seen_at,
+        "age": age,
+        "words": f"as of {age} ago — the host agent is silent",
+    }
+
+
 def memory_view(host: Host) -> dict:
     """What the page says about memory: available and total (GB), where the reading came
-    from, the guard's lines, and which side of them the host is on."""
+    from, the guard's lines, and which side of them the host is on. A silent agent's last
+    figures are shown as what they are (`stale`, with their age), with no "now" drawn
+    from them."""
     warn, act = guard_lines_gb(host)
     out: dict = {"warn_gb": warn, "act_gb": act}
+    stale = stale_sample(host)
+    if stale is not None:
+        out.update(stale=stale, available_gb=stale["available_gb"], total_gb=stale["total_gb"],
+                   used_percent=stale["used_percent"], level="stale",
+                   source="the host agent's last sample")  # fmt: skip
+        return out
     try:
         memory, source = host.measured_memory()
     except MeminfoError as exc:
@@ -86,7 +114,7 @@ def telemetry_view(host: Host) -> list[dict]:
 
 @require_GET
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    host = get_object_or_404(Host, name=name)
+    host = get_object_or_404(Host.objects.select_related("retired_by"), name=name)
     runs = host.runs.select_related("recipe", "started_by").order_by("-created_at", "-pk")
     context = {
         "host": host,

@@ -33,6 +33,18 @@ SIM_MEMINFO_FRESH_S = 5.0
 MAX_RUNS_PER_HOST = 4
 
 
+def age_words(age: timedelta) -> str:
+    """How long ago, for people: "40 s", "12 min", "3 h", "2 days"."""
+    seconds = max(0, int(age.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} days"
+
+
 def validate_image_patterns(value) -> None:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValidationError("A list of image references; a trailing * matches any tag.")
@@ -50,6 +62,13 @@ def validate_model_folders(value) -> None:
 class HostQuerySet(models.QuerySet):
     def online(self):
         return self.filter(last_heartbeat__gte=timezone.now() - HEARTBEAT_STALE)
+
+    def in_service(self):
+        """The hosts a start, a benchmark job or a load may name: not retired."""
+        return self.filter(retired_at__isnull=True)
+
+    def retired(self):
+        return self.filter(retired_at__isnull=False)
 
     def default(self):
         """The host a recipe is checked and shown for when no host is named: the first."""
@@ -88,6 +107,10 @@ class Host(models.Model):
     class DockerNetwork(models.TextChoices):
         BRIDGE = "bridge", "Own network, port published"
         HOST = "host", "The host's network"
+
+    class SimAnswers(models.TextChoices):
+        PROSE = "prose", "Plain prose"
+        MARKDOWN = "markdown", "Markdown (demo)"
 
     name = models.CharField(max_length=63, unique=True, validators=[HOST_NAME])
     vllm_version = models.CharField(
@@ -128,6 +151,13 @@ class Host(models.Model):
         help_text="sparksim --fault specs, comma-separated, for demos and drills — e.g. "
         "“mem-growth:2” (a leak that trips the memory watchdog). Simulated hosts only.",
     )
+    sim_answers = models.CharField(
+        "simulated answers", max_length=8, choices=SimAnswers.choices,
+        default=SimAnswers.PROSE,
+        help_text="sparksim --answers: plain English prose, or Markdown — a demo mode whose "
+        "answers hold headings, lists, tables, code and math, so the chat shows all it "
+        "renders (make run's Sparks use it). Simulated hosts only.",
+    )  # fmt: skip
     sim_image = models.CharField(
         "simulation image", max_length=255, blank=True, default=SIM_BASE_IMAGE,
         help_text="Simulated Docker hosts run sparksim in this image instead of the recipe's "
@@ -218,6 +248,13 @@ class Host(models.Model):
     weights_cache = models.JSONField(default=dict, blank=True)
     weights_cache_at = models.DateTimeField(null=True, blank=True)
     weights_cache_error = models.CharField(max_length=300, blank=True)
+    # Retired (apps/hosts/services.py::host_retire): no new runs, jobs or loads; its runs,
+    # jobs, incidents and usage stay (a host with runs cannot be deleted: PROTECT).
+    retired_at = models.DateTimeField(null=True, blank=True, editable=False)
+    retired_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False,
+        on_delete=models.SET_NULL, related_name="+",
+    )  # fmt: skip
 
     objects = HostQuerySet.as_manager()
 
@@ -278,6 +315,32 @@ class Host(models.Model):
         return (
             self.last_heartbeat is not None
             and timezone.now() - self.last_heartbeat < HEARTBEAT_STALE
+        )
+
+    @property
+    def offline_words(self) -> str:
+        """ "offline: no worker seen for 12 min" (the start and queue forms' options); ""
+        while a worker consumes the host's queue."""
+        if self.online:
+            return ""
+        if self.last_heartbeat is None:
+            return "offline: no worker seen yet"
+        return f"offline: no worker seen for {age_words(timezone.now() - self.last_heartbeat)}"
+
+    @property
+    def retired(self) -> bool:
+        return self.retired_at is not None
+
+    def retired_refusal(self) -> str | None:
+        """Why a start, a benchmark job or a load may not name this host (None: it may)."""
+        if self.retired_at is None:
+            return None
+        by = f" by {self.retired_by.get_username()}" if self.retired_by else ""
+        when = timezone.localtime(self.retired_at).strftime("%Y-%m-%d %H:%M")
+        return (
+            f"{self.name} is retired (since {when}{by}): it takes no new runs, benchmark jobs "
+            f"or model loads. Choose another Spark, or an admin brings {self.name} back on its "
+            "page (Hosts)."
         )
 
     @property
@@ -495,6 +558,11 @@ class SparkPair(models.Model):
             )
             if other is not None:
                 errors[field] = f"{getattr(self, field).name} is already in the pair {other.name}."
+        for field in ("head", "worker"):
+            if getattr(self, f"{field}_id") and field not in errors:
+                side = getattr(self, field)
+                if side.retired:
+                    errors[field] = f"{side.name} is retired: an admin brings it back first."
         if self.head_id and self.worker_id and not errors:
             head, worker = self.head, self.worker
             if (head.engine, head.simulated) != (worker.engine, worker.simulated):

@@ -7,19 +7,23 @@ from apps.recipes.models import Recipe
 
 
 def start_form_context(selected_recipe: int | None = None) -> dict:
-    """What the "start a run" form lists: every recipe and every host."""
+    """What the "start a run" form lists: every recipe and every host in service (a
+    retired one takes no new runs; an offline one is marked: `Host.offline_words`), and
+    every host for the Runs list's filter (a retired host's runs stay)."""
     return {
         "start_recipes": Recipe.objects.all(),
-        "start_hosts": Host.objects.all(),
+        "start_hosts": Host.objects.in_service(),
+        "filter_hosts": Host.objects.all(),
         "selected_recipe": selected_recipe,
     }
 
 
 def weights_on_hosts(recipe: Recipe) -> list[dict]:
     """Each host with what its cache holds of the recipe's model (its last scan), and why
-    nothing would be downloaded there, for the recipe page's weights card."""
+    nothing would be downloaded there, for the recipe page's weights card (hosts in service:
+    a retired one takes no download)."""
     rows = []
-    for host in Host.objects.all():
+    for host in Host.objects.in_service():
         cached = host.cached_model(recipe.model_id)
         rows.append({"host": host, "cached": cached,
                      "why_not": host.weights_not_downloaded(recipe.model_id)})  # fmt: skip

@@ -18,6 +18,10 @@ class RunsConfig(AppConfig):
         )
         recipe_signals.plan_checks.connect(_plan_checks, dispatch_uid="runs.calibration.checks")
         recipe_signals.mod_approvals.connect(_mod_approvals, dispatch_uid="runs.mods.approvals")
+        # Retiring a host asks what still runs there (apps/hosts/signals.py).
+        from apps.hosts.signals import retire_blockers
+
+        retire_blockers.connect(_retire_blockers, dispatch_uid="runs.retire_blockers")
 
 
 def _plan_corrections(sender, *, image, arch, flags, recipe=None, **kwargs) -> list:
@@ -36,3 +40,14 @@ def _mod_approvals(sender, *, recipe, **kwargs) -> list[dict]:
     from apps.runs.mods import approvals
 
     return approvals(recipe)
+
+
+def _retire_blockers(sender, *, host, **kwargs) -> list[str]:
+    from apps.runs.models import Run
+
+    runs = Run.objects.active().on(host).select_related("recipe").order_by("pk")
+    return [
+        f"run {run.pk} (“{run.recipe}”) is {run.get_state_display().lower()} there — stop it "
+        f"first ({run.get_absolute_url()})"
+        for run in runs
+    ]

@@ -33,9 +33,9 @@ from sparkdomain.spark import GB, GIB
 
 class RunRefused(Exception):
     """Admission control said no; the message says why, with numbers. `code` says which
-    rule: host_busy, no_free_port, not_enough_memory, memory_unknown, pinned, not_active
-    (the state of the host or the run), or image_not_allowed, unsafe_recipe, does_not_fit,
-    forbidden (the request itself)."""
+    rule: host_busy, no_free_port, not_enough_memory, memory_unknown, pinned, not_active,
+    host_retired (the state of the host or the run), or image_not_allowed, unsafe_recipe,
+    does_not_fit, forbidden (the request itself)."""
 
     def __init__(self, message: str, code: str = "refused"):
         super().__init__(message)
@@ -414,6 +414,16 @@ def _memory_refusal(host: Host, recipe: Recipe, *, freed_bytes: float = 0) -> No
         )
 
 
+def retired_refusal(host: Host, pair: SparkPair | None = None) -> None:
+    """A retired host (or a pair with a retired side) takes nothing new: retiring keeps a
+    host's history without offering it (apps/hosts/services.py)."""
+    for side in pair.hosts if pair is not None else (host,):
+        refusal = side.retired_refusal()
+        if refusal:
+            where = f"The pair {pair.name} cannot start: " if pair is not None else ""
+            raise RunRefused(where + refusal, "host_retired")
+
+
 def admission_check(
     *,
     recipe: Recipe,
@@ -429,6 +439,7 @@ def admission_check(
     pair run (`pair`, its head as `host`) passes each rule on both Sparks. Without
     `host_state` the rules about what the host holds now (busy, measured memory) are left
     for later: a benchmark job queued behind another recipe meets them at its turn."""
+    retired_refusal(host, pair)
     try:
         check_utilization(recipe.gpu_memory_utilization)
     except FlagError as exc:  # a recipe row changed behind the validators' back
@@ -484,6 +495,7 @@ def run_create(
     of a run started with the fit override keeps it (an operator restarts it)."""
     if restart_of is not None and restart_of.fit_override_at and not fit_confirmation:
         fit_confirmation = recipe.name
+    retired_refusal(host)  # before the pair rules: the host named is the first answer
     pair = pair_for_recipe(recipe, host)
     mods_refusal(recipe, host, pair=pair is not None)
     for spark in (pair.head, pair.worker) if pair is not None else (host,):
@@ -514,8 +526,10 @@ def run_create(
                 fit_override_at=timezone.now() if admission.overridden else None,
                 **_pin_of(restart_of),
             )  # fmt: skip
-        # The host now serves this run: its dashboard line and queue section, live.
-        transaction.on_commit(lambda: live.push_host(host.name))
+        # The host now serves this run (its dashboard line, its queue section), the Runs
+        # lists show it, and a restarted run's open pages link to it: live.
+        restart_pk = restart_of.pk if restart_of is not None else None
+        transaction.on_commit(lambda: live.push_run_created(host.name, restart_pk))
         if restart_of is None:  # a restart is audited once, by run_restart
             audit.record(
                 "run.start", run, user=user, after={"recipe": recipe.name, "host": host.name},
@@ -533,7 +547,9 @@ def _slot(host: Host, recipe: Recipe, *, reuse: bool, job) -> int:
     """Inside the run's transaction: the host's row locked (where the database can), the
     host's runs read again and judged again (a start admitted a moment ago counts), and
     the smallest free slot, which the database lets one active run hold."""
-    Host.objects.select_for_update().filter(pk=host.pk).first()
+    locked = Host.objects.select_for_update().filter(pk=host.pk).first()
+    if locked is not None and locked.retired:  # retired since admission (host_retire locks too)
+        retired_refusal(locked)
     occupancy = _occupancy(host, job)
     busy = occupancy.refusal(recipe, reuse=reuse, alone=job is not None)
     if busy is not None:

@@ -46,8 +46,9 @@ def reconcile(host_id: int) -> list[int]:
 @shared_task(name="runs.reconcile_all")
 def reconcile_all() -> None:
     """Periodic (beat): each host's reconcile runs on that host's own queue, where its
-    servers are."""
-    for host in Host.objects.all():
+    servers are. A retired host had nothing active when it was retired, and its queue may
+    have no worker any more: nothing is sent there to pile up."""
+    for host in Host.objects.in_service():
         reconcile.apply_async(args=[host.pk], queue=host.queue)
 
 

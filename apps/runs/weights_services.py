@@ -26,6 +26,9 @@ class CacheRefused(Exception):
 def request_prefetch(*, recipe: Recipe, host: Host, user) -> Prefetch:
     """Queue the recipe's download on the host (its worker runs it after what it is doing
     now). A second request for the same model while one is queued or running returns it."""
+    retired = host.retired_refusal()  # a retired Spark's queue may have no worker any more
+    if retired:
+        raise CacheRefused(retired, "host_retired")
     why_not = host.weights_not_downloaded(recipe.model_id)
     if why_not is not None:
         raise CacheRefused(f"Nothing to download: {why_not}.", "not_downloadable")

@@ -7,6 +7,7 @@ A failing browser test leaves a screenshot of every open page in var/test-artifa
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 import uuid
@@ -232,6 +233,14 @@ def new_page(browser, request, live_server_asgi):
                 )
     for context in contexts:
         context.close()
+
+
+def pick_host(select, name: str) -> None:
+    """Choose a host in a start or queue form by its name: an option also says whether a
+    worker consumes the host's queue ("local-sim (simulated) (offline: no worker seen
+    yet)": the browser tests run no Celery beat, so no host is ever marked online)."""
+    option = select.locator("option").filter(has_text=re.compile(rf"^{re.escape(name)}(\s|$)"))
+    select.select_option(value=option.first.get_attribute("value"))
 
 
 def login(page, username: str, password: str = PASSWORD) -> None:

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import host_processes, login
+from tests.e2e.conftest import host_processes, login, pick_host
 from tests.isolation import PORT_SHIFT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # a real load on a busy machine
@@ -97,7 +97,7 @@ def test_a_recipe_the_wizard_recommends_raises_no_warning_on_its_host(
 
     # Started from its page on the stock simulated host, watched to ready.
     start = live.locator("#start-form")
-    start.get_by_label("Host").select_option(label=f"{stock_host} (simulated)")
+    pick_host(start.get_by_label("Host"), stock_host)
     start.get_by_role("button", name="Start").click()
     expect(live.get_by_role("heading", name=re.compile(r"^Run \d+: Wizard 35B"))).to_be_visible()
     run_id = re.search(r"/runs/(\d+)/", live.url).group(1)
@@ -133,7 +133,7 @@ def test_a_recipe_that_does_not_fit_needs_the_typed_override(new_page, live_serv
     member.goto("/benchmarks/")
     form = member.locator("#queue-form")
     form.get_by_label("Recipe").select_option(label="Llama 70B BF16 long team")
-    form.get_by_label("Host").select_option(label=host)
+    pick_host(form.get_by_label("Host"), host)
     hint = member.locator("#queue-hint-text")
     expect(hint).to_contain_text("Would be refused: The planner says “Llama 70B BF16 long team”")
     expect(hint).to_contain_text("A benchmark job never overrides the planner")
@@ -146,7 +146,7 @@ def test_a_recipe_that_does_not_fit_needs_the_typed_override(new_page, live_serv
 
     def choose():
         start.get_by_label("Recipe").select_option(label="Llama 70B BF16 long team (util 0.85)")
-        start.get_by_label("Host").select_option(label=f"{host} (simulated)")
+        pick_host(start.get_by_label("Host"), host)
 
     choose()
     start.get_by_role("button", name="Start").click()

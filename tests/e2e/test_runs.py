@@ -6,7 +6,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import login
+from tests.e2e.conftest import login, pick_host
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +19,7 @@ def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, id
     start.get_by_label("Recipe").select_option(
         label="Qwen3.5-35B-A3B — max single-user throughput (util 0.90)"
     )
-    start.get_by_label("Host").select_option(label="local-sim (simulated)")
+    pick_host(start.get_by_label("Host"), "local-sim")
     start.get_by_role("button", name="Start").click()
     expect(
         operator.get_by_role("heading", name=re.compile(r"^Run \d+: Qwen3\.5-35B-A3B"))

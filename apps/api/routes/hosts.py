@@ -52,6 +52,7 @@ def host_out(host: Host) -> dict:
         "max_runs": host.max_runs,
         "jobs_running": jobs.exclude(state=J.QUEUED).count(),
         "jobs_queued": jobs.filter(state=J.QUEUED).count(),
+        "retired_at": host.retired_at,
         "url": "/hosts/",
     }
 

@@ -142,7 +142,8 @@ def queue_job(
     run out at its turn — unless the run is pinned: 409 `pinned`, with the run and who can
     unpin it. When the job would start its recipe, `POST /runs`' rules about the request
     apply up front (422 `does_not_fit`, which a job never overrides), and on a free host
-    its memory (409 `not_enough_memory`)."""
+    its memory (409 `not_enough_memory`). A host an admin retired takes no jobs: 409
+    `host_retired`."""
     require(request, QUEUE_BENCHMARKS)
     recipe = get_or_422(Recipe.objects.all(), "recipe", "recipe", slug=payload.recipe)
     host = get_or_422(Host.objects.all(), "host", "host", name=payload.host)

@@ -16,7 +16,8 @@ from apps.runs.services import RunRefused, run_pin, run_start, run_stop
 router = Router(tags=["runs"])
 
 # Refusals about the host's current state are conflicts; the others are about the request.
-CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown"}
+CONFLICTS = {"host_busy", "no_free_port", "not_enough_memory", "memory_unknown",
+             "host_retired"}  # fmt: skip
 
 
 class RunFilters(Schema):
@@ -59,7 +60,8 @@ def get_run(request: HttpRequest, run_id: int):
 )
 def start_run(request: HttpRequest, payload: RunStartIn):
     """Operators. Admission control as on the Runs page: 409 when the host is busy (an
-    active run, or benchmark jobs queued for another recipe) or lacks the memory; 422 when
+    active run, or benchmark jobs queued for another recipe) or lacks the memory, and
+    `host_retired` when an admin retired the host (it takes no new runs); 422 when
     the image is not allowed there, or `does_not_fit` when the planner says the recipe does
     not fit on the host — send the recipe's name as `fit_confirmation` to start it anyway
     (recorded on the run as `fit_override_by`)."""

@@ -23,7 +23,7 @@ from apps.runs.weights_services import (
 )
 
 router = Router(tags=["weights"])
-CONFLICTS = {"in_use", "already_downloading", "not_active"}
+CONFLICTS = {"in_use", "already_downloading", "not_active", "host_retired"}
 NOT_FOUND = {"not_cached"}
 
 

@@ -19,6 +19,8 @@ def engine_for(host) -> Engine:
     if host.simulated:
         for spec in host.fault_specs():
             sim_args += ["--fault", spec]
+        # Both engines' simulated paths take these flags (the Docker one in its container).
+        sim_args += ["--answers", host.sim_answers]
     if host.engine == host.Engine.PROCESS:
         from apps.hosts.engines.process import ProcessEngine
 
