@@ -28,6 +28,7 @@ def devrun_env(tmp_path, redis_port: int, web_port: int) -> dict[str, str]:
         DATABASE_URL=f"sqlite:///{tmp_path / 'run.sqlite3'}",
         HOST="127.0.0.1",
         PORT=str(web_port),
+        DEMO_SPARKS="1",  # one simulated Spark: fewer processes (the start-up test has two)
     )
     env.pop("ALLOWED_HOSTS", None)
     manage("migrate", "--noinput", env=env)
@@ -124,6 +125,86 @@ def test_devrun_serves_the_login_page_and_ctrl_c_stops_every_process(tmp_path, r
     assert any("all processes stopped" in ln for ln in lines)
 
 
+LOUD = ("WARNING", "ERROR", "CRITICAL", "Traceback", "could not tell the gateway")
+
+
+def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_password(
+    tmp_path, redis_url
+):
+    """`make run`'s own script (tools/run.sh) on a fresh database: Redis answers before
+    anything else runs (no warning above it), the console is quiet (no Celery banner, no INFO
+    line), two simulated Sparks each get a worker and a host agent, the last lines are the new
+    admin's password and the URL, and manage.py beside it finds make run's Redis without
+    REDIS_URL in its environment."""
+    redis_port, web_port = free_port(), free_port()
+    env = child_env(
+        REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+        SPARKPANEL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'run.sqlite3'}",
+        HOST="127.0.0.1",
+        PORT=str(web_port),
+    )
+    for name in ("ALLOWED_HOSTS", "LOG_LEVEL", "VERBOSE", "DEMO_SPARKS", "DEMO_HOST"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        ["bash", "tools/run.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(
+            lambda: any("SparkPanel is running at" in ln for ln in lines), 180, "make run", proc
+        )
+        time.sleep(2)  # anything printed right after the URL would be a wrong last line
+        shown = [ln.rstrip() for ln in lines if ln.strip()]
+        url = f"http://127.0.0.1:{web_port}/"
+        assert url in shown[-1], shown[-10:]
+        password = next(ln for ln in shown[-12:] if "password:" in ln).split("password:")[1]
+        password = password.strip()
+        cookies = _login_cookies(url.rstrip("/"), "admin", password)
+        assert "sessionid" in cookies
+
+        redis_at = next(i for i, ln in enumerate(shown) if "Redis answers at" in ln)
+        before = [ln for ln in shown[:redis_at] if any(word in ln for word in LOUD)]
+        assert not before, before
+        assert not [ln for ln in shown if any(word in ln for word in LOUD)], shown
+        chatter = [ln for ln in shown if not ln.startswith("[devrun]")]
+        assert not [ln for ln in chatter if " INFO " in ln or "celery@" in ln], shown
+
+        # manage.py beside it, with no REDIS_URL of its own: make run's Redis.
+        bare = {k: v for k, v in env.items() if k != "REDIS_URL"}
+        seen = manage("shell", "-c", "from django.conf import settings; print(settings.REDIS_URL)",
+                      env=bare).strip().splitlines()[-1]  # fmt: skip
+        assert seen == env["REDIS_URL"]
+
+        # Two simulated Sparks, each with its worker (heartbeat) and host agent (a sample).
+        both = (
+            "from apps.hosts.models import Host; "
+            "print(sorted(h.name for h in Host.objects.filter(simulated=True, "
+            "last_heartbeat__isnull=False, agent_seen_at__isnull=False)))"
+        )
+        wait_for(
+            lambda: manage("shell", "-c", both, env=env).strip().endswith(
+                "['local-sim', 'local-sim-2']"
+            ),
+            90, "both simulated Sparks' workers and agents", proc,
+        )  # fmt: skip
+        ports = "from apps.hosts.models import Host; print(*Host.objects.order_by('name').values_list('port_min', 'port_max'))"
+        assert manage("shell", "-c", ports, env=env).split()[-4:] == [
+            "(8100,",
+            "8199)",
+            "(8200,",
+            "8299)",
+        ]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        reader.join(timeout=5)
+    assert code == 0, "".join(lines[-40:])
+
+
 def test_seed_demo_creates_the_admin_once_and_prints_its_password_once(db, capsys):
     call_command("seed_demo")
     first = capsys.readouterr().out
@@ -137,6 +218,12 @@ def test_seed_demo_creates_the_admin_once_and_prints_its_password_once(db, capsy
     again = capsys.readouterr().out
     assert "already exists" in again
     assert password not in again
+    # Two simulated Sparks answering with the demo Markdown, each its own port window.
+    from apps.hosts.models import Host
+
+    sims = Host.objects.filter(simulated=True).order_by("name")
+    assert [(h.name, h.sim_answers, h.port_min, h.port_max) for h in sims] == [
+        ("local-sim", "markdown", 8100, 8199), ("local-sim-2", "markdown", 8200, 8299)]  # fmt: skip
 
 
 def _login_cookies(base: str, username: str, password: str) -> dict[str, str]:

@@ -1,5 +1,8 @@
-"""Run the whole panel in the foreground: Redis (when none is running), the ASGI web
-server, a Celery worker, the simulated host's worker and host agent, and Celery beat.
+"""Run the whole panel in the foreground: Redis first (when none is running), then the
+database's migrations and the demo data (an admin account, two simulated Sparks), the ASGI
+web server, a Celery worker, each simulated Spark's worker and host agent, and Celery beat;
+the URL and the new admin account's password are the last lines it prints. Quiet by
+default (warnings and errors only); VERBOSE=1 shows every process's INFO lines.
 Ctrl-C (or SIGTERM/SIGHUP) stops every process this script started within seconds: all at
 once, SIGKILL after 5 s, then the simulated host's model servers (their runs marked stopped),
 then anything else that carries this run's mark (SPARKPANEL_DEVRUN_ID), Redis last; if any of
@@ -31,6 +34,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sparkdomain.demo import DemoConfigError, demo_hosts  # noqa: E402
 from sparkpanel.env import env_str, load_dotenv  # noqa: E402
 
 PY = sys.executable
@@ -53,6 +57,9 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 # there after the stop is ours, whatever pid files say.
 MARK = "SPARKPANEL_DEVRUN_ID"
 PRIVATE_UMASK = 0o077
+# Where `make run` records the Redis it serves with, for manage.py's commands run beside it
+# (sparkpanel/settings.py reads it when neither the environment nor .env names one).
+RUN_ENV_FILE = "make-run.env"
 
 
 class Child:
@@ -163,10 +170,26 @@ def stop_simulated_servers(hosts: list[str], env: dict[str, str]) -> None:
         print(f"[devrun] could not stop the simulated hosts' servers: {exc}", flush=True)
 
 
-def worker_argv(queue: str, name: str) -> list[str]:
+def verbose(env: Mapping[str, str]) -> bool:
+    """VERBOSE=1: every process logs at INFO (Celery's banners and beat's lines too)."""
+    return env.get("VERBOSE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def celery_argv(env: Mapping[str, str], command: str) -> list[str]:
+    """`celery … worker|beat`, quiet (no banner, warnings and errors only) unless VERBOSE."""
+    if verbose(env):
+        return [PY, "-m", "celery", "-A", "sparkpanel", command, "-l", "INFO"]
+    return [PY, "-m", "celery", "--quiet", "-A", "sparkpanel", command, "-l", "WARNING"]
+
+
+def worker_argv(queue: str, name: str, env: Mapping[str, str] | None = None) -> list[str]:
     """A Celery worker in the production shape: one queue, one task at a time."""
-    return [PY, "-m", "celery", "-A", "sparkpanel", "worker", "-Q", queue, "-n", f"{name}@%h",
-            "-c", "1", "--prefetch-multiplier", "1", "-l", "INFO"]  # fmt: skip
+    return [*celery_argv(os.environ if env is None else env, "worker"), "-Q", queue,
+            "-n", f"{name}@%h", "-c", "1", "--prefetch-multiplier", "1"]  # fmt: skip
+
+
+def beat_argv(env: Mapping[str, str]) -> list[str]:
+    return celery_argv(env, "beat")
 
 
 def proxy_flags(trusted: str) -> list[str]:
@@ -185,7 +208,7 @@ def web_argv(host: str, port: int, env: Mapping[str, str]) -> list[str]:
     """The web server as `make run` starts it (tests/test_make_run.py starts it so too)."""
     return [
         PY, "-m", "uvicorn", "sparkpanel.asgi:application", "--host", host, "--port", str(port),
-        "--no-access-log",
+        "--no-access-log", "--log-level", "info" if verbose(env) else "warning",
         # Open WebSockets must not hold Ctrl-C up (the default waits for them).
         "--timeout-graceful-shutdown", "2",
         # Bounded connections: the same flags as tools/container-start.sh.
@@ -226,7 +249,31 @@ def lan_hosts() -> list[str]:
     return sorted(h for h in hosts if h)
 
 
+def record_redis_url(var_dir: Path, url: str) -> None:
+    """var/make-run.env names the Redis this `make run` serves with (0600: a URL may carry
+    a password), so `manage.py createuser` and the other commands find it."""
+    path = var_dir / RUN_ENV_FILE
+    path.write_text(f"# written by make run (tools/devrun.py)\nREDIS_URL={url}\n", encoding="utf-8")
+    path.chmod(0o600)
+
+
+def manage_step(argv: list[str], env: dict[str, str], what: str) -> str:
+    """One manage.py command before the servers start; its output, or exit saying why."""
+    done = subprocess.run(
+        [PY, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(
+            f"[devrun] {what} failed (manage.py {' '.join(argv)}: status {done.returncode})"
+        )
+    if done.stderr.strip():
+        sys.stderr.write(done.stderr)
+    return done.stdout
+
+
 def main() -> int:
+    quiet_by_default = "LOG_LEVEL" not in os.environ
     load_dotenv(ROOT / ".env")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=env_str("HOST", "127.0.0.1"))
@@ -242,6 +289,17 @@ def main() -> int:
         return 0
     env = dict(os.environ)
     env[MARK] = f"{os.getpid()}-{secrets.token_hex(8)}"
+    env["PYTHONUNBUFFERED"] = "1"
+    if quiet_by_default and not verbose(env):
+        env["LOG_LEVEL"] = "WARNING"  # .env.example's INFO is for a server's logs
+    if not verbose(env) and os.getuid() == 0:
+        # Said once here, not by every Celery process (a container or CI runs as root).
+        print("[devrun] running as root: Celery advises a user of its own", flush=True)
+        env["PYTHONWARNINGS"] = "ignore:You're running the worker with superuser privileges"
+    try:
+        sims = demo_hosts(env)
+    except DemoConfigError as exc:
+        raise SystemExit(f"[devrun] {exc}") from exc
     redis_url = env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
     if args.host in {"0.0.0.0", "::"} and "ALLOWED_HOSTS" not in env:
         env["ALLOWED_HOSTS"] = ",".join(lan_hosts())
@@ -250,7 +308,7 @@ def main() -> int:
     children: list[Child] = []
     stopping = False
 
-    sim_hosts: list[str] = []
+    sim_hosts: list[str] = []  # those whose workers started (their servers stop with us)
 
     def shutdown(signum=None, frame=None):
         nonlocal stopping
@@ -303,31 +361,46 @@ def main() -> int:
                         "",
                         "--maxmemory-policy",
                         "noeviction",
+                        # its own log: the console shows the panel's warnings, not Redis'
+                        *([] if verbose(env) else ["--logfile", str(data / "redis.log")]),
                     ],
                     env,
                 )
             )
             wait_until(lambda: redis_reachable(redis_url), 15, "Redis", children)
+        # Redis first: everything after it (the seed's hosts, the servers) tells the gateway
+        # and the pages through it, and would warn of every refused connection otherwise.
+        print(f"[devrun] Redis answers at {_redacted(redis_url)}", flush=True)
+        record_redis_url(var_dir, redis_url)
+        manage_step(["migrate", "--noinput", "-v", "0"], env, "migrating the database")
+        seeded = manage_step(["seed_demo"], env, "seeding the demo data")
 
         children.append(Child("web", web_argv(args.host, args.port, env), env))
-        children.append(Child("worker", worker_argv("default", "default"), env))
-        # The simulated Spark's own worker: its queue only, one task at a time.
-        demo = env_str("DEMO_HOST", "local-sim")
-        sim_hosts.append(demo)
-        children.append(Child(f"worker-{demo}", worker_argv(f"host.{demo}", demo), env))
-        # Its host agent: live memory and metrics, and the memory watchdog.
-        children.append(
-            Child(
-                f"hostagent-{demo}", [PY, "manage.py", "hostagent", "--host", demo, "--wait"], env
-            )
-        )
-        children.append(
-            Child("beat", [PY, "-m", "celery", "-A", "sparkpanel", "beat", "-l", "INFO"], env)
-        )
+        children.append(Child("worker", worker_argv("default", "default", env), env))
+        for sim in sims:
+            # Each simulated Spark's own worker (its queue only, one task at a time) and its
+            # host agent (live memory and metrics, the memory watchdog).
+            sim_hosts.append(sim)
+            children.append(Child(f"worker-{sim}", worker_argv(f"host.{sim}", sim, env), env))
+            agent = [PY, "manage.py", "hostagent", "--host", sim, "--wait"]
+            children.append(Child(f"hostagent-{sim}", agent, env))
+        children.append(Child("beat", beat_argv(env), env))
         local = "127.0.0.1" if args.host in {"0.0.0.0", "::"} else args.host
         url = f"http://{local}:{args.port}/"
         wait_until(lambda: _http_ok(url + "healthz"), 60, "the web server", children)
-        print(f"\n[devrun] SparkPanel is running at {url}  (Ctrl-C stops everything)\n", flush=True)
+        # Every worker consuming its queue: nothing they print comes after the last lines.
+        waited = [PY, "manage.py", "waitworkers", "--timeout", "90"]
+        for sim in sims:
+            waited += ["--host", sim]
+        worker_wait = subprocess.Popen(waited, cwd=ROOT, env=env)
+        wait_until(lambda: worker_wait.poll() is not None, 100, "the workers", children)
+        if worker_wait.returncode != 0:
+            raise SystemExit("[devrun] the workers did not start; see above")
+        # The last lines: what was seeded (a new admin's password, shown once), the URL.
+        print(seeded.rstrip() + "\n" if seeded.strip() else "", flush=True)
+        hint = "" if verbose(env) else "  (quiet: VERBOSE=1 make run shows every INFO line)"
+        print(f"[devrun] simulated Sparks: {', '.join(sims)}{hint}", flush=True)
+        print(f"[devrun] SparkPanel is running at {url}  (Ctrl-C stops everything)", flush=True)
 
         while True:
             for child in children:
@@ -340,6 +413,13 @@ def main() -> int:
     except BaseException:
         shutdown()
         raise
+
+
+def _redacted(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@", 1)
+    return url
 
 
 def _which(name: str) -> str:

@@ -12,6 +12,5 @@ fi
 # created from here on is 0600/0700, and what an older install left readable is fixed first.
 umask 077
 .venv/bin/python tools/devrun.py --private-var
-.venv/bin/python manage.py migrate --noinput
-.venv/bin/python manage.py seed_demo
+# Redis first, then the migrations, the demo data and the servers (tools/devrun.py).
 exec .venv/bin/python tools/devrun.py

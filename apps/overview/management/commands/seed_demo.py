@@ -1,16 +1,12 @@
-"""seed_demo: a fresh panel's admin account and simulated host (make run, tools/run.sh)."""
-
-import os
+"""seed_demo: a fresh panel's admin account and simulated Sparks (make run, tools/devrun.py)."""
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.roles import Role
 from apps.accounts.services import user_create
 from apps.hosts.models import Host
-
-# The same name tools/devrun.py gives the simulated host's worker queue.
-DEMO_HOST = os.environ.get("DEMO_HOST", "local-sim")
+from sparkdomain.demo import DemoConfigError, demo_hosts, port_window
 
 
 class Command(BaseCommand):
@@ -39,18 +35,30 @@ class Command(BaseCommand):
                 )
             )
 
-        host, created = Host.objects.get_or_create(
-            name=DEMO_HOST,
-            defaults={
-                "description": "This machine, simulating a DGX Spark with sparksim (no GPU needed)",
-                "engine": Host.Engine.PROCESS,
-                "simulated": True,
-                "sim_time_scale": 10.0,
-                "image_allowlist": [],
-            },
-        )
-        if created:
-            self.stdout.write(
-                f"Created the simulated host {host.name!r} (sparksim at 10× speed): start a "
-                "recipe on it from the Runs page."
+        try:
+            names = demo_hosts()
+        except DemoConfigError as exc:
+            raise CommandError(str(exc)) from exc
+        for index, name in enumerate(names):
+            # The same names tools/devrun.py gives the simulated Sparks' worker queues; each
+            # its own port window (they share this machine).
+            low, high = port_window(index)
+            host, created = Host.objects.get_or_create(
+                name=name,
+                defaults={
+                    "description": "This machine, simulating a DGX Spark with sparksim "
+                    "(no GPU needed)",
+                    "engine": Host.Engine.PROCESS,
+                    "simulated": True,
+                    "sim_time_scale": 10.0,
+                    "sim_answers": "markdown",
+                    "image_allowlist": [],
+                    "port_min": low,
+                    "port_max": high,
+                },
             )
+            if created:
+                self.stdout.write(
+                    f"Created the simulated Spark {host.name!r} (sparksim at 10× speed): start "
+                    "a recipe on it from the Runs page."
+                )
