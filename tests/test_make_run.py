@@ -19,19 +19,23 @@ pytestmark = pytest.mark.services
 OPERATOR_PASSWORD = "ctrl-c-test-passphrase-31"
 
 
-def devrun_env(tmp_path, redis_port: int, web_port: int) -> dict[str, str]:
+def devrun_env(tmp_path, redis_port: int, web_port: int, *, fresh: bool = False) -> dict[str, str]:
     """make run's environment on a private Redis port nobody answers on (devrun starts its
-    own instance there), a fresh database and var/ in `tmp_path`; migrated."""
+    own instance there), a fresh database and var/ in `tmp_path`: migrated, with one
+    simulated Spark (fewer processes); `fresh`: as a new user's shell has it (make run's
+    own defaults, nothing migrated yet)."""
     env = child_env(
         REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         SPARKPANEL_VAR_DIR=str(tmp_path),
         DATABASE_URL=f"sqlite:///{tmp_path / 'run.sqlite3'}",
         HOST="127.0.0.1",
         PORT=str(web_port),
-        DEMO_SPARKS="1",  # one simulated Spark: fewer processes (the start-up test has two)
     )
-    env.pop("ALLOWED_HOSTS", None)
-    manage("migrate", "--noinput", env=env)
+    for name in ("ALLOWED_HOSTS", "LOG_LEVEL", "VERBOSE", "DEMO_SPARKS", "DEMO_HOST"):
+        env.pop(name, None)
+    if not fresh:
+        env["DEMO_SPARKS"] = "1"
+        manage("migrate", "--noinput", env=env)
     return env
 
 
@@ -137,15 +141,7 @@ def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_passw
     admin's password and the URL, and manage.py beside it finds make run's Redis without
     REDIS_URL in its environment."""
     redis_port, web_port = free_port(), free_port()
-    env = child_env(
-        REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
-        SPARKPANEL_VAR_DIR=str(tmp_path),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'run.sqlite3'}",
-        HOST="127.0.0.1",
-        PORT=str(web_port),
-    )
-    for name in ("ALLOWED_HOSTS", "LOG_LEVEL", "VERBOSE", "DEMO_SPARKS", "DEMO_HOST"):
-        env.pop(name, None)
+    env = devrun_env(tmp_path, redis_port, web_port, fresh=True)
     proc = subprocess.Popen(
         ["bash", "tools/run.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,

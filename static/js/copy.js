@@ -2,6 +2,8 @@
 // command boxes, templates/core/partials/command.html). One delegated listener, so boxes
 // that HTMX swaps in (the wizard's steps) work too. Plain http on a LAN has no
 // navigator.clipboard: then the text is copied through a hidden textarea.
+// `SparkPanel.copyText(text, button)` is the same for other scripts (markdown.js' code
+// blocks).
 (function () {
   "use strict";
 
@@ -33,6 +35,8 @@
       said(button, fallbackCopy(text) ? "Copied" : "Select and copy");
     }
   }
+
+  window.SparkPanel = Object.assign(window.SparkPanel || {}, { copyText: copy });
 
   document.addEventListener("click", (event) => {
     const button = event.target.closest("[data-copy]");

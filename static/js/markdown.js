@@ -133,38 +133,14 @@
       copy.type = "button";
       copy.className = "md-copy";
       copy.textContent = "Copy";
-      copy.addEventListener("click", () => copyText((code || pre).textContent, copy));
+      // static/js/copy.js (every page loads it): the clipboard, or a hidden textarea on
+      // plain http
+      copy.addEventListener("click", () => window.SparkPanel.copyText((code || pre).textContent, copy));
       head.append(label, copy);
       pre.replaceWith(box);
       box.append(head, pre);
     }
     return root;
-  }
-
-  function copyText(text, button) {
-    const done = () => {
-      button.textContent = "Copied";
-      setTimeout(() => { button.textContent = "Copy"; }, 1500);
-    };
-    if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text) && done());
-    } else if (fallbackCopy(text)) {
-      done();
-    }
-  }
-
-  function fallbackCopy(text) {
-    // Plain http on a LAN has no navigator.clipboard: copy through a hidden textarea.
-    const area = document.createElement("textarea");
-    area.value = text;
-    area.setAttribute("readonly", "");
-    area.className = "visually-hidden";
-    document.body.appendChild(area);
-    area.select();
-    let ok = false;
-    try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
-    area.remove();
-    return ok;
   }
 
   function render(text) {

@@ -6,17 +6,12 @@ browser side is tests/e2e/test_chat_live.py."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
-from django.test import Client
 from django.urls import reverse
 
 from apps.chat.models import Conversation, Message
 from apps.runs.models import Run, RunState
-from sparkpanel.asgi import application
+from tests.livepush import pushes as _pushes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_url")]
 
@@ -25,36 +20,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 def ready_run(sim_host, qwen) -> Run:
     return Run.objects.create(recipe=qwen, host=sim_host, port=20601, image=qwen.image, argv=[],
                               state=RunState.READY, step="Ready")  # fmt: skip
-
-
-def _pushes(user, act, until, timeout=10.0) -> list[dict]:
-    """The versioned pushes a page of `user` receives over /ws/events/ while `act()` runs."""
-    client = Client()
-    client.force_login(user)
-    session = client.cookies["sessionid"].value
-
-    async def run():
-        communicator = WebsocketCommunicator(
-            application, "/ws/events/",
-            headers=[(b"host", b"localhost"), (b"origin", b"http://localhost"),
-                     (b"cookie", f"sessionid={session}".encode())],
-        )  # fmt: skip
-        connected, _ = await communicator.connect(timeout=5)
-        assert connected
-        messages: list[dict] = []
-        try:
-            from channels.db import database_sync_to_async
-
-            await database_sync_to_async(act)()
-            while not until(messages):
-                raw = await communicator.receive_from(timeout=timeout)
-                if raw.startswith("{"):
-                    messages.append(json.loads(raw))
-        finally:
-            await communicator.disconnect()
-        return messages
-
-    return async_to_sync(run)()
 
 
 def test_the_page_shows_its_run_as_a_live_element_pushed_when_the_run_stops(

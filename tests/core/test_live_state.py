@@ -6,14 +6,10 @@ Real Redis, real Channels layer, real database."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pytest
 import redis
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.test import Client
 from django.utils import timezone
 from django.utils.html import escape
 
@@ -27,7 +23,7 @@ from apps.core.services import notice_post
 from apps.guard.live import set_banner
 from apps.runs.live import push_run
 from apps.runs.models import Run, RunState
-from sparkpanel.asgi import application
+from tests.livepush import pushes as _collect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_url")]
 
@@ -41,12 +37,6 @@ def quick_suite(db):
         repetitions=1, warmup_requests=1, sweep_prompt_tokens=200, sweep_output_tokens=128,
         sweep_levels=[1], requests_per_level=2, slo_ttft_s=2.0, slo_tpot_s=0.1,
     )  # fmt: skip
-
-
-def _session_for(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
 
 
 def _busy_run(host, recipe) -> Run:
@@ -194,34 +184,6 @@ def test_a_version_is_taken_before_the_state_is_read(member, client_as, sim_host
 
 
 # --- pushes over /ws/events/ ------------------------------------------------------------------
-
-
-def _collect(user, act, until, timeout=10.0) -> list[dict]:
-    """Open the member's socket, do `act()`, and gather versioned pushes until `until(msgs)`."""
-    session = _session_for(user)
-
-    async def run():
-        communicator = WebsocketCommunicator(
-            application, "/ws/events/",
-            headers=[(b"host", b"localhost"), (b"origin", b"http://localhost"),
-                     (b"cookie", f"sessionid={session}".encode())],
-        )  # fmt: skip
-        connected, _ = await communicator.connect(timeout=5)
-        assert connected
-        messages: list[dict] = []
-        try:
-            from channels.db import database_sync_to_async
-
-            await database_sync_to_async(act)()
-            while not until(messages):
-                raw = await communicator.receive_from(timeout=timeout)
-                if raw.startswith("{"):
-                    messages.append(json.loads(raw))
-        finally:
-            await communicator.disconnect()
-        return messages
-
-    return async_to_sync(run)()
 
 
 def test_a_job_that_fails_at_once_is_pushed_with_its_failure_and_cancel_as_a_stub(

@@ -6,13 +6,7 @@ offer "Start again". Real Redis, real Channels layer, real database."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
-from django.test import Client
 
 from apps.benchmarks.lifecycle import request_cancel
 from apps.benchmarks.models import J, Job, Suite
@@ -20,7 +14,7 @@ from apps.benchmarks.selectors import suite_plan
 from apps.runs import runner, tasks
 from apps.runs.models import Run, RunState
 from apps.runs.services import run_restart, run_start
-from sparkpanel.asgi import application
+from tests.livepush import pushes as _pushes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("redis_url")]
 
@@ -35,33 +29,6 @@ def no_start_task(monkeypatch):
 def _run(host, recipe, state=RunState.STOPPED, port=20600) -> Run:
     return Run.objects.create(recipe=recipe, host=host, port=port, image=recipe.image,
                               argv=[], state=state, step=state)  # fmt: skip
-
-
-def _pushes(user, act, until, timeout=10.0) -> list[dict]:
-    """The versioned pushes a page of `user` receives while `act()` runs, until `until`."""
-    client = Client()
-    client.force_login(user)
-    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-
-    async def run():
-        communicator = WebsocketCommunicator(
-            application, "/ws/events/",
-            headers=[(b"host", b"localhost"), (b"origin", b"http://localhost"), (b"cookie", cookie)],
-        )  # fmt: skip
-        connected, _ = await communicator.connect(timeout=5)
-        assert connected
-        messages: list[dict] = []
-        try:
-            await database_sync_to_async(act)()
-            while not until(messages):
-                raw = await communicator.receive_from(timeout=timeout)
-                if raw.startswith("{"):
-                    messages.append(json.loads(raw))
-        finally:
-            await communicator.disconnect()
-        return messages
-
-    return async_to_sync(run)()
 
 
 def _named(dom_id: str):
