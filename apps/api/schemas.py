@@ -313,6 +313,10 @@ class RunOut(_RecipeOnHost):
         description='Why the panel stopped it for other work ("stopped to run benchmark job '
         '12"); blank otherwise.'
     )
+    stopped_by: str | None = Field(
+        description="Who asked it to stop (null: nobody yet, or the panel itself)."
+    )
+    stop_requested_at: datetime | None = Field(description="When a stop was asked.")
     weights: dict | None = Field(
         description="The model this run serves: repo, revision as asked, the commit it "
         "resolved to and served (--revision), total and downloaded bytes, files — or, "
@@ -343,6 +347,10 @@ class RunOut(_RecipeOnHost):
     @staticmethod
     def resolve_pinned_by(obj) -> str | None:
         return obj.pinned_by.get_username() if obj.pinned_by else None
+
+    @staticmethod
+    def resolve_stopped_by(obj) -> str | None:
+        return obj.stopped_by.get_username() if obj.stopped_by else None
 
     @staticmethod
     def resolve_started_by(obj) -> str | None:

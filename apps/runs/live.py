@@ -27,9 +27,9 @@ LIST_LIMIT = 100  # the Runs list's rows
 
 def run_or_404(key: str) -> Run:
     try:
-        return Run.objects.select_related("recipe", "host", "started_by", "pinned_by").get(
-            pk=int(key)
-        )
+        return Run.objects.select_related(
+            "recipe", "host", "started_by", "pinned_by", "stopped_by"
+        ).get(pk=int(key))
     except (ValueError, Run.DoesNotExist):
         raise Http404("no such run") from None
 
@@ -51,7 +51,7 @@ def run_rows(params) -> dict:
     else: no filter), newest first. The page and its live rows (`runs-rows`) use this, so
     a row that appears on an open list is the row a reload shows. Every role sees every
     run (the page needs view_panel, like /live/)."""
-    runs = Run.objects.select_related("recipe", "host", "started_by", "pinned_by")
+    runs = Run.objects.select_related("recipe", "host", "started_by", "pinned_by", "stopped_by")
     host, state = str(params.get("host", ""))[:100], str(params.get("state", ""))
     if "\x00" in host:  # no host has one, and some databases refuse it in a query
         runs = runs.none()

@@ -159,6 +159,13 @@ class Run(models.Model):
     # Why the panel stopped it for other work ("stopped to run benchmark job 12"); blank
     # when an operator, the watchdog or a failure ended it (each says so elsewhere).
     stop_reason = models.CharField(max_length=200, blank=True)
+    # Who asked it to stop, and when (blank: the panel itself — an idle unload, a job's swap,
+    # the guard; the audit log has the same row).
+    stopped_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
     # Started by a request for an on-demand model (apps/gateway/catalog.py): stopped again
     # when idle; an operator's own start is left alone unless the catalog says otherwise.
     on_demand = models.BooleanField(default=False)

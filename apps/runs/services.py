@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.roles import OPERATE_RUNS
+from apps.audit import context as audit_context
 from apps.audit import services as audit
 from apps.core.hooks import gathered
 from apps.core.selectors import workers_state
@@ -586,6 +587,9 @@ def run_stop(*, run: Run, reason: str = "", unless_pinned: bool = False, here: b
         return run
     was_starting = run.state in STARTING_STATES
     fields = {"step": f"Stopping: {reason}"[:200], "stop_reason": reason[:200]} if reason else {}
+    # Who asked (the request's user, as the audit row says; none for the panel itself).
+    asker = getattr(audit_context.current().user, "pk", None)
+    fields |= {"stopped_by_id": asker, "stop_requested_at": timezone.now()}
     try:
         run.transition(RunState.STOPPING, only_if={"pinned": False} if unless_pinned else None,
                        **({"step": "Stopping"} | fields))  # fmt: skip

@@ -27,7 +27,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(
         Run.objects.select_related("recipe", "host", "peer_host", "started_by",
-                                   "fit_override_by", "pinned_by"), pk=pk,
+                                   "fit_override_by", "pinned_by", "stopped_by"), pk=pk,
     )  # fmt: skip
     context = {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
                "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),

@@ -133,3 +133,31 @@ def test_a_speculative_runs_page_charts_its_acceptance_and_says_what_it_expects(
     qwen.save()
     html = client_as(member).get(run.get_absolute_url()).content.decode()
     assert 'data-telemetry-chart="spec"' not in html
+
+
+def test_a_stopped_run_says_who_asked_and_when(client_as, operator, member, sim_host, qwen):
+    """Issue 43: a stopped run's page (and the API) name the person who stopped it and
+    when; a stop the panel asked for itself says so, with its reason."""
+    from apps.runs.services import run_stop
+
+    run = Run.objects.create(recipe=qwen, host=sim_host, port=20002, image="x",
+                             state=RunState.READY)  # fmt: skip
+    answer = client_as(operator).post(reverse("run-stop", args=[run.pk]), {"confirm": "1"})
+    assert answer.status_code == 302
+    run.refresh_from_db()
+    assert run.state == RunState.STOPPING and run.stopped_by == operator
+    assert run.stop_requested_at is not None
+    Run.objects.filter(pk=run.pk).update(state=RunState.STOPPED)
+    html = client_as(member).get(run.get_absolute_url()).content.decode()
+    line = html.split('data-testid="run-stopped-by">')[1].split("</div>")[0]
+    assert "Stop asked by <strong>otto-operator</strong>" in line
+    assert timezone.localtime(run.stop_requested_at).strftime("%Y-%m-%d %H:%M") in line
+    api = client_as(member).get(f"/api/v1/runs/{run.pk}").json()
+    assert api["stopped_by"] == "otto-operator" and api["stop_requested_at"]
+
+    idle = Run.objects.create(recipe=qwen, host=sim_host, port=20003, image="x",
+                              state=RunState.READY)  # fmt: skip
+    run_stop(run=idle, reason="unloaded after 10 min idle")
+    html = client_as(member).get(idle.get_absolute_url()).content.decode()
+    line = html.split('data-testid="run-stopped-by">')[1].split("</div>")[0]
+    assert "Stop asked by the panel itself" in line and "unloaded after 10 min idle" in line
