@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import shlex
+
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
@@ -23,6 +26,27 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/list.html", context)
 
 
+def use_snippets(base: str, model: str) -> dict:
+    """How a person calls a run's model: the team endpoint with their own gateway key."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}]})
+    curl = (
+        f"curl {shlex.quote(base + '/chat/completions')} \\\n"
+        '  -H "Authorization: Bearer $SPARKPANEL_KEY" \\\n'
+        "  -H 'Content-Type: application/json' \\\n"
+        f"  -d {shlex.quote(body)}"
+    )
+    python = (
+        "from openai import OpenAI\n\n"
+        f'client = OpenAI(base_url={base!r}, api_key="<your gateway key>")\n'
+        "answer = client.chat.completions.create(\n"
+        f"    model={model!r},\n"
+        '    messages=[{"role": "user", "content": "Hello!"}],\n'
+        ")\n"
+        "print(answer.choices[0].message.content)"
+    )
+    return {"team_base": base, "use_curl": curl, "use_python": python}
+
+
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(
@@ -30,6 +54,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                                    "fit_override_by", "pinned_by", "stopped_by"), pk=pk,
     )  # fmt: skip
     context = {"run": run, "log_tail": log_tail(run), "tele_id": f"tele-run-{run.pk}",
+               **use_snippets(request.build_absolute_uri("/v1"), run.served_name),
                "backfill_id": f"tele-run-{run.pk}-data", "backfill": backfill(run.host, run=run),
                "ws_path": f"/ws/telemetry/run/{run.pk}/"}  # fmt: skip
     if run.is_pair:  # the worker Spark's memory beside the head's (its own agent's samples)
