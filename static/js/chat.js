@@ -16,7 +16,9 @@
     if (data.tok_s) parts.push(`${data.tok_s.toFixed(1)} tok/s`);
     // On a simulated Spark both figures are in its time (apps/hosts/clock.py), and say so.
     if (data.clock_label && (data.ttft_s != null || data.tok_s)) parts.push(data.clock_label);
-    if (data.prompt_tokens != null) parts.push(`${data.prompt_tokens} prompt + ${data.completion_tokens} completion tokens`);
+    // grouped as the pages group every count ("8,749,963"; apps/core/templatetags/sparkpanel.py)
+    const count = (n) => Number(n).toLocaleString("en-US");
+    if (data.prompt_tokens != null) parts.push(`${count(data.prompt_tokens)} prompt + ${count(data.completion_tokens)} completion tokens`);
     if (data.finish_reason) parts.push(`finish: ${data.finish_reason}`);
     if (data.status === "stopped") parts.push("stopped");
     return parts.join(" · ");

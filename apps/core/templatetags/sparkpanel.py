@@ -17,6 +17,17 @@ def command_lines(argv) -> str:
 
 
 @register.filter
+def grouped(value) -> str:
+    """8749963 → "8,749,963": every count the pages show, in one format. A float keeps
+    its decimals (1068.5 → "1,068.5"); anything else is shown as it is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{int(value):,}"
+
+
+@register.filter
 def duration(seconds) -> str:
     """12 s, 4:05, 1 h 02 min — how long, for people."""
     try:
