@@ -79,7 +79,8 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
     except RunRefused as exc:
         messages.error(request, f"Not started: {exc}")
         return redirect(safe_next(request, "runs"))
-    messages.success(request, f"Starting “{recipe}” on {host}.")
+    # gone from the page once the run is ready (static/js/events.js)
+    messages.success(request, f"Starting “{recipe}” on {host}.", extra_tags=f"run-start-{run.pk}")
     if run.fit_override_at:
         messages.warning(
             request,
@@ -143,7 +144,8 @@ def run_restart_view(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Not restarted: {exc}")
         return redirect(run)
     if result.pk != run.pk:
-        messages.success(request, f"Starting “{run.recipe}” on {run.host} again.")
+        messages.success(request, f"Starting “{run.recipe}” on {run.host} again.",
+                         extra_tags=f"run-start-{result.pk}")  # fmt: skip
         return redirect(result)
     messages.success(
         request, f"Restarting: run {run.pk} stops, then its recipe starts again as a new run."

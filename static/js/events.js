@@ -150,8 +150,21 @@
       if (place(el, version)) swapped++;
     }
     document.dispatchEvent(new CustomEvent("spark:fragment", { detail: { swapped } }));
+    dismissStartBanners();
     return swapped;
   }
+
+  // "Starting “X” on spark-1." is news until the run is up: once the run's live progress
+  // on this page says it is ready (or over), the banner goes (apps/runs/views.py tags it).
+  const OVER_STARTING = new Set(["ready", "stopping", "stopped", "failed"]);
+  function dismissStartBanners() {
+    document.querySelectorAll(".msg[data-tags]").forEach((msg) => {
+      const tagged = /(?:^|\s)run-start-(\d+)(?:\s|$)/.exec(msg.dataset.tags);
+      const progress = tagged && document.getElementById(`run-${tagged[1]}-progress`);
+      if (progress && OVER_STARTING.has(progress.dataset.state)) msg.remove();
+    });
+  }
+  document.addEventListener("DOMContentLoaded", dismissStartBanners);
 
   // Fetch one live element's current state; applied only if newer than what is shown.
   function refresh(el) {

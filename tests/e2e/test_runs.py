@@ -25,6 +25,8 @@ def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, id
         operator.get_by_role("heading", name=re.compile(r"^Run \d+: Qwen3\.5-35B-A3B"))
     ).to_be_visible()
     run_url = operator.url
+    banner = operator.locator(".msg-success", has_text="Starting “Qwen3.5-35B-A3B")
+    expect(banner).to_be_visible()  # while it starts; gone once it is ready (below)
 
     member = new_page()
     login(member, "mia")
@@ -33,6 +35,8 @@ def test_operator_starts_a_run_and_a_member_watches_it_become_ready(new_page, id
     expect(member.locator(".run-progress")).to_be_visible()
     # Pushed over /ws/events/ while the page stays put: loading, then ready.
     expect(badge).to_have_text("Ready", timeout=90_000)
+    expect(operator.locator(".run-progress .state-badge")).to_have_text("Ready")
+    expect(banner).to_have_count(0)  # "Starting …" is over at Ready (issue 43)
     expect(member.locator(".log")).to_contain_text("Application startup complete.")
     # The facts panel followed too: KV cache size and the warm-up's cold and warm TTFT.
     expect(member.locator("[id$='-details']")).to_contain_text("first request")
