@@ -65,6 +65,12 @@
         }
         if (view && !el.classList.contains("status-streaming")) view.replaceChildren(MD.render(content.textContent));
         this.showRaw(el, this.raw);
+        if (tools && window.SparkPanel && !tools.querySelector("[data-copy-answer]")) {
+          // the whole answer as the model wrote it (its Markdown), static/js/copy.js
+          const copy = button("Copy", "data-copy-answer");
+          copy.addEventListener("click", () => window.SparkPanel.copyText(content.textContent, copy));
+          tools.append(copy);
+        }
         if (tools && MD && !tools.querySelector("[data-raw-toggle]")) {
           const toggle = button("Raw text", "data-raw-toggle");
           toggle.addEventListener("click", () => this.showRaw(el, !el.classList.contains("show-raw")));

@@ -159,6 +159,10 @@ def test_every_markdown_element_renders_code_is_highlighted_and_copied_raw_is_a_
     expect(view.get_by_role("button", name="Copied")).to_be_visible()
     copied = page.evaluate("navigator.clipboard.readText()")
     assert copied == 'def hello(name):\n    return f"hi {name}"\n'
+    # The whole answer's Copy: exactly what the model wrote (its Markdown).
+    answer.locator("[data-copy-answer]").click()
+    expect(answer.locator("[data-copy-answer]")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == DOC
     # Raw text: exactly what the model wrote; and back.
     answer.get_by_role("button", name="Raw text").click()
     expect(answer.locator("[data-content]")).to_be_visible()
