@@ -171,7 +171,7 @@ def test_the_recipe_page_says_tool_calls_are_served_and_by_which_parsers(client_
         "auto tool choice)</dd>" in html
     )
     assert 'data-testid="recipe-reasoning">reasoning parser <code>nemotron_v3</code>' in html
-    assert "--enable-auto-tool-choice --tool-call-parser qwen3_coder" in html  # the command
+    assert "--enable-auto-tool-choice \\\n  --tool-call-parser qwen3_coder" in html  # the command
 
 
 def test_the_recipe_page_says_tool_calls_are_not_served_without_a_parser(client_as, member):
