@@ -34,6 +34,22 @@ PHYSICAL_MEMORY_GB = 128.0
 CUDA_VISIBLE_GIB = 121.7
 BANDWIDTH_GBS = 273.0  # 256-bit LPDDR5X at 8533 MT/s
 
+# A GB10 decode step from what it reads, at one share of 273 GB/s for every kernel path vLLM
+# runs on a Spark: 64.5 %, the geometric-mean fit over the public measurements whose kernels
+# are stock vLLM's (docs/BENCHMARKS.md: 12 rows of 8 models, NVFP4 / MXFP4 / INT4 / FP8 /
+# BF16, one to ten streams, MTP; no row off by more than 15 % at it). The anchor it started
+# from: Llama-3.3-70B NVFP4 reads 40.61 GB a token and decodes 4.0–4.2 tok/s
+# (NVIDIA/dgx-spark-playbooks #79, PR #91), 61 %. The fixed cost of a step with CUDA graphs
+# is small (0.55 ms: what is left of Nemotron-3-Nano NVFP4's 2.55 GB step at 63.1 tok/s,
+# djangodevreng/dgx-spark-benchmarks); without graphs every layer's kernels are launched
+# from Python: the vLLM blog's Nemotron-3-Super went from 9.3 tok/s eager to 23.4 with
+# graphs over 88 layers, 0.74 ms a layer. (Images with their own kernels differ: kubis.ai's
+# gpt-oss-120b image runs eager at 57.5 tok/s, which stock weights cannot reach at all —
+# docs/sparksim.md.) sparksim's checkpoint-read engine and the planner's capacity prediction
+# (planner/roofline.py::users_at_rate) both decode at this pace.
+DECODE_BANDWIDTH_SHARE = 0.645
+GRAPH_STEP_SECONDS = 0.00055
+
 # Seed 004's budget; the planner uses the upper bounds unless a host overrides them.
 OS_RESERVE_GB = 6.0  # DGX OS + services: 4-6 GB
 CUDA_CONTEXT_GB = 3.0  # CUDA runtime + context: 2-3 GB

@@ -39,7 +39,13 @@ from sparkdomain.planner import (
     weight_bytes,
 )
 from sparkdomain.planner.link import step_comm_seconds
-from sparkdomain.spark import BANDWIDTH_GBS, GB, MIB
+from sparkdomain.spark import (
+    BANDWIDTH_GBS,
+    DECODE_BANDWIDTH_SHARE,
+    GB,
+    GRAPH_STEP_SECONDS,
+    MIB,
+)
 from sparksim.corpus import TextStream, stream_seed
 from sparksim.metrics import VllmMetrics
 from sparksim.profiles import Profile
@@ -635,20 +641,11 @@ def decode_step_seconds(
     return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 
-# A GB10 decode step from what it reads, at one share of 273 GB/s for every kernel path vLLM
-# runs on a Spark: 64.5 %, the geometric-mean fit over the public measurements whose kernels
-# are stock vLLM's (docs/BENCHMARKS.md: 12 rows of 8 models, NVFP4 / MXFP4 / INT4 / FP8 /
-# BF16, one to ten streams, MTP; no row off by more than 15 % at it). The anchor it started
-# from: Llama-3.3-70B NVFP4 reads 40.61 GB a token and decodes 4.0–4.2 tok/s
-# (NVIDIA/dgx-spark-playbooks #79, PR #91), 61 %. The fixed cost of a step with CUDA graphs
-# is small (0.55 ms: what is left of Nemotron-3-Nano NVFP4's 2.55 GB step at 63.1 tok/s,
-# djangodevreng/dgx-spark-benchmarks); without graphs every layer's kernels are launched
-# from Python: the vLLM blog's Nemotron-3-Super went from 9.3 tok/s eager to 23.4 with
-# graphs over 88 layers, 0.74 ms a layer. (Images with their own kernels differ: kubis.ai's
-# gpt-oss-120b image runs eager at 57.5 tok/s, which stock weights cannot reach at all —
-# docs/sparksim.md.)
-GB10_DECODE_EFFICIENCY = 0.645
-GRAPH_STEP_OVERHEAD_S = 0.00055
+# The GB10's measured share of its bandwidth and the fixed cost of a step with CUDA graphs
+# are the domain's (sparkdomain/spark.py, where their sources are), so the planner's capacity
+# prediction and this engine decode at the same pace.
+GB10_DECODE_EFFICIENCY = DECODE_BANDWIDTH_SHARE
+GRAPH_STEP_OVERHEAD_S = GRAPH_STEP_SECONDS
 EAGER_LAYER_OVERHEAD_S = 0.00074
 
 

@@ -18,11 +18,21 @@ class BenchmarksConfig(AppConfig):
         from apps.hosts.signals import retire_blockers
 
         retire_blockers.connect(_retire_blockers, dispatch_uid="benchmarks.retire_blockers")
+        # The recipe and run pages ask for the capacity story (apps/recipes/signals.py).
+        from apps.recipes.signals import capacity
+
+        capacity.connect(_capacity, dispatch_uid="benchmarks.capacity")
         # The job and queue live elements (apps/benchmarks/live.py; models are loaded now).
         from apps.benchmarks import live  # noqa: F401
 
 
 # The modules are imported in the receivers: apps.py loads before the models are ready.
+
+
+def _capacity(sender, *, recipe, run=None, **kwargs) -> list:
+    from apps.benchmarks.capacity import story
+
+    return [story(recipe, run)]
 
 
 def _host_claims(sender, host, job=None, **kwargs) -> list:

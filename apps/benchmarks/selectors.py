@@ -450,6 +450,21 @@ def capacity_answer(job: Job) -> dict | None:
             "per user."
         )
     answer["untimed_levels"] = len(levels) - len(timed)
+    # The levels that decided the answer: the best one, and the first above it that missed
+    # (or the lowest, when none met). Where their load generator lagged, the server was not
+    # what the answer measured, and the headline says so.
+    above = [
+        r for r in timed if r not in meeting and (best is None or r.concurrency > best.concurrency)
+    ]
+    deciding = ([best] if best else []) + sorted(above, key=lambda r: r.concurrency)[:1]
+    flagged = next((r for r in deciding if r.client_flag != "ok"), None)
+    answer["client_limited"] = flagged.client_flag if flagged else ""
+    if flagged:
+        answer["text"] += (
+            f" The level at {flagged.concurrency} is flagged “{flagged.client_flag}”: the load "
+            "generator, not the server, may have been the bottleneck, so the server may serve "
+            "more."
+        )
     return answer
 
 

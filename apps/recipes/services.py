@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from sparkdomain.capacity import CapacityStory, capacity_story
 from sparkdomain.hf_config import ConfigImportError, parse_hf_config
 from sparkdomain.planner import Plan, Severity, Verdict
 from sparkdomain.planner.roofline import speculative_ceilings
@@ -46,6 +47,7 @@ def plan_context(result: Plan, speculation: Speculation | None = None) -> dict:
     ratio = result.kv_usage_ratio
     return {
         "plan": result,
+        "capacity": predicted_capacity(result),
         "verdict_css": VERDICT_CSS[result.verdict],
         "verdict_text": VERDICT_TEXT[result.verdict],
         "segments": segments,
@@ -96,3 +98,14 @@ def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[st
             "not exceed it."
         )
     return fields, notes, None
+
+
+def predicted_capacity(result: Plan) -> CapacityStory:
+    """The capacity story from the plan alone (the wizard, the editor, a recipe nothing
+    has measured): planned memory, --max-num-seqs and the estimated latency bound."""
+    return capacity_story(
+        max_num_seqs=result.max_num_seqs,
+        memory_planned=result.max_concurrency,
+        latency_predicted=result.users_at_slo_rate,
+        predicted_slo_tps=result.slo_tps,
+    )

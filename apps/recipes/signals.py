@@ -14,6 +14,10 @@ recorded; with no receiver connected the pages simply show no measurements.
 - ``page_sections(sender=Recipe, recipe, user)``: sections of the recipe's page that other
   apps own, each a dict ``{"template": name, "context": {...}}`` rendered in order (the
   gateway's on-demand catalog entry).
+- ``capacity(sender=Recipe, recipe, run=None)``: the recipe's capacity story with what was
+  measured (a ``sparkdomain.capacity.CapacityStory`` in a list): the benchmarks app answers
+  from its jobs and the runs' measured starts; with `run`, that run's own start. With no
+  receiver the pages show the plan's estimate (``predicted_capacity``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ plan_corrections = Signal()
 plan_checks = Signal()
 mod_approvals = Signal()
 page_sections = Signal()
+capacity = Signal()
 
 
 def measured_corrections(*, image: str, arch, flags, recipe=None) -> list:
@@ -49,3 +54,12 @@ def approved_mods(recipe) -> list[dict]:
 def sections(recipe, user) -> list[dict]:
     """The recipe page's sections other apps own (see ``page_sections``)."""
     return gathered(page_sections, sender=Recipe, recipe=recipe, user=user)
+
+
+def capacity_story(recipe, run=None):
+    """The recipe's capacity story with what was measured (see ``capacity``), else the
+    plan's estimate."""
+    from apps.recipes.services import predicted_capacity
+
+    told = gathered(capacity, sender=Recipe, recipe=recipe, run=run)
+    return told[0] if told else predicted_capacity(recipe.plan())

@@ -22,7 +22,13 @@ from apps.recipes.models import Recipe
 from apps.recipes.plan_labels import labelled_errors
 from apps.recipes.selectors import image_note, start_form_context, weights_on_hosts
 from apps.recipes.services import plan_context
-from apps.recipes.signals import approved_mods, measured_checks, measured_corrections, sections
+from apps.recipes.signals import (
+    approved_mods,
+    capacity_story,
+    measured_checks,
+    measured_corrections,
+    sections,
+)
 from apps.recipes.startup import vllm_prediction
 from apps.recipes.yaml_io import recipe_to_sparkrun_yaml, recipes_from_yaml, recipes_to_yaml
 from sparkdomain import calibration
@@ -107,6 +113,8 @@ def recipe_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "vllm_start": vllm_prediction(recipe, free_now=True),
             "check_labels": [calibration.LABELS[q] for q in calibration.QUANTITIES],
             "sections": sections(recipe, request.user),
+            # one answer to "how many users": planned, measured and which bound binds
+            "capacity": capacity_story(recipe),
         },
     )
 

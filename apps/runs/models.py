@@ -12,6 +12,7 @@ from django.utils.crypto import salted_hmac
 
 from apps.hosts.clock import run_clock
 from apps.hosts.models import Host
+from apps.recipes.signals import capacity_story
 from apps.runs.signals import run_state_changed
 
 
@@ -312,6 +313,11 @@ class Run(models.Model):
             return None
         spent = (timezone.now() - datetime.fromisoformat(span["start"])).total_seconds()
         return spent * (100 - self.percent) / self.percent
+
+    def capacity(self):
+        """How many users this run serves: its recipe's capacity story with this run's own
+        measured start and the benchmarks of it (apps/recipes/signals.py ``capacity``)."""
+        return capacity_story(self.recipe, run=self)
 
     def plan_vs_measured(self) -> list:
         """What the planner predicted for this run beside what vLLM reported (for the run

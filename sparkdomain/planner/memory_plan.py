@@ -7,12 +7,13 @@ flag_warnings, roofline); plan() only strings them together and fills in the Pla
 from __future__ import annotations
 
 from sparkdomain import spark
+from sparkdomain.capacity import DEFAULT_SLO_TPS
 from sparkdomain.planner.budget import kv_budget, kv_sizes, memory_split, weights_per_spark
 from sparkdomain.planner.flag_warnings import flag_warnings
 from sparkdomain.planner.inputs import Architecture, Flags, HostSpec
 from sparkdomain.planner.link import step_comm_seconds
 from sparkdomain.planner.results import Plan
-from sparkdomain.planner.roofline import decode_ceilings
+from sparkdomain.planner.roofline import decode_ceilings, users_at_rate
 from sparkdomain.planner.sizes import active_weight_bytes
 from sparkdomain.planner.utilization import (
     largest_safe_utilization,
@@ -22,7 +23,11 @@ from sparkdomain.planner.utilization import (
 from sparkdomain.planner.verdict import headroom_check, kv_verdict, pool_warnings
 
 
-def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan:
+def plan(
+    arch: Architecture, flags: Flags, host: HostSpec | None = None, slo_tps: float = DEFAULT_SLO_TPS
+) -> Plan:
+    """`slo_tps`: the per-user decode rate a user must keep (the benchmark suites' default
+    SLO unless a suite says otherwise), for the latency bound on users."""
     host = host or HostSpec()
     _check_inputs(flags)
     tp = max(flags.tensor_parallel_size, 1)
@@ -45,10 +50,12 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
     )
     warnings += flag_warnings(flags, tp, (rec, rec_reason), kv.element_bytes, kv.per_sequence)
 
+    def comm(tokens: int) -> float:
+        return step_comm_seconds(arch, tokens, tp=tp)
+
     ceiling, ceiling_full, ceiling_batch = decode_ceilings(
-        active, kv, tp, flags.max_num_seqs, host.bandwidth_gbs,
-        lambda tokens: step_comm_seconds(arch, tokens, tp=tp),
-    )  # fmt: skip
+        active, kv, tp, flags.max_num_seqs, host.bandwidth_gbs, comm
+    )
     return Plan(
         weights_bytes=weights,
         active_weight_bytes=active,
@@ -74,6 +81,9 @@ def plan(arch: Architecture, flags: Flags, host: HostSpec | None = None) -> Plan
         decode_ceiling_full_context_tps=ceiling_full,
         decode_ceiling_batch_tps=ceiling_batch,
         physical_bytes=memory.physical,
+        max_num_seqs=flags.max_num_seqs,
+        slo_tps=slo_tps,
+        users_at_slo_rate=users_at_rate(active, kv, tp, slo_tps, host.bandwidth_gbs, comm),
         warnings=warnings,
         unknowns=_unknowns(weights, active, kv.per_sequence, flags),
     )

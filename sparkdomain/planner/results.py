@@ -61,6 +61,12 @@ class Plan:
     decode_ceiling_full_context_tps: float | None
     decode_ceiling_batch_tps: float | None
     physical_bytes: float
+    # What the scheduler admits at once, and how many streams at max_model_len still each
+    # decode at `slo_tps` (roofline.users_at_rate): with max_concurrency, the three bounds
+    # of the capacity story (sparkdomain/capacity.py).
+    max_num_seqs: int = 1
+    slo_tps: float = 0.0
+    users_at_slo_rate: int | None = None
     warnings: list[PlanWarning] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
 

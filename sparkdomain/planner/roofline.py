@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from sparkdomain.planner.budget import KvSizes
 from sparkdomain.planner.results import RooflineCheck
-from sparkdomain.spark import GB
+from sparkdomain.spark import DECODE_BANDWIDTH_SHARE, GB, GRAPH_STEP_SECONDS
 
 
 def decode_ceilings(
@@ -35,6 +35,43 @@ def decode_ceilings(
             n = max_num_seqs
             ceiling_batch = n / ((per_node_active + n * stream) / bandwidth + comm_seconds(n))
     return ceiling, ceiling_full, ceiling_batch
+
+
+def users_at_rate(
+    active: float | None,
+    kv: KvSizes,
+    tp: int,
+    min_tps: float,
+    bandwidth_gbs: float,
+    comm_seconds: Callable[[int], float] = lambda _tokens: 0.0,
+    *,
+    limit: int = 100_000,
+) -> int | None:
+    """How many streams at max_model_len can decode together with each still getting at
+    least `min_tps` tokens/s, at the pace a GB10 reaches (DECODE_BANDWIDTH_SHARE of the
+    bandwidth plus a step's fixed cost; sparksim decodes at the same pace): a step of n
+    streams reads the active weights once and every stream's KV, so each stream's rate
+    falls as n grows. 0 when even one stream is slower; None where the active weights or
+    the KV size are unknown. An estimate, not a measurement: prefill, a MoE batch touching
+    more experts and the scheduler all lower it; a benchmark measures it."""
+    if not active or kv.per_sequence is None or min_tps <= 0:
+        return None
+    reach = bandwidth_gbs * GB * DECODE_BANDWIDTH_SHARE
+    stream = kv.per_sequence + kv.state_per_sequence
+
+    def per_stream_tps(n: int) -> float:
+        step = (active / tp + n * stream) / reach + GRAPH_STEP_SECONDS + comm_seconds(n)
+        return 1 / step
+
+    if per_stream_tps(1) < min_tps:
+        return 0
+    low, high = 1, limit  # the rate falls with n: the largest n still fast enough
+    if per_stream_tps(high) >= min_tps:
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if per_stream_tps(mid) >= min_tps else (low, mid)
+    return low
 
 
 def speculative_ceilings(ceiling_tps: float, mean_acceptance_length: float,

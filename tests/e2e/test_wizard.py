@@ -102,3 +102,34 @@ def test_operator_edits_a_recipe_with_a_live_plan_and_sees_the_new_command(new_p
     expect(page.locator("#serve-command")).to_contain_text(
         "--max-model-len 8192 \\\n  --max-num-seqs 6"
     )
+
+
+def test_the_wizard_says_when_the_slo_not_memory_will_be_the_limit(new_page):
+    """One capacity story while planning: memory, --max-num-seqs and the latency estimate,
+    the one that binds marked, re-planned live as the workload changes (issue 43)."""
+    page = new_page()
+    login(page, "mia")
+    _open_wizard(page)
+    page.get_by_role("button", name="Qwen3.5-35B-A3B (NVFP4, linear-attention MoE)").click()
+    page.get_by_role("button", name="Next →").click()
+    page.get_by_role("button", name="35B MoE, 5 users, 8K context").click()
+    story = page.locator("#plan-preview #capacity-story")
+    expect(story).to_have_attribute("data-binding", "scheduler")
+    expect(story.locator(".capacity-headline")).to_contain_text(
+        "--max-num-seqs is the limit: 5 users at once."
+    )
+    expect(story.locator("tr.binding th")).to_have_text("Scheduler")
+    # Room for many more sequences, but not at 10 tok/s each: the SLO binds, said so.
+    page.get_by_label("Max num seqs (users served at once)").fill("200")
+    expect(story).to_have_attribute("data-binding", "latency")
+    expect(story.locator(".capacity-headline")).to_contain_text(
+        "The latency SLO, not memory, will be the limit"
+    )
+    expect(story.locator("tr.binding th")).to_have_text("Latency (SLO)")
+    expect(story).to_contain_text("TTFT and prefill are only measured")
+    # A dense 70B decodes under 10 tok/s even alone: no user meets it.
+    page.get_by_role("button", name="← Back").click()
+    page.get_by_role("button", name="Llama-3.3-70B-Instruct (NVFP4, dense)").click()
+    expect(page.locator("#plan-preview #capacity-story .capacity-headline")).to_contain_text(
+        "no user gets ≥ 10 tok/s each"
+    )
