@@ -137,9 +137,9 @@ def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_passw
 ):
     """`make run`'s own script (tools/run.sh) on a fresh database: Redis answers before
     anything else runs (no warning above it), the console is quiet (no Celery banner, no INFO
-    line), two simulated Sparks each get a worker and a host agent, the last lines are the new
-    admin's password and the URL, and manage.py beside it finds make run's Redis without
-    REDIS_URL in its environment."""
+    line, no host agent's "started"), two simulated Sparks each get a worker and a host
+    agent, the last lines are the new admin's password and the URL, and manage.py beside it
+    finds make run's Redis without REDIS_URL in its environment."""
     redis_port, web_port = free_port(), free_port()
     env = devrun_env(tmp_path, redis_port, web_port, fresh=True)
     proc = subprocess.Popen(
@@ -168,6 +168,8 @@ def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_passw
         assert not [ln for ln in shown if any(word in ln for word in LOUD)], shown
         chatter = [ln for ln in shown if not ln.startswith("[devrun]")]
         assert not [ln for ln in chatter if " INFO " in ln or "celery@" in ln], shown
+        # The host agents' start is logged at INFO too (VERBOSE=1 shows it), not printed.
+        assert not [ln for ln in chatter if "host agent" in ln], shown
 
         # manage.py beside it, with no REDIS_URL of its own: make run's Redis.
         bare = {k: v for k, v in env.items() if k != "REDIS_URL"}

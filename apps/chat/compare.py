@@ -21,11 +21,10 @@ from apps.accounts.roles import USE_CHAT
 from apps.chat import arena
 from apps.chat.models import ArenaVote, Comparison, Conversation, Message
 from apps.chat.selectors import visible_to
-from apps.chat.views import SettingsForm
+from apps.chat.sides import SIDES, TIE, side, verdict
+from apps.chat.views import MAX_DRAFT_CHARS, NOT_SENT_YET, SettingsForm
 from apps.core.ids import form_id, form_ids
 from apps.runs.models import Run, RunState
-
-LETTERS = "ABC"
 
 
 class CompareSettingsForm(SettingsForm):
@@ -70,7 +69,8 @@ def _columns(comparison: Comparison) -> list[dict]:
     columns = []
     for conv in comparison.columns.select_related("run__host", "recipe").order_by("column"):
         columns.append({
-            "letter": LETTERS[conv.column] if conv.column < len(LETTERS) else str(conv.column),
+            "letter": side(conv.column),
+            "verdict": verdict(conv.column),  # its vote button
             "conversation": conv,
             "messages": conv.messages.select_related("run__host"),
             "ready": conv.run_ready,
@@ -80,7 +80,10 @@ def _columns(comparison: Comparison) -> list[dict]:
 
 @require_GET
 def compare_page(request: HttpRequest, pk: int) -> HttpResponse:
-    comparison = get_object_or_404(_visible(request), pk=pk)
+    return _compare_page(request, get_object_or_404(_visible(request), pk=pk))
+
+
+def _compare_page(request: HttpRequest, comparison: Comparison, *, draft: str = ""):
     owner = comparison.user_id == request.user.pk
     columns = _columns(comparison)
     first = columns[0]["conversation"] if columns else None
@@ -91,8 +94,24 @@ def compare_page(request: HttpRequest, pk: int) -> HttpResponse:
         "can_write": owner and request.user.has_perm(USE_CHAT),
         "all_ready": bool(columns) and all(c["ready"] for c in columns),
         "form": CompareSettingsForm(instance=first) if first else None,
-        "votes": votes, "turns": turns,
+        "votes": votes, "turns": turns, "tie": TIE, "draft": draft,
     })  # fmt: skip
+
+
+@require_POST
+@permission_required(USE_CHAT, raise_exception=True)
+def compare_send(request: HttpRequest, pk: int) -> HttpResponse:
+    """The send form's own action, for a Send pressed before chat-compare.js has loaded
+    (the page sends over each column's socket; a form without a method would have put the
+    prompt in a GET URL). Nothing is sent from here: the page comes back with the prompt in
+    its box and says so, as a conversation's does (apps/chat/views.py::conversation_send)."""
+    comparison = get_object_or_404(_visible(request), pk=pk)
+    if comparison.user_id != request.user.pk:
+        raise PermissionDenied
+    messages.warning(request, NOT_SENT_YET)
+    return _compare_page(
+        request, comparison, draft=request.POST.get("content", "")[:MAX_DRAFT_CHARS]
+    )
 
 
 @require_POST
@@ -124,7 +143,7 @@ def compare_vote(request: HttpRequest, pk: int) -> JsonResponse:
     if turn is None:
         return JsonResponse({"error": "say which turn (1, 2, …)"}, status=400)
     winner_raw = (request.POST.get("winner") or "").strip().upper()
-    letters = LETTERS[: len(columns)]
+    letters = SIDES[: len(columns)]
     if winner_raw == "TIE":
         winner = None
     elif len(winner_raw) == 1 and winner_raw in letters:

@@ -7,6 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 
+from apps.chat.sides import verdict
 from apps.hosts.clock import REAL, run_clock
 from apps.runs.models import RunState
 
@@ -170,6 +171,11 @@ class ArenaVote(models.Model):
 
     def __str__(self) -> str:
         return f"vote on comparison {self.comparison_id}, turn {self.turn}"
+
+    @property
+    def verdict(self) -> str:
+        """The vote as the compare page's button said it ("B is better", "Tie")."""
+        return verdict(self.winner_column)
 
 
 class SystemPromptPreset(models.Model):

@@ -24,6 +24,7 @@ urlpatterns = [
     path("presets/<int:pk>/delete/", keeping.preset_delete, name="chat-preset-delete"),
     path("compare/new/", compare.compare_new, name="chat-compare-new"),
     path("compare/<int:pk>/", compare.compare_page, name="chat-compare"),
+    path("compare/<int:pk>/send/", compare.compare_send, name="chat-compare-send"),
     path("compare/<int:pk>/settings/", compare.compare_settings, name="chat-compare-settings"),
     path("compare/<int:pk>/vote/", compare.compare_vote, name="chat-compare-vote"),
     path("arena/", compare.arena_page, name="chat-arena"),

@@ -299,20 +299,19 @@ class Run(models.Model):
         phases = self.phase_seconds()
         return sum(phases.get(state, 0.0) for state in STARTING_STATES)
 
+    def ready_estimate(self):
+        """The way to ready of a starting run — the rest of its phase, the phases to come
+        as earlier ready starts of its recipe on its host took them (apps/runs/eta.py);
+        None once it is ready or over."""
+        from apps.runs.eta import ready_estimate  # imports this module
+
+        return ready_estimate(self)
+
     def remaining_seconds(self) -> float | None:
-        """An estimate for the phases whose progress is a real percentage (pulling and
-        loading weights): the phase's pace so far; a download's own ETA (its rate over the
-        last seconds). None when there is no honest estimate."""
-        if self.state == RunState.DOWNLOADING:
-            eta = (self.facts.get("download") or {}).get("eta_s")
-            return float(eta) if isinstance(eta, int | float) else None
-        if self.state not in (RunState.PULLING, RunState.LOADING) or not 3 <= self.percent < 100:
-            return None
-        span = self.timings.get(self.state)
-        if not span:
-            return None
-        spent = (timezone.now() - datetime.fromisoformat(span["start"])).total_seconds()
-        return spent * (100 - self.percent) / self.percent
+        """Seconds until the run is ready, compile and warm-up included; None when there
+        is no honest estimate (no earlier ready start to measure the phases to come by)."""
+        estimate = self.ready_estimate()
+        return None if estimate is None else estimate.seconds
 
     def capacity(self):
         """How many users this run serves: its recipe's capacity story with this run's own

@@ -31,7 +31,11 @@
     });
     if (!turn) voteState.textContent = "Send a prompt first.";
     else if (running) voteState.textContent = `Turn ${turn}: answering…`;
-    else if (votes[turn]) voteState.textContent = `Turn ${turn}: voted ${votes[turn] === "tie" ? "a tie" : votes[turn] + " better"} (you can change it)`;
+    else if (votes[turn]) {
+      // The vote in the button's own words ("B is better", "Tie": apps/chat/sides.py).
+      const chosen = voteButtons.find((b) => b.dataset.vote === votes[turn]);
+      voteState.textContent = `Turn ${turn}: you voted ${chosen ? chosen.textContent : votes[turn]} (you can change it)`;
+    }
     else voteState.textContent = `Turn ${turn}: which answer is better?`;
   }
 

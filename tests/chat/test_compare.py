@@ -6,6 +6,7 @@ from django.urls import reverse
 
 from apps.chat.arena import table, tally
 from apps.chat.models import ArenaVote, Comparison, Message
+from apps.chat.sides import TIE, side, verdict
 from apps.hosts.models import Host
 from apps.recipes.models import Recipe
 from apps.runs.models import Run, RunState
@@ -172,3 +173,51 @@ def test_the_arena_page_names_recipes_and_keeps_votes_of_deleted_ones(client_as,
     ) in pairs
     html = client_as(member).get(reverse("chat-arena")).content.decode()
     assert "Qwen other" in html and "deleted" in html
+
+
+def test_the_compare_page_and_the_arena_call_answers_and_votes_by_the_same_names(
+    client_as, member, runs
+):
+    # One set of names: A, B, C left to right; a vote "B is better" or "Tie".
+    assert [side(0), side(1), verdict(1), verdict(None)] == ["A", "B", "B is better", "Tie"]
+    client = client_as(member)
+    client.post(reverse("chat-compare-new"), {"runs": [runs[0].pk, runs[1].pk]})
+    comparison = Comparison.objects.get()
+    for column in comparison.columns.all():
+        _answer(column, "which is faster?")
+    url = reverse("chat-compare-vote", args=[comparison.pk])
+    assert client.post(url, {"turn": 1, "winner": side(1)}).json()["winner"] == side(1)
+
+    page = client.get(comparison.get_absolute_url()).content.decode()
+    for column, recipe in enumerate((runs[0].recipe, runs[1].recipe)):
+        assert f'data-column="{side(column)}"' in page and f"{side(column)} · {recipe}" in page
+        assert f'data-vote="{side(column)}" disabled>{verdict(column)}</button>' in page
+    assert f'data-vote="tie" disabled>{TIE}</button>' in page
+
+    arena = client.get(reverse("chat-arena")).content.decode()
+    assert f"turn 1: {verdict(1)}</li>" in arena
+    assert "column 2" not in arena and "Recipe A" not in arena  # no other names for them
+    client.post(url, {"turn": 1, "winner": "tie"})
+    assert f"turn 1: {TIE}</li>" in client.get(reverse("chat-arena")).content.decode()
+
+
+def test_a_send_before_the_script_loaded_posts_and_gets_the_prompt_back_in_its_box(
+    client_as, member, operator, admin_user, runs
+):
+    client = client_as(member)
+    client.post(reverse("chat-compare-new"), {"runs": [runs[0].pk, runs[1].pk]})
+    comparison = Comparison.objects.get()
+    url = reverse("chat-compare-send", args=[comparison.pk])
+    page = client.get(comparison.get_absolute_url()).content.decode()
+    assert f'<form id="compare-send" class="chat-form card" method="post" action="{url}">' in page
+
+    response = client.post(url, {"content": "a secret <b>prompt</b>"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Not sent yet" in html and "press Send again" in html
+    assert "a secret &lt;b&gt;prompt&lt;/b&gt;</textarea>" in html  # back in the box, escaped
+    assert not Message.objects.exists()  # nothing sent or saved from here
+    assert client.get(url).status_code == 405
+    # Only the owner: someone else's is not found; an admin reads it but may not write.
+    assert client_as(operator).post(url, {"content": "x"}).status_code == 404
+    assert client_as(admin_user).post(url, {"content": "x"}).status_code == 403

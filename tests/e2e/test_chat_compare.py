@@ -119,7 +119,7 @@ def test_one_prompt_streams_in_two_columns_at_once_and_the_vote_is_counted(new_p
 
     expect(vote_b).to_be_enabled()
     vote_b.click()
-    expect(page.locator("[data-vote-state]")).to_contain_text(f"voted {letter} better")
+    expect(page.locator("[data-vote-state]")).to_contain_text(f"you voted {letter} is better")
     first, second = (a, b) if col_b == 1 else (b, a)
     voted = server.manage("shell", "-c", VOTE.format(a=first, b=second)).split()[-3:]
     assert voted == ["1", str(col_b), "True"]

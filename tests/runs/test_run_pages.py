@@ -93,10 +93,12 @@ def test_the_progress_shows_elapsed_time_and_an_estimate_while_loading(
     run.transition(RunState.STARTING)
     run.transition(RunState.LOADING, percent=50)
     html = client_as(member).get(run.get_absolute_url()).content.decode()
-    assert "elapsed" in html and "left" in html
+    # The weights' pace, then what comes (a first start: nothing measured it yet).
+    assert "elapsed" in html and ">weights ~5 s, then compile and warm-up (unknown" in html
     run.transition(RunState.COMPILING, percent=0)  # named steps: no honest estimate
     html = client_as(member).get(run.get_absolute_url()).content.decode()
-    assert "elapsed" in html and " left" not in html
+    assert "elapsed" in html and ">compile, then warm-up (unknown on the first start)<" in html
+    assert "ready in" not in html  # tests/runs/test_ready_eta.py: with earlier starts
 
 
 def test_the_runs_list_filters_by_host_and_state(client_as, member, sim_host, qwen):

@@ -1,5 +1,6 @@
 """`manage.py hostagent --host NAME`: the telemetry agent and memory watchdog of one Spark."""
 
+import logging
 import signal
 import threading
 
@@ -12,6 +13,10 @@ from apps.guard.agent import (
     HostAgent,
 )
 from apps.hosts.models import Host
+
+# Its start and stop are logged, not printed: `make run`'s quiet console (LOG_LEVEL=WARNING,
+# tools/devrun.py) leaves them out, VERBOSE=1 and a Spark's own service log keep them.
+log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -53,8 +58,7 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         if options["wait"] and not Host.objects.filter(name=name).exists():
-            self.stdout.write(f"waiting for a host named {name!r} to be added…")
-            self.stdout.flush()
+            log.info("waiting for a host named %r to be added…", name)
             while not stop.wait(2) and not Host.objects.filter(name=name).exists():
                 pass
             if stop.is_set():
@@ -77,7 +81,6 @@ class Command(BaseCommand):
             scrape_interval=options["scrape_interval"],
             forecast=not options["no_forecast"],
         )
-        self.stdout.write(f"host agent for {name} started (Ctrl-C stops it)")
-        self.stdout.flush()
+        log.info("host agent for %s started (Ctrl-C stops it)", name)
         agent.run_forever(stop)
-        self.stdout.write(f"host agent for {name} stopped")
+        log.info("host agent for %s stopped", name)
