@@ -14,7 +14,9 @@ cluster) can share one machine; the rest Ray picks itself.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 
 HEAD, WORKER = "head", "worker"
@@ -77,6 +79,17 @@ _PORT_FLAGS = {
 
 
 _HEAD_ONLY = ("ray_client_server_port", "dashboard_port")
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on this machine, for nodes that share it (a simulated
+    pair, a test's cluster): every socket stays bound until all are chosen, because ports
+    picked one at a time can repeat, and Ray refuses a node whose components share one."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def start_argv(node: RayNode, ray: str = "ray") -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
@@ -173,16 +172,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: every socket stays bound until all are chosen (calls
-    of free_port() one after another can hand out the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str, proc=None) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_adapter import nodes, probe
-from tests.conftest import ROOT, free_ports
+from tests.conftest import ROOT
 
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -129,7 +129,7 @@ def start_cluster(*, worker: bool = True, worker_faults: str = "", timeout: floa
     cluster = Cluster(Path(tempfile.mkdtemp(prefix="rc", dir="/tmp")))
     # every port of both nodes at once: ports chosen one by one can repeat
     n = len(PORT_NAMES)
-    gcs, *ports = free_ports(1 + 2 * n)
+    gcs, *ports = nodes.free_ports(1 + 2 * n)
     try:
         cluster.nodes.append(start_node(cluster.root, "head", HEAD_IP, HEAD_IP, gcs, ports[:n]))
         if worker:

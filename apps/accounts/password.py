@@ -32,13 +32,12 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import forms as auth_forms
-from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.core.cache import caches
 from django.urls import reverse_lazy
 from redis import RedisError
 
-from apps.accounts.signals import revoke_credentials
+from apps.accounts.services import user_revoke_credentials
 from apps.audit import services as audit
 
 REVOKE_HELP = (
@@ -149,16 +148,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
             "Password changed. This browser stays signed in; your other sessions were signed out."
         )
         if form.cleaned_data["revoke_credentials"]:
-            revoked, problems = [], []
-            answers = revoke_credentials.send_robust(sender=get_user_model(), user=user)
-            for _receiver, answer in answers:
-                if isinstance(answer, Exception):
-                    problems.append(str(answer))
-                elif answer:
-                    revoked.append(answer)
-            # "2 API tokens, 1 gateway key": in the nouns' order, whichever app answered first
-            what = ", ".join(sorted(revoked, key=lambda words: words.split(" ", 1)[-1]))
-            what = what or "none held"
+            what, problems = user_revoke_credentials(user)
             audit.record("password.change", user, label=user.get_username(),
                          message=f"API tokens and gateway keys revoked: {what}")  # fmt: skip
             said += f" API tokens and gateway keys revoked: {what}."

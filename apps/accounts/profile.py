@@ -12,6 +12,7 @@ reload of the page then repeats a GET, never the POST, and a new secret is shown
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -19,10 +20,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.http import urlencode
 
 TEMPLATE = "accounts/profile.html"
-# The session key that holds what the next GET of the page shows once (a new secret).
+# The session key that holds what the page shows once (new secrets), one entry per create.
 SHOWN_ONCE = "profile_shown_once"
+# Entries kept while their page has not been loaded (a redirect never followed): the newest.
+SHOWN_ONCE_KEEP = 8
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,27 @@ def render_profile(request: HttpRequest, status: int = 200, **extra) -> HttpResp
 
 
 def redirect_showing_once(request: HttpRequest, anchor: str, **extra) -> HttpResponse:
-    """After a create: to the profile page's section `anchor`, whose next GET shows `extra`
-    (JSON values: a new token, key or webhook secret) once. `extra` waits in the session
-    (kept on the server), never in the URL, where history and access logs would keep it."""
-    request.session[SHOWN_ONCE] = {**request.session.get(SHOWN_ONCE, {}), **extra}
-    return HttpResponseRedirect(f"{reverse('profile')}#{anchor}")
+    """After a create: to the profile page's section `anchor`, whose GET shows `extra` (JSON
+    values: a new token, key or webhook secret) once. `extra` waits in the session (kept on
+    the server), never in the URL, where history and access logs would keep it: the URL
+    names only its entry (`?shown=`, meaningless outside this session). One entry per
+    create, so two creates in two tabs before either page loads each show their own secret;
+    with one slot, the second overwrote the first, which was never shown."""
+    once = secrets.token_urlsafe(9)
+    pending = {**request.session.get(SHOWN_ONCE, {}), once: extra}
+    request.session[SHOWN_ONCE] = dict(list(pending.items())[-SHOWN_ONCE_KEEP:])
+    return HttpResponseRedirect(f"{reverse('profile')}?{urlencode({'shown': once})}#{anchor}")
 
 
 def take_shown_once(request: HttpRequest) -> dict:
-    """What the page shows this once (see `redirect_showing_once`), gone from the session."""
-    return request.session.pop(SHOWN_ONCE, {})
+    """The entry this GET names (see `redirect_showing_once`), gone from the session; {}
+    when it names none, or one already shown (a reload)."""
+    pending = dict(request.session.get(SHOWN_ONCE, {}))
+    extra = pending.pop(request.GET.get("shown", ""), None)
+    if extra is None:
+        return {}
+    if pending:
+        request.session[SHOWN_ONCE] = pending
+    else:
+        del request.session[SHOWN_ONCE]
+    return extra if isinstance(extra, dict) else {}

@@ -139,8 +139,11 @@ def user_sessions_end(user: AbstractUser) -> int:
     return len(mine)
 
 
-def _revoke_credentials(user: AbstractUser) -> tuple[str, list[str]]:
-    """Every API token and gateway key of the user, through the apps that own them."""
+def user_revoke_credentials(user: AbstractUser) -> tuple[str, list[str]]:
+    """Every API token and gateway key of the user, through the apps that own them
+    (apps/accounts/signals.py: accounts imports neither). Returns what went ("2 API tokens,
+    1 gateway key", in the nouns' order whichever app answered first; "none held") and the
+    problems of receivers that failed. Used by Deactivate and the password page."""
     from apps.accounts.signals import revoke_credentials
 
     revoked, problems = [], []
@@ -172,7 +175,7 @@ def user_deactivate(*, user: AbstractUser, by: AbstractUser) -> tuple[str, list[
             user.is_active = False
             user.save(update_fields=["is_active"])
         sessions = user_sessions_end(user)
-    what, problems = _revoke_credentials(user)
+    what, problems = user_revoke_credentials(user)
     audit.record("user.deactivate", user, label=user.get_username(),
                  message=f"{sessions} session(s) signed out; revoked: {what}")  # fmt: skip
     return what, problems

@@ -44,6 +44,11 @@ class MemoryOut(Schema):
     level: str | None = Field(None, description="ok / warn / act (from the host agent)")
     source: str = Field(description="agent (measured on the Spark), panel, or unknown")
     error: str | None = None
+    stale: bool = Field(
+        False, description="the host agent is silent: these are its last figures, not now"
+    )
+    as_of: datetime | None = Field(None, description="when a stale agent's figures were taken")
+    age_s: int | None = Field(None, description="how old a stale agent's figures are, seconds")
 
 
 class AgentOut(Schema):

@@ -41,17 +41,22 @@ def guard_lines_gb(host: Host) -> tuple[float, float]:
 def stale_sample(host: Host) -> dict | None:
     """The host agent's last memory figures once it has gone silent (its sample older than
     AGENT_STALE): what they were and how old they are, never passed off as the memory now.
-    None while the agent is live, or when it never sent figures."""
+    None while the agent is live, or when it never sent figures. The hosts pages and the
+    API's hosts (apps/api/routes/hosts.py) both judge by it."""
     sample = host.agent_sample or {}
     total, available = sample.get("mem_total"), sample.get("mem_available")
     if host.agent_live or host.agent_seen_at is None or not total or available is None:
         return None
-    age = age_words(timezone.now() - host.agent_seen_at)
+    elapsed = timezone.now() - host.agent_seen_at
+    age = age_words(elapsed)
     return {
+        "available_bytes": int(available),
+        "total_bytes": int(total),
         "available_gb": available / GB,
         "total_gb": total / GB,
         "used_percent": 100 * (1 - available / total),
         "seen_at": host.agent_seen_at,
+        "age_s": int(elapsed.total_seconds()),
         "age": age,
         "words": f"as of {age} ago — the host agent is silent",
     }

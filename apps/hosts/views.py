@@ -41,31 +41,32 @@ def host_list(request: HttpRequest) -> HttpResponse:
 # what happened, is a message on the page it redirects to).
 
 
+def _host_change(
+    request: HttpRequest, name: str, change, *, done: str, refused: str = ""
+) -> HttpResponse:
+    """Apply `change` (host_retire or host_return) as the signed-in admin; `done` is said on
+    success ({name}: the host's), `refused` + the service's reason otherwise."""
+    host = get_object_or_404(Host, name=name)
+    try:
+        change(host=host, user=request.user)
+    except HostRefused as exc:
+        messages.error(request, f"{refused}{exc}")
+    else:
+        messages.success(request, done.format(name=host.name))
+    return redirect("host-detail", name=host.name)
+
+
 @require_POST
 @permission_required(MANAGE_HOSTS, raise_exception=True)
 def host_retire_view(request: HttpRequest, name: str) -> HttpResponse:
-    host = get_object_or_404(Host, name=name)
-    try:
-        host_retire(host=host, user=request.user)
-    except HostRefused as exc:
-        messages.error(request, f"Not retired: {exc}")
-    else:
-        messages.success(
-            request,
-            f"{host.name} is retired: the start and queue forms no longer offer it, and its "
-            "history stays.",
-        )
-    return redirect("host-detail", name=host.name)
+    return _host_change(
+        request, name, host_retire, refused="Not retired: ",
+        done="{name} is retired: the start and queue forms no longer offer it, and its "
+        "history stays.",
+    )  # fmt: skip
 
 
 @require_POST
 @permission_required(MANAGE_HOSTS, raise_exception=True)
 def host_return_view(request: HttpRequest, name: str) -> HttpResponse:
-    host = get_object_or_404(Host, name=name)
-    try:
-        host_return(host=host, user=request.user)
-    except HostRefused as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, f"{host.name} is back in service.")
-    return redirect("host-detail", name=host.name)
+    return _host_change(request, name, host_return, done="{name} is back in service.")

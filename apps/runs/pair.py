@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import stat
 import tempfile
 import time
@@ -78,16 +77,6 @@ def pair_of_run(run: Run) -> SparkPair:
     return pair
 
 
-def _free_ports(count: int) -> list[int]:
-    """Distinct free ports: every socket stays bound until all are chosen (ports picked one
-    at a time can repeat, and Ray refuses a node whose components share one)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-
-
 def _temp_path(run: Run, host: Host) -> Path:
     # This panel's own (two panels, or two test sessions, on one machine count runs alike).
     panel = hashlib.sha256(str(settings.VAR_DIR).encode()).hexdigest()[:8]
@@ -132,7 +121,7 @@ def node_spec(run: Run, host: Host, pair: SparkPair) -> RayNodeSpec:
         sim = {
             "num_cpus": 1,
             "object_store_bytes": ray_nodes.MIN_OBJECT_STORE_BYTES,
-            "ports": dict(zip(SIM_PORTS, _free_ports(len(SIM_PORTS)), strict=True)),
+            "ports": dict(zip(SIM_PORTS, ray_nodes.free_ports(len(SIM_PORTS)), strict=True)),
             "temp_dir": ray_temp_dir(run, host),
         }
     node = ray_nodes.RayNode(

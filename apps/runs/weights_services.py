@@ -23,12 +23,18 @@ class CacheRefused(Exception):
         self.code = code
 
 
+def _in_service(host: Host) -> None:
+    """A retired Spark's queue may have no worker any more: nothing new is asked of it (the
+    panel's one reason, `host_retired`); a download already under way may still be cancelled."""
+    retired = host.retired_refusal()
+    if retired:
+        raise CacheRefused(retired, "host_retired")
+
+
 def request_prefetch(*, recipe: Recipe, host: Host, user) -> Prefetch:
     """Queue the recipe's download on the host (its worker runs it after what it is doing
     now). A second request for the same model while one is queued or running returns it."""
-    retired = host.retired_refusal()  # a retired Spark's queue may have no worker any more
-    if retired:
-        raise CacheRefused(retired, "host_retired")
+    _in_service(host)
     why_not = host.weights_not_downloaded(recipe.model_id)
     if why_not is not None:
         raise CacheRefused(f"Nothing to download: {why_not}.", "not_downloadable")
@@ -68,7 +74,9 @@ def request_cancel(item: Prefetch) -> Prefetch:
 
 
 def check_delete(host: Host, repo_id: str, commits: list[str] | None) -> None:
-    """Refuse a deletion the cache page could not do (unknown model or revision, in use)."""
+    """Refuse a deletion the cache page could not do (retired host, unknown model or
+    revision, in use)."""
+    _in_service(host)
     if hf_home(host) is None:
         raise CacheRefused(f"{host.name} has no Hugging Face cache set.", "no_cache")
     cached = {m["repo"]: m for m in (host.weights_cache or {}).get("models", [])}
@@ -94,6 +102,7 @@ def request_delete(*, host: Host, repo_id: str, commits: list[str] | None) -> No
 
 
 def request_scan(host: Host) -> None:
+    _in_service(host)
     if hf_home(host) is None:
         raise CacheRefused(f"{host.name} has no Hugging Face cache set.", "no_cache")
     transaction.on_commit(lambda: weights_scan.apply_async(args=[host.pk], queue=host.queue))

@@ -6,6 +6,8 @@ nothing. A GET on a POST-only URL answers a page that says what happened, not an
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -40,7 +42,8 @@ def test_a_create_redirects_and_the_secret_is_shown_once(
     client = client_as(member)
     posted = client.post(reverse(name), form)
     assert posted.status_code == 302, posted.content[:300]
-    assert posted["Location"] == reverse("profile") + "#" + anchor  # no secret in the URL
+    # No secret in the URL: it names only the session's entry to show.
+    assert re.fullmatch(rf"{reverse('profile')}\?shown=[\w-]{{12}}#{anchor}", posted["Location"])
     page = client.get(posted["Location"])
     assert page.status_code == 200 and page["Cache-Control"] == "no-store"
     secret = _secret(page.content.decode(), test_id)
@@ -53,6 +56,26 @@ def test_a_create_redirects_and_the_secret_is_shown_once(
     )
     assert model.objects.filter(user=member).count() == 1
     assert not client.session.get("profile_shown_once")  # nothing of it left in the session
+
+
+def test_two_creates_in_two_tabs_each_show_their_own_secret_once(client_as, member):
+    """Two tabs of one session: a gateway key created in each before either page loads.
+    Each page shows its own key (one slot in the session let the second overwrite the
+    first, which was then never shown); a reload of either shows neither again."""
+    client = client_as(member)
+    first = client.post(reverse("gateway-key-create"), {"name": "tab one"})
+    second = client.post(reverse("gateway-key-create"), {"name": "tab two"})
+    # The second tab's page may well load first.
+    html_two = client.get(second["Location"]).content.decode()
+    html_one = client.get(first["Location"]).content.decode()
+    assert "Your new key “tab one”" in html_one and "Your new key “tab two”" in html_two
+    key_one, key_two = _secret(html_one, "new-key"), _secret(html_two, "new-key")
+    assert key_one != key_two and key_two not in html_one and key_one not in html_two
+    by_name = dict(GatewayKey.objects.filter(user=member).values_list("name", "prefix"))
+    assert key_one.startswith(by_name["tab one"]) and key_two.startswith(by_name["tab two"])
+    for posted in (first, second):
+        assert 'data-testid="new-key"' not in client.get(posted["Location"]).content.decode()
+    assert not client.session.get("profile_shown_once")
 
 
 def test_a_refused_create_still_answers_the_page_with_its_errors(client_as, member):

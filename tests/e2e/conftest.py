@@ -7,6 +7,7 @@ A failing browser test leaves a screenshot of every open page in var/test-artifa
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import PASSWORD, ROOT, child_env, free_port, manage, stop_process, wait_for
 
@@ -281,3 +283,75 @@ def idle_demo_host(live_server_asgi, demo_worker):
         "local-sim's memory given back",
     )
     return live_server_asgi
+
+
+# local-sim busy with a pinned stand-in of one recipe (a ready run made directly: no model
+# runs), so that a job for another recipe fails at its turn rather than swapping it out;
+# such a job (mia's), queued without its task so the test decides when the worker gets it
+# (`run_queued_job`); with `finished`, also a job of hers that finished already.
+BUSY = """
+import json
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from apps.benchmarks.models import Job, Suite
+from apps.benchmarks.selectors import suite_plan
+from apps.hosts.models import Host
+from apps.recipes.models import Recipe
+from apps.runs.models import Run
+host = Host.objects.get(name="local-sim")
+busy, other = Recipe.objects.order_by("pk")[:2]
+run = Run.objects.create(recipe=busy, host=host, port=host.port_max, image=busy.image, argv=[],
+                         state="ready", step="Ready (a stand-in for the test)", pinned=True)
+suite = Suite.objects.order_by("-is_default", "pk").first()
+mia = get_user_model().objects.get(username="mia")
+job = Job.objects.create(suite=suite, recipe=other, host=host, queued_by=mia,
+                         plan=suite_plan(suite))
+ids = {"run": run.pk, "job": job.pk}
+"""
+BUSY_FINISHED = """
+ids["done"] = Job.objects.create(suite=suite, recipe=busy, host=host, queued_by=mia,
+                                 plan=suite_plan(suite), state="done",
+                                 finished_at=timezone.now()).pk
+"""
+RUN_JOB = """
+from apps.benchmarks.tasks import run_job
+run_job.apply_async(args=[{job}], queue="host.local-sim")
+"""
+# Nothing left behind: finished jobs would be listed on later tests' Benchmarks pages.
+CLEANUP_BUSY = """
+from apps.benchmarks.models import Job
+from apps.runs.models import Run
+Job.objects.filter(pk__in={jobs}).delete()
+Run.objects.filter(pk={run}).update(state="stopped", step="Stopped")
+Run.objects.filter(pk={run}).delete()
+"""
+
+
+@contextlib.contextmanager
+def busy_local_sim(server: LiveServer, *, finished: bool = False) -> Iterator[dict[str, int]]:
+    """local-sim as BUSY says, removed afterwards; yields the ids: "run", "job" (queued)
+    and, with `finished`, "done"."""
+    script = BUSY + (BUSY_FINISHED if finished else "") + "print(json.dumps(ids))"
+    ids = json.loads(server.manage("shell", "-c", script).strip().splitlines()[-1])
+    try:
+        yield ids
+    finally:
+        jobs = [pk for key, pk in ids.items() if key != "run"]
+        server.manage("shell", "-c", CLEANUP_BUSY.format(jobs=jobs, run=ids["run"]))
+
+
+@pytest.fixture
+def busy_demo_host(idle_demo_host):
+    """(the server, the ids) of `busy_local_sim`, without the finished job."""
+    with busy_local_sim(idle_demo_host) as ids:
+        yield idle_demo_host, ids
+
+
+def run_queued_job(server: LiveServer, job: int) -> None:
+    """The host's worker gets the queued job now (it fails at once: the run is pinned)."""
+    server.manage("shell", "-c", RUN_JOB.format(job=job))
+
+
+def live(page) -> None:
+    """The page's socket is open and its live elements were fetched."""
+    expect(page.locator("#live-status")).to_have_text("live")

@@ -7,13 +7,12 @@ ticked (docs/runs.md, docs/benchmarks.md, docs/live-updates.md)."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import STOP_ACTIVE, login, pick_host
+from tests.e2e.conftest import STOP_ACTIVE, busy_local_sim, live, login, pick_host, run_queued_job
 
 pytestmark = pytest.mark.e2e
 
@@ -29,51 +28,8 @@ recipe = Recipe.objects.get(slug="{QWEN}")
 print(Run.objects.create(recipe=recipe, host=host, port=host.port_max, image=recipe.image,
                          argv=[], state="ready", step="Ready (a stand-in for the test)").pk)
 """
-# local-sim busy with a pinned stand-in of one recipe, a queued job (mia's) for another
-# recipe without its task (the test decides when the worker gets it: it fails at once,
-# the run being pinned), and a job that finished already.
-BUSY = """
-import json
-from django.contrib.auth import get_user_model
-from django.utils import timezone
-from apps.benchmarks.models import Job, Suite
-from apps.benchmarks.selectors import suite_plan
-from apps.hosts.models import Host
-from apps.recipes.models import Recipe
-from apps.runs.models import Run
-host = Host.objects.get(name="local-sim")
-busy, other = Recipe.objects.order_by("pk")[:2]
-run = Run.objects.create(recipe=busy, host=host, port=host.port_max, image=busy.image, argv=[],
-                         state="ready", step="Ready (a stand-in for the test)", pinned=True)
-suite = Suite.objects.order_by("-is_default", "pk").first()
-mia = get_user_model().objects.get(username="mia")
-done = Job.objects.create(suite=suite, recipe=busy, host=host, queued_by=mia,
-                          plan=suite_plan(suite), state="done", finished_at=timezone.now())
-job = Job.objects.create(suite=suite, recipe=other, host=host, queued_by=mia,
-                         plan=suite_plan(suite))
-print(json.dumps({"run": run.pk, "job": job.pk, "done": done.pk}))
-"""
-RUN_JOB = """
-from apps.benchmarks.tasks import run_job
-run_job.apply_async(args=[{job}], queue="host.local-sim")
-"""
-# Nothing left behind: finished jobs would be listed on later tests' Benchmarks pages.
-CLEANUP_BUSY = """
-from apps.benchmarks.models import Job
-from apps.runs.models import Run
-Job.objects.filter(pk__in=[{job}, {done}]).delete()
-Run.objects.filter(pk={run}).update(state="stopped", step="Stopped")
-Run.objects.filter(pk={run}).delete()
-"""
-
-
 # The version of the Runs list's rows a page shows (0: none yet).
 ROWS_SEQ = "() => Number(document.getElementById('runs-rows')?.dataset.liveSeq || 0)"
-
-
-def live(page) -> None:
-    """The page's socket is open and its live elements were fetched."""
-    expect(page.locator("#live-status")).to_have_text("live")
 
 
 @pytest.fixture
@@ -171,8 +127,7 @@ def finished_row(page, job: int):
 
 
 def test_a_job_that_ends_appears_in_the_open_finished_jobs_and_ticks_stay(new_page, demo_host):
-    ids = json.loads(demo_host.manage("shell", "-c", BUSY).strip().splitlines()[-1])
-    try:
+    with busy_local_sim(demo_host, finished=True) as ids:
         member, admin = new_page(), new_page()
         login(member, "mia")
         login(admin, "ada")
@@ -185,7 +140,7 @@ def test_a_job_that_ends_appears_in_the_open_finished_jobs_and_ticks_stay(new_pa
         tick.check()
 
         # The host's worker takes the job and fails it at once (the run there is pinned).
-        demo_host.manage("shell", "-c", RUN_JOB.format(job=ids["job"]))
+        run_queued_job(demo_host, ids["job"])
 
         for page in (member, admin):
             row = finished_row(page, ids["job"])
@@ -195,5 +150,3 @@ def test_a_job_that_ends_appears_in_the_open_finished_jobs_and_ticks_stay(new_pa
             # ...and it left the host's queue.
             expect(page.locator("#queue-local-sim")).not_to_contain_text(f"job {ids['job']}")
         expect(tick).to_be_checked()  # the list around her tick changed; her tick did not
-    finally:
-        demo_host.manage("shell", "-c", CLEANUP_BUSY.format(**ids))

@@ -4,40 +4,14 @@ Cancel without a reload; an operator's notice reaches every open page; a page wh
 was down while things changed shows the current state once it reconnects
 (docs/live-updates.md)."""
 
-import json
-
 import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import login
+from tests.e2e.conftest import live, login, run_queued_job
 
 pytestmark = pytest.mark.e2e
 
-# A run of one recipe occupying local-sim (made directly: no model is started), pinned so a
-# job for another recipe fails at its turn rather than swapping it out, and such a job,
-# queued without its task so the test decides when the worker gets it.
-SETUP = """
-import json
-from django.contrib.auth import get_user_model
-from apps.benchmarks.models import Job, Suite
-from apps.benchmarks.selectors import suite_plan
-from apps.hosts.models import Host
-from apps.recipes.models import Recipe
-from apps.runs.models import Run
-host = Host.objects.get(name="local-sim")
-busy, other = Recipe.objects.order_by("pk")[:2]
-run = Run.objects.create(recipe=busy, host=host, port=host.port_max, image=busy.image, argv=[],
-                         state="ready", step="Ready (a stand-in for the test)", pinned=True)
-suite = Suite.objects.order_by("-is_default", "pk").first()
-mia = get_user_model().objects.get(username="mia")
-job = Job.objects.create(suite=suite, recipe=other, host=host, queued_by=mia, plan=suite_plan(suite))
-print(json.dumps({"run": run.pk, "job": job.pk}))
-"""
-RUN_JOB = """
-from apps.benchmarks.tasks import run_job
-run_job.apply_async(args=[{job}], queue="host.local-sim")
-"""
 CANCEL = """
 from django.contrib.auth import get_user_model
 from apps.benchmarks.models import Job
@@ -49,27 +23,6 @@ from django.contrib.auth import get_user_model
 from apps.core.services import notice_post
 notice_post(author=get_user_model().objects.get(username="otto"), message={message!r})
 """
-# Leave nothing behind for later tests (a finished job would be listed on the queue page).
-CLEANUP = """
-from apps.benchmarks.models import Job
-from apps.runs.models import Run
-Run.objects.filter(pk={run}).update(state="stopped", step="Stopped")
-Job.objects.filter(pk={job}).delete()
-Run.objects.filter(pk={run}).delete()
-"""
-
-
-@pytest.fixture
-def busy_demo_host(idle_demo_host):
-    """local-sim busy with one recipe, and a queued job (mia's) for another."""
-    server = idle_demo_host
-    ids = json.loads(server.manage("shell", "-c", SETUP).strip().splitlines()[-1])
-    try:
-        yield server, ids
-    finally:
-        server.manage("shell", "-c", CLEANUP.format(**ids))
-
-
 NOTICES_AFTER = """
 from apps.core.models import Notice
 Notice.objects.filter(pk__gt={pk}).delete()
@@ -86,11 +39,6 @@ def own_notices(live_server_asgi):
     last = live_server_asgi.manage("shell", "-c", LAST_NOTICE).split()[-1]
     yield live_server_asgi
     live_server_asgi.manage("shell", "-c", NOTICES_AFTER.format(pk=int(last)))
-
-
-def live(page) -> None:
-    """The page's socket is open and its live elements were fetched."""
-    expect(page.locator("#live-status")).to_have_text("live")
 
 
 # Records every live element that leaves the page (a replaced element is removed), from
@@ -154,7 +102,7 @@ def test_a_job_that_fails_while_its_page_is_open_shows_it_without_a_reload(
 
     # The host's worker takes the job and fails it at once: local-sim serves another
     # recipe, pinned.
-    server.manage("shell", "-c", RUN_JOB.format(job=ids["job"]))
+    run_queued_job(server, ids["job"])
 
     for page in (member, admin):
         progress = page.locator(f"#job-{ids['job']}-progress")

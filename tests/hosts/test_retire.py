@@ -1,8 +1,9 @@
 """Retiring a host (issue 43, Hosts): an admin retires a Spark from its page with its history
 kept, refused in words while it has work; a retired host is offered by no form, refused at
-every door with the same reason, still has its page; bringing it back undoes it; both are
-audited. Also: the forms mark an offline host, and the hosts pages mark a silent agent's
-last memory figures as stale instead of showing them as the memory now."""
+every door with the same reason, still has its page (its model cache page offers no scan
+or deletion); bringing it back undoes it; both are audited. Also: the forms mark an
+offline host, and the hosts pages and the API mark a silent agent's last memory figures as
+stale instead of showing them as the memory now."""
 
 from __future__ import annotations
 
@@ -168,6 +169,53 @@ def test_a_retired_host_is_offered_nowhere_and_refused_at_every_door_with_the_re
     assert got.status_code == 200 and got.data["retired_at"]
 
 
+def test_a_retired_hosts_model_cache_page_says_so_offers_nothing_and_refuses_each_post(
+    client_as, admin_user, operator, sim_host, tmp_path, django_capture_on_commit_callbacks
+):
+    """Scan again and Delete would queue work for a worker a retired Spark may no longer
+    have: the page offers neither, and the pages' POSTs and the API refuse them with the
+    retired host's reason (409 host_retired), queueing nothing."""
+    commits = ["a" * 40, "b" * 40]
+    sim_host.hf_cache_path = str(tmp_path / "hf")
+    sim_host.weights_cache = {
+        "path": sim_host.hf_cache_path, "free_bytes": 500 * GB, "total_bytes": 900 * GB,
+        "models": [{"repo": "org/model", "size": 2 * GB, "partial": 0, "last_accessed": None,
+                    "revisions": [{"commit": c, "refs": [], "size": GB, "files": 3,
+                                   "last_modified": None} for c in commits]}],
+    }  # fmt: skip
+    sim_host.save(update_fields=["hf_cache_path", "weights_cache"])
+    client, page_url = client_as(operator), reverse("host-models", args=[sim_host.name])
+    in_service = client.get(page_url).content.decode()
+    assert "Scan again" in in_service and "Delete…" in in_service
+    assert "delete this revision" in in_service and 'data-testid="cache-retired"' not in in_service
+
+    host_retire(host=sim_host, user=admin_user)
+    page = client.get(page_url).content.decode()
+    assert 'data-testid="cache-retired"' in page and f"{sim_host.name} is retired" in page
+    assert "org/model" in page  # the cache as last scanned stays visible
+    assert "Scan again" not in page and "Delete…" not in page
+    assert "delete this revision" not in page
+    assert reverse("host-models-rescan", args=[sim_host.name]) not in page
+    assert reverse("host-models-delete", args=[sim_host.name]) not in page
+
+    reason = f"{sim_host.name} is retired (since "
+    delete_url = reverse("host-models-delete", args=[sim_host.name])
+    with django_capture_on_commit_callbacks() as queued:
+        rescan = client.post(reverse("host-models-rescan", args=[sim_host.name]), follow=True)
+        asked = client.get(delete_url, {"repo": "org/model"}, follow=True)
+        deleted = client.post(delete_url, {"repo": "org/model", "commit": commits[0],
+                                           "confirm": "1"}, follow=True)  # fmt: skip
+        by_api = api(operator)
+        scan_api = by_api.post(f"/hosts/{sim_host.name}/models/scan")
+        delete_api = by_api.call("delete", f"/hosts/{sim_host.name}/models/org/model")
+    for response in (rescan, asked, deleted):
+        assert response.redirect_chain[-1][0] == page_url
+        assert reason in text(response) and "Yes, delete it" not in text(response)
+    for response in (scan_api, delete_api):
+        assert assert_error(response, 409, "host_retired")["message"].startswith(reason)
+    assert queued == []  # nothing was sent to the host's queue
+
+
 def test_bringing_a_host_back_offers_and_admits_it_again_and_both_are_audited(
     client_as, admin_user, operator, sim_host, qwen
 ):
@@ -239,9 +287,16 @@ def test_a_silent_agents_last_figures_say_how_old_they_are_never_now(client_as, 
     html = client_as(member).get(reverse("host-detail", args=[sim_host.name])).content.decode()
     assert words in html and 'class="stale-figure" data-stale' in html
     assert "20.0 GB available" in html and "Not the memory now" in html
+    # The API says the same: the agent's figures, marked stale with their age.
+    [listed] = [h for h in api(member).get("/hosts").data["items"] if h["name"] == sim_host.name]
+    assert listed["memory"]["stale"] is True and listed["memory"]["source"] == "agent"
+    assert listed["memory"]["available_bytes"] == 20 * GB and 365 <= listed["memory"]["age_s"] < 400
+    assert listed["memory"]["as_of"] and listed["memory"]["used_percent"] == 84.4
     # Nothing is derived from them as if they were current.
     assert 'data-testid="startable-now"' not in html and "above the warn line" not in html
     # The agent reports again: current figures, no mark.
     Host.objects.filter(pk=sim_host.pk).update(agent_seen_at=timezone.now())
     html = client_as(member).get(reverse("host-detail", args=[sim_host.name])).content.decode()
     assert "data-stale" not in html and "above the warn line" in html
+    memory = api(member).get(f"/hosts/{sim_host.name}").data["memory"]
+    assert memory["stale"] is False and memory["age_s"] is None

@@ -60,6 +60,13 @@ def test_the_object_store_is_never_below_what_ray_accepts():
     assert argv[argv.index("--object-store-memory") + 1] == str(nodes.MIN_OBJECT_STORE_BYTES)
 
 
+def test_free_ports_are_distinct():
+    """Every socket is held until all are chosen: two nodes' many ports never repeat (the
+    simulated pair, apps/runs/pair.py, and the tests' cluster, tests/raycluster.py)."""
+    ports = nodes.free_ports(12)
+    assert len(set(ports)) == 12 and all(1024 <= p <= 65535 for p in ports)
+
+
 SIDES = {"spark-1": "192.168.100.10", "spark-2": "192.168.100.11"}
 
 

@@ -9,6 +9,7 @@ from apps.api.pagination import Page
 from apps.api.routes.common import get_or_404
 from apps.api.schemas import HostOut
 from apps.benchmarks.models import J, Job
+from apps.hosts.detail import stale_sample
 from apps.hosts.models import Host
 from sparkdomain.meminfo import MeminfoError
 
@@ -16,16 +17,24 @@ router = Router(tags=["hosts"])
 
 
 def host_out(host: Host) -> dict:
-    try:
-        reading, source = host.measured_memory()
-        total, available = reading.total_bytes, reading.available_bytes
-        memory = {"total_bytes": total, "available_bytes": available, "source": source}
-        if source == "agent":
-            memory["level"] = (host.agent_sample or {}).get("mem_level")
-    except MeminfoError as exc:
-        total = available = None
-        memory = {"total_bytes": None, "available_bytes": None, "source": "unknown",
-                  "error": str(exc)}  # fmt: skip
+    stale = stale_sample(host)
+    if stale is not None:
+        # As the hosts pages: a silent agent's last figures, marked stale with their age —
+        # not this process's own reading, which is no Spark's memory but this machine's.
+        total, available = stale["total_bytes"], stale["available_bytes"]
+        memory = {"total_bytes": total, "available_bytes": available, "source": "agent",
+                  "stale": True, "as_of": stale["seen_at"], "age_s": stale["age_s"]}  # fmt: skip
+    else:
+        try:
+            reading, source = host.measured_memory()
+            total, available = reading.total_bytes, reading.available_bytes
+            memory = {"total_bytes": total, "available_bytes": available, "source": source}
+            if source == "agent":
+                memory["level"] = (host.agent_sample or {}).get("mem_level")
+        except MeminfoError as exc:
+            total = available = None
+            memory = {"total_bytes": None, "available_bytes": None, "source": "unknown",
+                      "error": str(exc)}  # fmt: skip
     memory["used_percent"] = (
         round(100 * (1 - available / total), 1) if total and available is not None else None
     )
