@@ -68,7 +68,9 @@ class GatewayKeyAdmin(admin.ModelAdmin):
 
     list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
+    # Its own limits are set on the panel's Limits page (audited, bounded): shown here only.
     readonly_fields = ["user", "name", "prefix", "model_names", "expires_at",
+                       "requests_per_minute", "concurrent_streams", "tokens_per_day",
                        "created_at", "last_used_at", "revoked_at"]  # fmt: skip
     fields = readonly_fields  # never the digest
     actions = ["revoke"]

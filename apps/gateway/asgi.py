@@ -135,13 +135,15 @@ def _header(scope, name: bytes) -> str | None:
 
 
 class _Admission:
-    __slots__ = ("allowed", "cap", "day", "key_id", "reserved", "user")
+    __slots__ = ("allowed", "cap", "day", "key_id", "key_reserved", "reserved", "user")
 
     def __init__(self, answer: list):
         self.user, self.key_id = answer[1], answer[2]
         cap = int(answer[3])
         self.cap = None if cap < 0 else cap
         self.reserved, self.day = int(answer[4]), int(answer[5])
+        # Tokens reserved from the key's own budget (0: it has none).
+        self.key_reserved = int(answer[8]) if len(answer) > 8 else 0
         # An uncounted admission (GET /v1/models) carries the key's model allowlist.
         self.allowed: list[str] | None = (
             json.loads(answer[7]) if len(answer) > 7 and answer[7] else None
@@ -520,7 +522,8 @@ class Gateway:
             with contextlib.suppress(RedisError):
                 await self.store.release(admission.user, request_id, admission.day,
                                          admission.reserved, used, row, False,
-                                         run=outcome.run)  # fmt: skip
+                                         run=outcome.run, key=admission.key_id,
+                                         key_reserved=admission.key_reserved)  # fmt: skip
 
         outcome.settle = settle
         try:

@@ -5,7 +5,9 @@ A key is 256 random bits (``spg_…``), stored as its SHA-256 digest: a fast dig
 enough, there is nothing to brute-force that a slow hash would protect. A key acts as its
 user: their role (the gateway needs the "use the chat" capability, which members have),
 their limits (apps/gateway/limits.py), at the time of the request — a change of role or
-limits bumps the records' generation, so every record is read again.
+limits bumps the records' generation, so every record is read again. A key may also have
+limits of its own (an admin's, or lower ones its owner chose at its creation): a request
+through it must pass both the key's and the user's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -23,7 +26,8 @@ from apps.accounts.roles import USE_CHAT
 from apps.audit import services as audit
 from apps.core.redisconn import RedisError
 from apps.gateway import store
-from apps.gateway.limits import limits_for
+from apps.gateway.limits import FIELDS as LIMIT_FIELDS
+from apps.gateway.limits import limits_for, own_limits
 from apps.gateway.models import GatewayKey
 
 PREFIX = "spg_"
@@ -53,9 +57,15 @@ def keys_held(user) -> int:
 
 
 def key_create(
-    *, user, name: str, models: list[str] | None = None, expires_at: datetime | None = None
+    *,
+    user,
+    name: str,
+    models: list[str] | None = None,
+    expires_at: datetime | None = None,
+    limits: dict | None = None,
 ) -> tuple[GatewayKey, str]:
     """A new key for `user`; returns the row and the clear key (shown once, never stored).
+    `limits`: the key's own ({field: value or None}, apps/gateway/limits.py::FIELDS).
     Raises TooManyKeys past GATEWAY_KEYS_PER_USER_MAX: every key is a way in that must be
     tracked and revoked, and nothing else bounds how many a script could make."""
     limit = settings.GATEWAY_KEYS_PER_USER_MAX
@@ -69,13 +79,36 @@ def key_create(
         digest=digest(clear),
         model_names=sorted(set(models or [])),
         expires_at=expires_at,
+        **{name: (limits or {}).get(name) for name in LIMIT_FIELDS},
     )
     audit.record(
         "key.create", key, user=user, label=f"{user} · {key.name}",
         after={"name": key.name, "prefix": key.prefix, "models": key.model_names,
-               "expires_at": expires_at.isoformat() if expires_at else None},
+               "expires_at": expires_at.isoformat() if expires_at else None,
+               **_limit_values(key)},
     )  # fmt: skip
     return key, clear
+
+
+def _limit_values(key: GatewayKey) -> dict:
+    return {name: getattr(key, name) for name in LIMIT_FIELDS}
+
+
+def key_set_limits(*, key: GatewayKey, values: dict) -> bool:
+    """An admin sets a key's own limits (every field of LIMIT_FIELDS; None: none of that
+    kind). One audit row with who acted; every gateway re-reads its records at their next
+    request (the generation is bumped after the commit). False when nothing changed."""
+    before = _limit_values(key)
+    after = {name: values[name] for name in LIMIT_FIELDS}
+    if before == after:
+        return False
+    for name, value in after.items():
+        setattr(key, name, value)
+    key.save(update_fields=list(LIMIT_FIELDS))
+    audit.record("key.limits", key, label=f"{key.user} · {key.name}", before=before,
+                 after=after)  # fmt: skip
+    transaction.on_commit(lambda: store.bump(store.GEN))
+    return True
 
 
 def key_revoke(*, key: GatewayKey) -> GatewayKey:
@@ -128,6 +161,7 @@ def record_for(digest_hex: str) -> tuple[dict | None, bool]:
         record["m"] = list(key.model_names)
     if key.expires_at is not None:
         record["x"] = int(key.expires_at.timestamp() * 1000)
+    _put_limits(record, own_limits(key), prefix="k")
     return record, False
 
 
@@ -149,8 +183,13 @@ def _user_record(user) -> dict:
         "g": store.generation(),
         "use": bool(user.is_active and user.has_perm(USE_CHAT)),
     }
-    limits = limits_for(user)
+    _put_limits(record, limits_for(user))
+    return record
+
+
+def _put_limits(record: dict, limits, prefix: str = "") -> None:
+    """The record's limit fields (the user's, or with prefix "k" the key's own): only those
+    set, since the admission script takes any field present for a limit."""
     for field, value in (("rpm", limits.rpm), ("conc", limits.concurrent), ("tpd", limits.tpd)):
         if value is not None:
-            record[field] = value
-    return record
+            record[prefix + field] = value

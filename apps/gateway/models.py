@@ -16,15 +16,32 @@ from apps.accounts.roles import ROLE_ORDER
 from apps.recipes.models import recipes_answering_to
 
 
+class LimitFields(models.Model):
+    """The three limits, on a role's or user's row (Limit) and on a key (GatewayKey).
+    Blank: no limit of this kind here. Enforced in Redis (apps/gateway/store.py, ADMIT)."""
+
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    concurrent_streams = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests in flight at once (streamed or not)."
+    )
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Prompt + completion tokens per UTC day."
+    )
+
+    class Meta:
+        abstract = True
+
+
 class GatewayKeyQuerySet(models.QuerySet):
     def live(self):
         return self.filter(revoked_at__isnull=True)
 
 
-class GatewayKey(models.Model):
+class GatewayKey(LimitFields):
     """A personal key for the panel's OpenAI endpoint (`/v1`). Only its SHA-256 digest is
     stored; the clear key is shown once. It acts as its user, with the user's role and
-    limits; it may be limited to some models and may expire."""
+    limits; it may be limited to some models, may expire, and may have limits of its own
+    (LimitFields, set by admins on the Limits page: a request must pass both)."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gateway_keys"
@@ -198,7 +215,7 @@ class OnDemand(models.Model):
 ROLE_CHOICES = [(role.value, role.value.title()) for role in ROLE_ORDER]
 
 
-class Limit(models.Model):
+class Limit(LimitFields):
     """Limits for a role, or for one user (a user's row overrides their role's, field by
     field). Blank: no limit."""
 
@@ -207,13 +224,6 @@ class Limit(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
         related_name="gateway_limit",
     )  # fmt: skip
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    concurrent_streams = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Requests in flight at once (streamed or not)."
-    )
-    tokens_per_day = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Prompt + completion tokens per UTC day."
-    )
 
     class Meta:
         constraints = [

@@ -1,5 +1,7 @@
 """The profile page's "Gateway keys" card (apps/accounts/profile.py): create a key (shown
-once), revoke one, each key's usage, and how much of the user's limits is used now."""
+once, with lower limits of its own if its owner wants), revoke one, each key's usage and
+own limits with what is left of them, and how much of the user's limits is used now — the
+live figures from the gateway's Redis counters (apps/gateway/store.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from apps.accounts.roles import USE_CHAT
 from apps.core.redisconn import RedisError
 from apps.gateway import store, usage
 from apps.gateway.keys import TooManyKeys, key_create, key_revoke
-from apps.gateway.limits import limits_for
+from apps.gateway.limit_views import limit_field
+from apps.gateway.limits import FIELDS as LIMIT_FIELDS
+from apps.gateway.limits import Limits, limits_for, own_limits
 from apps.gateway.models import GatewayKey
 from apps.recipes.models import Recipe
 
@@ -37,12 +41,19 @@ class KeyForm(forms.Form):
         required=False, min_value=1, max_value=3650, label="Expires after (days)",
         help_text="Empty: never.",
     )  # fmt: skip
+    # Optional limits of the key's own, below the account's (which apply to it anyway): a
+    # key handed to a tool or a colleague's script cannot spend the whole day's budget.
+    requests_per_minute = limit_field("requests_per_minute")
+    concurrent_streams = limit_field("concurrent_streams")
+    tokens_per_day = limit_field("tokens_per_day")
 
     def __init__(self, *args, **kwargs):
         # The profile page also has the API token form, whose name field is id_name too: a
         # label would point at the other form's input.
         kwargs.setdefault("auto_id", "key_%s")
         super().__init__(*args, **kwargs)
+        for name in LIMIT_FIELDS:  # not to be read as the account's
+            self.fields[name].label += " (this key)"
 
     def clean_models(self) -> list[str]:
         names = [n.strip() for n in self.cleaned_data["models"].split(",") if n.strip()]
@@ -57,8 +68,27 @@ def _limit_line(label: str, used: int | None, limit: int | None) -> dict | None:
     if limit is None:
         return None
     used = used or 0
-    return {"label": label, "used": used, "limit": limit,
+    return {"label": label, "used": used, "limit": limit, "left": max(0, limit - used),
             "percent": min(100, round(100 * used / limit)) if limit else 100}  # fmt: skip
+
+
+def _live_lines(limits: Limits, user_id: int | None = None, key_id: int | None = None,
+                tokens_fallback: int = 0) -> list[dict]:  # fmt: skip
+    """The limits that apply with what their Redis counters hold now: the user's (shared by
+    their keys and the chat) or, with `key_id`, one key's own. Raises RedisError."""
+    who = {"user_id": user_id, "key_id": key_id}
+    tokens = store.tokens_used_today(**who) if limits.tpd is not None else None
+    lines = [
+        _limit_line("Tokens today", tokens if tokens is not None else tokens_fallback,
+                    limits.tpd),
+        _limit_line("Requests in the last minute",
+                    store.requests_last_minute(**who) if limits.rpm is not None else 0,
+                    limits.rpm),
+        _limit_line("Requests in flight",
+                    store.in_flight(**who) if limits.concurrent is not None else 0,
+                    limits.concurrent),
+    ]  # fmt: skip
+    return [line for line in lines if line]
 
 
 def keys_context(request: HttpRequest) -> dict:
@@ -69,21 +99,18 @@ def keys_context(request: HttpRequest) -> dict:
     limits = limits_for(user)
     lines: list[dict] = []
     problem = ""
-    try:
-        tokens = store.tokens_used_today(user.pk) if limits.tpd is not None else None
-        lines = [
-            _limit_line("Tokens today", tokens if tokens is not None else usage.today_tokens(user),
-                        limits.tpd),
-            _limit_line("Requests in the last minute", store.requests_last_minute(user.pk),
-                        limits.rpm),
-            _limit_line("Requests in flight", store.in_flight(user.pk), limits.concurrent),
-        ]  # fmt: skip
-    except RedisError as exc:
-        problem = f"Redis is unreachable, so the live figures are missing: {exc}"
     per_key = usage.per_key(user)
     keys = list(GatewayKey.objects.filter(user=user))
     for key in keys:
         key.usage = per_key.get(key.pk, {})
+        key.limit_lines = []
+    try:
+        lines = _live_lines(limits, user_id=user.pk, tokens_fallback=usage.today_tokens(user))
+        for key in keys:
+            if key.revoked_at is None and own_limits(key).any:
+                key.limit_lines = _live_lines(own_limits(key), key_id=key.pk)
+    except RedisError as exc:
+        problem = f"Redis is unreachable, so the live figures are missing: {exc}"
     names = sorted(
         {
             name
@@ -117,6 +144,7 @@ def key_create_view(request: HttpRequest) -> HttpResponse:
             name=form.cleaned_data["name"],
             models=form.cleaned_data["models"],
             expires_at=timezone.now() + timedelta(days=days) if days else None,
+            limits={name: form.cleaned_data[name] for name in LIMIT_FIELDS},
         )
     except TooManyKeys as exc:
         form.add_error(None, str(exc))

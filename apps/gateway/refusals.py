@@ -30,14 +30,18 @@ def refusal(verdict: str, answer: list, model: str) -> Refusal:
                        "model_not_allowed")  # fmt: skip
     retry_s = max(1, math.ceil(int(answer[1]) / 1000))
     limit = answer[2]
+    # Whose limit: the key's own (set by an admin on the Limits page), or the account's
+    # ("your": shared by all the user's keys and the chat).
+    whose = "this key's" if len(answer) > 3 and answer[3] == "key" else "your"
     if verdict == "rpm":
-        message = f"Over your limit of {limit} requests per minute; retry in {retry_s} s."
+        message = f"Over {whose} limit of {limit} requests per minute; retry in {retry_s} s."
         code = "requests_per_minute"
     elif verdict == "conc":
-        message = f"Over your limit of {limit} requests at once; wait for one to finish."
+        message = f"Over {whose} limit of {limit} requests at once; wait for one to finish."
         code = "concurrent_requests"
     else:
-        message = (f"Today's {limit} tokens are used (prompt + answer); the budget "
+        budget = "Today's" if whose == "your" else "This key's daily"
+        message = (f"{budget} {limit} tokens are used (prompt + answer); the budget "
                    f"renews at midnight UTC, in {retry_s // 60} min.")  # fmt: skip
         code = "tokens_per_day"
     return Refusal(429, message, "rate_limit_exceeded", code, retry_s)

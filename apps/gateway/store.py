@@ -4,7 +4,8 @@ One round trip admits a request (`admit`, a Lua script): the key's record, its
 generation, its expiry, its model allowlist, the user's requests per minute (a sliding
 60-second window: a sorted set of request ids by time), concurrent requests (a sorted set
 of leases) and tokens per UTC day (a counter holding the tokens used plus those reserved
-by requests in flight); it returns the routes' version too. One more round trip at the end
+by requests in flight), and the same three for the key itself when it has limits of its
+own; it returns the routes' version too. One more round trip at the end
 (`release`) frees the lease, replaces the reservation by the tokens really used, and
 queues the usage row. Redis runs each script alone, so concurrent clients can never both
 take the last slot: the limits are exact at their edges.
@@ -14,7 +15,9 @@ tombstone (``revoked``, ``unknown``), ``gw:key:chat-user-<id>`` a user's record 
 chat answers (apps/gateway/chat_budget.py); ``gw:gen`` renewed when limits or roles change (every
 record is then re-read from the database); ``gw:routes`` renewed when a run changes state
 or a recipe or alias changes; ``gw:rpm:<user>``, ``gw:conc:<user>``,
-``gw:tpd:<user>:<day>``; ``gw:usage`` the usage rows not yet in the database.
+``gw:tpd:<user>:<day>`` (the user's, shared by their keys and the chat),
+``gw:krpm:<key id>``, ``gw:kconc:<key id>``, ``gw:ktpd:<key id>:<day>`` (a key's own,
+kept only while it has limits); ``gw:usage`` the usage rows not yet in the database.
 Redis is reached through apps/core/redisconn.py.
 """
 
@@ -77,53 +80,76 @@ if r.m then
   end
   if not allowed then refused(who, 'model_not_allowed'); return {'model'} end
 end
-local u = tostring(r.u)
-local rpm = 'gw:rpm:' .. u
-local conc = 'gw:conc:' .. u
-if r.rpm then
-  redis.call('ZREMRANGEBYSCORE', rpm, '-inf', now - 60000)
-  if redis.call('ZCARD', rpm) >= r.rpm then
-    local oldest = redis.call('ZRANGE', rpm, 0, 0, 'WITHSCORES')
-    refused(u, 'requests_per_minute')
-    return {'rpm', tonumber(oldest[2]) + 60000 - now, r.rpm}
-  end
-end
-if r.conc then
-  redis.call('ZREMRANGEBYSCORE', conc, '-inf', now)
-  if redis.call('ZCARD', conc) >= r.conc then
-    refused(u, 'concurrent_requests')
-    return {'conc', 1000, r.conc}
-  end
-end
-local cap = -1
-local reserved = 0
+local u, k = tostring(r.u), tostring(r.k)
 local day = math.floor(sec / 86400)
-if r.tpd then
-  local tpd = 'gw:tpd:' .. u .. ':' .. day
-  local used = tonumber(redis.call('GET', tpd) or '0')
-  local prompt = tonumber(ARGV[3])
-  local left = r.tpd - used - prompt
-  if left < 1 then
-    refused(u, 'tokens_per_day')
-    return {'tpd', ((day + 1) * 86400 - sec) * 1000, r.tpd}
+-- The account's counters (shared by all its keys and the chat), then the key's own: a
+-- request must pass both. Each: {counter, limit or nil, whose}. Nothing is taken before
+-- every check has passed, so a refusal leaves all the counters as they were.
+local rpm = {{'gw:rpm:' .. u, r.rpm, 'account'}, {'gw:krpm:' .. k, r.krpm, 'key'}}
+local conc = {{'gw:conc:' .. u, r.conc, 'account'}, {'gw:kconc:' .. k, r.kconc, 'key'}}
+local tpd = {{'gw:tpd:' .. u .. ':' .. day, r.tpd, 'account'},
+             {'gw:ktpd:' .. k .. ':' .. day, r.ktpd, 'key'}}
+for _, c in ipairs(rpm) do
+  if c[2] then
+    redis.call('ZREMRANGEBYSCORE', c[1], '-inf', now - 60000)
+    if redis.call('ZCARD', c[1]) >= c[2] then
+      local oldest = redis.call('ZRANGE', c[1], 0, 0, 'WITHSCORES')
+      refused(u, 'requests_per_minute')
+      -- a limit of 0 has no oldest entry: a minute
+      return {'rpm', oldest[2] and (tonumber(oldest[2]) + 60000 - now) or 60000, c[2], c[3]}
+    end
   end
-  cap = left
+end
+for _, c in ipairs(conc) do
+  if c[2] then
+    redis.call('ZREMRANGEBYSCORE', c[1], '-inf', now)
+    if redis.call('ZCARD', c[1]) >= c[2] then
+      refused(u, 'concurrent_requests')
+      return {'conc', 1000, c[2], c[3]}
+    end
+  end
+end
+-- Tokens: the answer is capped to the smaller budget left, and the reservation (the
+-- prompt's bound + the cap) is taken from every budget there is.
+local prompt = tonumber(ARGV[3])
+local cap = -1
+for _, c in ipairs(tpd) do
+  if c[2] then
+    local left = c[2] - tonumber(redis.call('GET', c[1]) or '0') - prompt
+    if left < 1 then
+      refused(u, 'tokens_per_day')
+      return {'tpd', ((day + 1) * 86400 - sec) * 1000, c[2], c[3]}
+    end
+    if cap < 0 or left < cap then cap = left end
+  end
+end
+local reserved, kreserved = 0, 0
+if cap >= 0 then
   local asked = tonumber(ARGV[4])
   if asked >= 0 and asked < cap then cap = asked end
-  reserved = prompt + cap
-  redis.call('INCRBY', tpd, reserved)
-  redis.call('EXPIRE', tpd, 172800)
+  if r.tpd then reserved = prompt + cap end
+  if r.ktpd then kreserved = prompt + cap end
+  for _, c in ipairs(tpd) do
+    if c[2] then
+      redis.call('INCRBY', c[1], prompt + cap)
+      redis.call('EXPIRE', c[1], 172800)
+    end
+  end
 end
-if r.rpm then
-  redis.call('ZADD', rpm, now, ARGV[1])
-  redis.call('PEXPIRE', rpm, 61000)
+for _, c in ipairs(rpm) do
+  if c[2] then
+    redis.call('ZADD', c[1], now, ARGV[1])
+    redis.call('PEXPIRE', c[1], 61000)
+  end
 end
-if r.conc then
-  local lease = tonumber(ARGV[5]) * 1000
-  redis.call('ZADD', conc, now + lease, ARGV[1])
-  redis.call('PEXPIRE', conc, lease)
+local lease = tonumber(ARGV[5]) * 1000
+for _, c in ipairs(conc) do
+  if c[2] then
+    redis.call('ZADD', c[1], now + lease, ARGV[1])
+    redis.call('PEXPIRE', c[1], lease)
+  end
 end
-return {'ok', u, tostring(r.k), cap, reserved, day, version}
+return {'ok', u, k, cap, reserved, day, version, '', kreserved}
 """
 
 # Refusals, counted where they happen (the admission script, or COUNT_REFUSAL): `gw:refused`
@@ -159,13 +185,21 @@ def refusals(day: int | None = None) -> dict[tuple[str, str], int]:
 
 
 RELEASE = """
-local u = ARGV[1]
-redis.call('ZREM', 'gw:conc:' .. u, ARGV[2])
-if ARGV[7] == '1' then redis.call('ZREM', 'gw:rpm:' .. u, ARGV[2]) end
-local reserved = tonumber(ARGV[4])
-if reserved > 0 then
-  local delta = tonumber(ARGV[5]) - reserved
-  if delta ~= 0 then redis.call('INCRBY', 'gw:tpd:' .. u .. ':' .. ARGV[3], delta) end
+-- Settle one set of counters (the account's, then the key's when it has any): the lease
+-- goes, the rpm entry too for a refund, the token reservation becomes the tokens used.
+local function settle(conc, rpm, tpd, reserved)
+  redis.call('ZREM', conc, ARGV[2])
+  if ARGV[7] == '1' then redis.call('ZREM', rpm, ARGV[2]) end
+  reserved = tonumber(reserved)
+  if reserved > 0 then
+    local delta = tonumber(ARGV[5]) - reserved
+    if delta ~= 0 then redis.call('INCRBY', tpd, delta) end
+  end
+end
+local u, k = ARGV[1], ARGV[9]
+settle('gw:conc:' .. u, 'gw:rpm:' .. u, 'gw:tpd:' .. u .. ':' .. ARGV[3], ARGV[4])
+if k and k ~= '' then
+  settle('gw:kconc:' .. k, 'gw:krpm:' .. k, 'gw:ktpd:' .. k .. ':' .. ARGV[3], ARGV[10])
 end
 if ARGV[6] ~= '' then redis.call('RPUSH', KEYS[1], ARGV[6]) end
 if ARGV[8] and ARGV[8] ~= '' then
@@ -317,26 +351,32 @@ def generation() -> str:
     return _sync().get(GEN) or "0"
 
 
-def tokens_used_today(user_id: int) -> int | None:
-    """Tokens counted today for a user with a token limit (used + reserved in flight)."""
+def _counter(kind: str, user_id: int | None, key_id: int | None) -> str:
+    """A user's counter (``gw:rpm:7``) or, given `key_id`, the key's own (``gw:krpm:3``)."""
+    return f"gw:k{kind}:{key_id}" if key_id is not None else f"gw:{kind}:{user_id}"
+
+
+def tokens_used_today(user_id: int | None = None, *, key_id: int | None = None) -> int | None:
+    """Tokens counted today for a user (or a key) with a token limit (used + reserved in
+    flight)."""
     client = _sync()
     seconds, _ = client.time()
-    value = client.get(f"gw:tpd:{user_id}:{seconds // 86400}")
+    value = client.get(f"{_counter('tpd', user_id, key_id)}:{seconds // 86400}")
     return int(value) if value is not None else None
 
 
-def in_flight(user_id: int) -> int:
+def in_flight(user_id: int | None = None, *, key_id: int | None = None) -> int:
     client = _sync()
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros // 1000
-    return int(client.zcount(f"gw:conc:{user_id}", now_ms, "+inf"))
+    return int(client.zcount(_counter("conc", user_id, key_id), now_ms, "+inf"))
 
 
-def requests_last_minute(user_id: int) -> int:
+def requests_last_minute(user_id: int | None = None, *, key_id: int | None = None) -> int:
     client = _sync()
     seconds, micros = client.time()
     now_ms = seconds * 1000 + micros // 1000
-    return int(client.zcount(f"gw:rpm:{user_id}", now_ms - 60000, "+inf"))
+    return int(client.zcount(_counter("rpm", user_id, key_id), now_ms - 60000, "+inf"))
 
 
 def usage_batch(limit: int) -> list[str]:
@@ -379,11 +419,13 @@ class AsyncStore:
         return value or "0"
 
     async def release(self, user, request_id, day, reserved, used, row: dict | None, refund,
-                      run: int | None = None):  # fmt: skip
+                      run: int | None = None, key=None, key_reserved: int = 0):  # fmt: skip
         """Free the request's slot, settle its tokens, queue its usage row and, when a run
-        served it (`run`), mark that run used now (the on-demand idle clock)."""
+        served it (`run`), mark that run used now (the on-demand idle clock). `key`: the
+        key it came through, whose own counters are settled the same way."""
         payload = json.dumps(row, separators=(",", ":")) if row else ""
-        args = [user, request_id, day, reserved, used, payload, int(refund), run or ""]
+        args = [user, request_id, day, reserved, used, payload, int(refund), run or "",
+                key or "", key_reserved]  # fmt: skip
         await self.client().script(RELEASE, [USAGE_QUEUE], args)
 
     async def fill(self, digest: str, record: dict | None, *, revoked: bool = False):

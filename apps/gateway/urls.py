@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.gateway import profile_sections, views
+from apps.gateway import limit_views, profile_sections, views
 
 urlpatterns = [
     path("accounts/profile/keys/", profile_sections.key_create_view, name="gateway-key-create"),
@@ -19,4 +19,17 @@ urlpatterns = [
         name="gateway-on-demand-delete",
     ),
     path("usage.csv", views.usage_csv, name="usage-csv"),
+    path("gateway/limits/", limit_views.limits_page, name="gateway-limits"),
+    path(
+        "gateway/limits/roles/<slug:role>/",
+        limit_views.role_limits_save,
+        name="gateway-limits-role",
+    ),
+    path("gateway/limits/users/", limit_views.user_limits_add, name="gateway-limits-user-add"),
+    path(
+        "gateway/limits/users/<int:pk>/",
+        limit_views.user_limits_save,
+        name="gateway-limits-user",
+    ),
+    path("gateway/limits/keys/<int:pk>/", limit_views.key_limits_save, name="gateway-limits-key"),
 ]

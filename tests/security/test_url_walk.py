@@ -82,6 +82,7 @@ OBJECT_SCOPED = {
     "chat-unshare",
     "chat-preset-apply",
     "chat-preset-delete",
+    "chat-compare-send",  # gives the owner's own prompt back to the box (sends nothing)
     "chat-compare-settings",
     "chat-compare-vote",
     # The page answers a refused cancel with a message and a redirect (the API answers 403);
@@ -95,6 +96,10 @@ OBJECT_SCOPED = {
 ADMIN_POSTS = {
     "host-retire": "retires a host (manage_hosts): no new runs, jobs or loads",
     "host-return": "brings a retired host back into service (manage_hosts)",
+    "gateway-limits-role": "sets a role's gateway limits (manage_users)",
+    "gateway-limits-user-add": "sets a user's gateway limits (manage_users)",
+    "gateway-limits-user": "sets or removes a user's gateway limits (manage_users)",
+    "gateway-limits-key": "sets a key's own gateway limits (manage_users)",
 }
 # Read-only pages without a method check: a POST renders the page like a GET (the walk still
 # checks that nothing changed).

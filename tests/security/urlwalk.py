@@ -29,6 +29,8 @@ REGEX_SAMPLES = {"api/^(?P<rest>.*)$": "api/v2/anything"}
 PK_BY_URL_PREFIX = {
     "host-models-": "prefetch",
     "gateway-key-": "gateway_key",
+    "gateway-limits-key": "gateway_key",
+    "gateway-limits-user": "user",
     "gateway-alias-": "alias",
     "token-": "token",
     "webhook-": "webhook",
