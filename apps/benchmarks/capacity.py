@@ -52,7 +52,8 @@ def _measured_latency(recipe, run) -> MeasuredLatency | None:
         jobs = jobs.filter(run=run) if jobs.filter(run=run).exists() else jobs.filter(host=run.host)
     for job in jobs.order_by("-finished_at", "-pk")[:5]:
         answer = capacity_answer(job)
-        if answer is None or answer.get("slo_tps") is None:
+        # A sweep too short to time measured no latency at all: not "0 users".
+        if answer is None or answer.get("slo_tps") is None or not answer.get("timed_levels"):
             continue
         when = job.finished_at.strftime("%b %-d") if job.finished_at else ""
         return MeasuredLatency(

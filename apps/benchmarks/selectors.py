@@ -450,6 +450,7 @@ def capacity_answer(job: Job) -> dict | None:
             "per user."
         )
     answer["untimed_levels"] = len(levels) - len(timed)
+    answer["timed_levels"] = len(timed)
     # The levels that decided the answer: the best one, and the first above it that missed
     # (or the lowest, when none met). Where their load generator lagged, the server was not
     # what the answer measured, and the headline says so.

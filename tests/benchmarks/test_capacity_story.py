@@ -85,6 +85,14 @@ def test_the_recipe_and_run_pages_tell_one_story(db, client_as, default_suite, s
     run_html = client_as(member).get(run.get_absolute_url()).content.decode()
     assert _story(run_html) == (binding, headline)
     assert "as vLLM measured at a ready start, this run" in run_html
+    # A later benchmark whose generations were too short to time measured no latency: the
+    # answer above stands (it is not "0 users").
+    short = _job(default_suite, recipe, sim_host, member, sweep={"output_tokens": 8},
+                 slo={"ttft_s": 2.0, "tpot_s": 0.1})  # fmt: skip
+    short.finished_at = timezone.now()
+    short.save()
+    _sweep(short, 8, 1, decode=20.0)
+    assert _story(client_as(member).get(page).content.decode()) == (binding, headline)
     # Edited after both: the old start no longer describes it; the benchmark is kept, flagged.
     recipe.max_num_seqs = 1
     recipe.save()  # updated_at moves on
