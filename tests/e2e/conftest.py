@@ -192,6 +192,16 @@ def demo_worker(live_server_asgi):
         stop_process(proc, timeout=20)
 
 
+@pytest.fixture
+def ready_run(live_server_asgi, demo_worker):
+    """A run of READY_RUN's recipe on the demo host, started by its own worker and ready: its
+    primary key (as text, for the pages' URLs)."""
+    pk = live_server_asgi.manage("shell", "-c", READY_RUN).strip().splitlines()[-1]
+    wait_for(lambda: live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready",
+             120, f"run {pk} ready")  # fmt: skip
+    return pk
+
+
 @pytest.fixture(scope="package")
 def browser(chromium_path):
     # Package scope: Playwright's sync API keeps an event loop running in the main thread,

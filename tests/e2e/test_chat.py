@@ -4,8 +4,7 @@ short, and hostile model output stays inert text."""
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import wait_for
-from tests.e2e.conftest import READY_RUN, STATE, login
+from tests.e2e.conftest import login
 
 pytestmark = pytest.mark.e2e
 
@@ -13,14 +12,6 @@ HOSTILE = (
     '<script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2"> '
     '[click me](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">link</a>'
 )
-
-
-@pytest.fixture
-def ready_run(live_server_asgi, demo_worker):
-    pk = live_server_asgi.manage("shell", "-c", READY_RUN).strip().splitlines()[-1]
-    wait_for(lambda: live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready",
-             120, f"run {pk} ready")  # fmt: skip
-    return pk
 
 
 def test_member_chats_sees_the_answer_stream_stops_one_and_hostile_output_is_inert(

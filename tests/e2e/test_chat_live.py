@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import wait_for
-from tests.e2e.conftest import READY_RUN, STATE, login
+from tests.e2e.conftest import STATE, login
 from tests.e2e.test_import_results import import_file, vllm_file
 
 pytestmark = pytest.mark.e2e
@@ -29,14 +29,6 @@ COMPOSER = """() => {
   const width = (el) => el.getBoundingClientRect().width;
   return [width(form.querySelector("textarea")), width(form.querySelector("button[type=submit]"))];
 }"""
-
-
-@pytest.fixture
-def ready_run(live_server_asgi, demo_worker):
-    pk = live_server_asgi.manage("shell", "-c", READY_RUN).strip().splitlines()[-1]
-    wait_for(lambda: live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready",
-             120, f"run {pk} ready")  # fmt: skip
-    return pk
 
 
 def _new_chat(page, run: str) -> None:

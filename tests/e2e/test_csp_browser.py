@@ -25,8 +25,8 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.core.csp import DIRECTIVES
-from tests.conftest import ROOT, wait_for
-from tests.e2e.conftest import READY_RUN, STATE, login
+from tests.conftest import ROOT
+from tests.e2e.conftest import login
 
 # Run alone, the test pays for the session's live server, worker and a ready model, then
 # walks fourteen pages (Swagger UI's bundle among them): more than 300 s on a busy machine.
@@ -72,14 +72,6 @@ $$
 \\begin{pmatrix}a & b \\\\ c & d\\end{pmatrix}
 $$
 """
-
-
-@pytest.fixture
-def ready_run(live_server_asgi, demo_worker):
-    pk = live_server_asgi.manage("shell", "-c", READY_RUN).strip().splitlines()[-1]
-    wait_for(lambda: live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready",
-             120, f"run {pk} ready")  # fmt: skip
-    return pk
 
 
 @pytest.fixture

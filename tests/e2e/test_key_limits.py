@@ -9,19 +9,10 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import wait_for
-from tests.e2e.conftest import READY_RUN, STATE, login
+from tests.e2e.conftest import login
 from tests.gateway.fixtures import flush_gateway_keys
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def ready_run(live_server_asgi, demo_worker):
-    pk = live_server_asgi.manage("shell", "-c", READY_RUN).strip().splitlines()[-1]
-    wait_for(lambda: live_server_asgi.manage("shell", "-c", STATE.format(pk=pk)).split()[-1] == "ready",
-             120, f"run {pk} ready")  # fmt: skip
-    return pk
 
 
 def test_an_admin_limits_a_key_and_its_owner_sees_what_is_left(new_page, live_server_asgi,
