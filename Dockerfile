@@ -1,9 +1,17 @@
 # The SparkPanel image: web, Celery worker and beat all run from it (see docker-compose.yml).
 # Built for the Spark's own architecture (arm64) or any other: nothing here is GPU-specific,
 # the vLLM container is started by the worker through the Docker socket.
-FROM python:3.11.11-slim-bookworm
+#
+# BASE: any Debian bookworm with Python 3.11 and its venv module. The default is the official
+# Python image; where no registry can be pulled, tools/base_image.sh builds one from Debian's
+# own packages (`docker build --build-arg BASE=...`, as the project's tests do: docs/deploy.md).
+ARG BASE=python:3.11.11-slim-bookworm
+FROM ${BASE}
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
+# The panel's Python environment is a virtual environment: Debian's own Python refuses
+# system-wide pip installs, and the official image's is kept as it came.
+ENV PATH=/opt/sparkpanel/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -19,7 +27,9 @@ COPY sparksim ./sparksim
 COPY vllm_adapter ./vllm_adapter
 COPY hf_adapter ./hf_adapter
 COPY hubsim ./hubsim
-RUN pip install '.[postgres]'
+COPY ray_adapter ./ray_adapter
+COPY git_adapter ./git_adapter
+RUN python3 -m venv /opt/sparkpanel && pip install '.[postgres]'
 COPY . .
 RUN useradd --system --home-dir /var/lib/sparkpanel --create-home sparkpanel \
     && SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \

@@ -86,6 +86,7 @@ XDIST_GROUPS = {
         "tests/sparksim/test_tensor_parallel.py",
         "tests/ray_adapter/test_nodes.py",
         "tests/ray_adapter/test_link.py",
+        "tests/deploy/",
     ),
 }
 MACHINE_FIXTURES = ("docker_url", "veth_link")

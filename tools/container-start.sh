@@ -17,7 +17,8 @@ case "${1:-web}" in
     # Bounded connections (the same flags as tools/devrun.py): a request head complete
     # within HTTP_HEADER_TIMEOUT s and at most 16 KiB, idle keep-alive connections closed
     # after 5 s, at most 512 connections, WebSocket messages up to 1 MiB.
-    exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port 8000 "$@" \
+    # PORT: 8000 unless the container shares a network that has it taken (host networking).
+    exec uvicorn sparkpanel.asgi:application --host 0.0.0.0 --port "${PORT:-8000}" "$@" \
       --http sparkpanel.httpserver:HttpToolsBoundedProtocol \
       --h11-max-incomplete-event-size 16384 \
       --timeout-keep-alive 5 \

@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 # iproute2: `ip`, for the veth pairs of the pair runs' link checks (tests/conftest.py);
 # prometheus: `promtool`, which checks and unit-tests monitoring/'s alert rules and the
 # dashboard's queries (tests/telemetry/test_monitoring_files.py; no server is started).
-if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx iproute2 prometheus busybox-static; then
+# debootstrap: the Debian base the panel's image is built on where no registry can be pulled
+# (tools/base_image.sh, tests/deploy/).
+if ! tools/bootstrap.sh redis-server chromium docker.io docker-compose postgresql nginx iproute2 prometheus busybox-static debootstrap; then
   if [ "${CI:-}" = "true" ]; then
     echo "!! CI=true and the test services could not be installed" >&2
     exit 1
