@@ -133,7 +133,7 @@ LOUD = ("WARNING", "ERROR", "CRITICAL", "Traceback", "could not tell the gateway
 
 
 def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_password(
-    tmp_path, redis_url
+    tmp_path, redis_url, chromium_path
 ):
     """`make run`'s own script (tools/run.sh) on a fresh database: Redis answers before
     anything else runs (no warning above it), the console is quiet (no Celery banner, no INFO
@@ -189,6 +189,9 @@ def test_make_run_starts_quietly_with_two_sparks_and_ends_with_the_url_and_passw
             ),
             90, "both simulated Sparks' workers and agents", proc,
         )  # fmt: skip
+        # In Chromium, as the new admin would: the printed password signs in, and the Hosts
+        # page shows both Sparks with a worker online and their host agent live.
+        _browse_hosts(chromium_path, url.rstrip("/"), password, ("local-sim", "local-sim-2"))
         ports = "from apps.hosts.models import Host; print(*Host.objects.order_by('name').values_list('port_min', 'port_max'))"
         assert manage("shell", "-c", ports, env=env).split()[-4:] == [
             "(8100,",
@@ -222,6 +225,27 @@ def test_seed_demo_creates_the_admin_once_and_prints_its_password_once(db, capsy
     sims = Host.objects.filter(simulated=True).order_by("name")
     assert [(h.name, h.sim_answers, h.port_min, h.port_max) for h in sims] == [
         ("local-sim", "markdown", 8100, 8199), ("local-sim-2", "markdown", 8200, 8299)]  # fmt: skip
+
+
+def _browse_hosts(chromium_path: str, base: str, password: str, names: tuple[str, ...]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.e2e.conftest import CHROMIUM_ARGS, login
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(base_url=base)
+            login(page, "admin", password)
+            page.goto("/hosts/")
+            for name in names:
+                row = page.locator("tbody tr").filter(
+                    has=page.get_by_role("link", name=name, exact=True)
+                )
+                expect(row).to_contain_text("online")
+                expect(row).to_contain_text("host agent live")
+        finally:
+            browser.close()
 
 
 def _login_cookies(base: str, username: str, password: str) -> dict[str, str]:
