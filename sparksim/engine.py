@@ -641,11 +641,11 @@ def decode_step_seconds(
     return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 
-# The GB10's measured share of its bandwidth and the fixed cost of a step with CUDA graphs
-# are the domain's (sparkdomain/spark.py, where their sources are), so the planner's capacity
-# prediction and this engine decode at the same pace.
-GB10_DECODE_EFFICIENCY = DECODE_BANDWIDTH_SHARE
-GRAPH_STEP_OVERHEAD_S = GRAPH_STEP_SECONDS
+# The GB10's measured share of its bandwidth (DECODE_BANDWIDTH_SHARE) and the fixed cost of a
+# step with CUDA graphs (GRAPH_STEP_SECONDS) are the domain's (sparkdomain/spark.py, where
+# their sources are), so the planner's capacity prediction and this engine decode alike.
+# Without CUDA graphs every layer's kernels are launched from Python: 0.74 ms a layer (the
+# vLLM blog's Nemotron-3-Super, eager against graphs; the same note in spark.py).
 EAGER_LAYER_OVERHEAD_S = 0.00074
 
 
@@ -673,10 +673,10 @@ def checkpoint_step_seconds(profile: Profile, arch: Architecture, element_bytes:
         )
         / tp
     )
-    overhead = GRAPH_STEP_OVERHEAD_S * (1 + passes)
+    overhead = GRAPH_STEP_SECONDS * (1 + passes)
     if enforce_eager:
         overhead += EAGER_LAYER_OVERHEAD_S * (max(arch.num_layers or 1, 1) + passes)
-    read = (weights + kv) / (BANDWIDTH_GBS * GB * GB10_DECODE_EFFICIENCY)
+    read = (weights + kv) / (BANDWIDTH_GBS * GB * DECODE_BANDWIDTH_SHARE)
     return read + overhead + step_comm_seconds(arch, tokens, tp=tp)
 
 

@@ -6,25 +6,21 @@ from __future__ import annotations
 
 from apps.benchmarks.models import Job, JobState
 from apps.benchmarks.selectors import capacity_answer
+from apps.recipes.services import predicted_capacity
 from apps.runs.models import PlanCheck
-from sparkdomain.capacity import CapacityStory, MeasuredLatency, capacity_story
+from sparkdomain.capacity import CapacityStory, MeasuredLatency
 
 
 def story(recipe, run=None) -> CapacityStory:
     """With `run`: its own measured start and the benchmarks of it (else of its recipe on
     its host). Without: the recipe's latest measured start and benchmark since it last
     changed (a measurement of an older version of the recipe would not describe it)."""
-    plan = recipe.plan()
     memory, memory_source = _measured_memory(recipe, run)
-    latency = _measured_latency(recipe, run)
-    return capacity_story(
-        max_num_seqs=plan.max_num_seqs,
-        memory_planned=plan.max_concurrency,
+    return predicted_capacity(
+        recipe.plan(),
         memory_measured=memory,
         memory_source=memory_source,
-        latency_predicted=plan.users_at_slo_rate,
-        predicted_slo_tps=plan.slo_tps,
-        latency_measured=latency,
+        latency_measured=_measured_latency(recipe, run),
     )
 
 

@@ -32,7 +32,7 @@ LABELS = {"requests_per_minute": ("Requests per minute", "requests per minute"),
 
 def limit_field(name: str) -> forms.IntegerField:
     """One bounded, optional limit field (blank: no limit of this kind), with errors that
-    say the bounds; shared with the profile page's key form."""
+    say the bounds."""
     label, unit = LABELS[name]
     top = BOUNDS[name]
     return forms.IntegerField(
@@ -47,6 +47,8 @@ def limit_field(name: str) -> forms.IntegerField:
 
 
 class LimitForm(forms.Form):
+    """The three limits; also the base of the profile page's key form (a key's own)."""
+
     requests_per_minute = limit_field("requests_per_minute")
     concurrent_streams = limit_field("concurrent_streams")
     tokens_per_day = limit_field("tokens_per_day")

@@ -19,7 +19,7 @@ from apps.accounts.roles import USE_CHAT
 from apps.core.redisconn import RedisError
 from apps.gateway import store, usage
 from apps.gateway.keys import TooManyKeys, key_create, key_revoke
-from apps.gateway.limit_views import limit_field
+from apps.gateway.limit_views import LimitForm
 from apps.gateway.limits import FIELDS as LIMIT_FIELDS
 from apps.gateway.limits import Limits, limits_for, own_limits
 from apps.gateway.models import GatewayKey
@@ -29,7 +29,12 @@ MODELS_MAX = 50
 MODEL_NAME_MAX = 128
 
 
-class KeyForm(forms.Form):
+class KeyForm(LimitForm):
+    """A new key; the limit fields (LimitForm's, as the Limits page's) are the key's own:
+    optional, below the account's, which apply to it anyway — a key handed to a tool or a
+    colleague's script cannot spend the whole day's budget."""
+
+    field_order = ["name", "models", "expires_days", *LIMIT_FIELDS]
     name = forms.CharField(max_length=100, help_text="What it is for, e.g. “Open WebUI”.")
     models = forms.CharField(
         required=False,
@@ -41,11 +46,6 @@ class KeyForm(forms.Form):
         required=False, min_value=1, max_value=3650, label="Expires after (days)",
         help_text="Empty: never.",
     )  # fmt: skip
-    # Optional limits of the key's own, below the account's (which apply to it anyway): a
-    # key handed to a tool or a colleague's script cannot spend the whole day's budget.
-    requests_per_minute = limit_field("requests_per_minute")
-    concurrent_streams = limit_field("concurrent_streams")
-    tokens_per_day = limit_field("tokens_per_day")
 
     def __init__(self, *args, **kwargs):
         # The profile page also has the API token form, whose name field is id_name too: a

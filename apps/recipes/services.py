@@ -100,12 +100,15 @@ def config_json_fields(config_text: str, quant_text: str) -> tuple[dict, list[st
     return fields, notes, None
 
 
-def predicted_capacity(result: Plan) -> CapacityStory:
-    """The capacity story from the plan alone (the wizard, the editor, a recipe nothing
-    has measured): planned memory, --max-num-seqs and the estimated latency bound."""
+def predicted_capacity(result: Plan, **measured) -> CapacityStory:
+    """The capacity story of a plan: planned memory, --max-num-seqs and the estimated
+    latency bound — with whatever was measured (`memory_measured`, `memory_source`,
+    `latency_measured`: sparkdomain.capacity.capacity_story) in place of its estimate.
+    Plan alone: the wizard, the editor, a recipe nothing has measured."""
     return capacity_story(
         max_num_seqs=result.max_num_seqs,
         memory_planned=result.max_concurrency,
         latency_predicted=result.users_at_slo_rate,
         predicted_slo_tps=result.slo_tps,
+        **measured,
     )
